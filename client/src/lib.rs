@@ -1,0 +1,1 @@
+//! Rust client for the redis-lock module (work in progress in this commit series).

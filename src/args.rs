@@ -1,0 +1,168 @@
+//! Argument parsing: integers in range, tokens in size, options in any order, once each.
+//!
+//! Works on byte slices so that the rules are unit-tested without a server. Every
+//! argument is checked here, before a command opens its key: bad input changes nothing.
+
+use redis_module::RedisError;
+
+use crate::error;
+
+/// Largest `ttl-ms` and `timeout-ms`: 2^47 - 1 ms, about 4,000 years.
+pub const MAX_TTL_MS: i64 = (1 << 47) - 1;
+/// Largest token, in bytes.
+pub const MAX_TOKEN_LEN: usize = 256;
+
+/// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct AcquireOptions<'a> {
+    /// How long the lock lives once granted, in ms.
+    pub ttl_ms: i64,
+    /// The caller's own token, if it gave one.
+    pub token: Option<&'a [u8]>,
+    /// How long to wait for a busy lock (`0`: without limit), if `WAIT` was given.
+    pub wait_ms: Option<i64>,
+}
+
+/// Parses a decimal integer the way the server does: an optional `-`, digits only,
+/// no sign `+`, no spaces, no overflow.
+fn parse_integer(arg: &[u8]) -> Option<i64> {
+    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(arg).ok()?.parse().ok()
+}
+
+/// `ttl-ms`: an integer from 1 to [`MAX_TTL_MS`].
+pub fn ttl(arg: &[u8]) -> Result<i64, RedisError> {
+    parse_integer(arg)
+        .filter(|ms| (1..=MAX_TTL_MS).contains(ms))
+        .ok_or_else(error::invalid_ttl)
+}
+
+/// `timeout-ms`: an integer from 0 to [`MAX_TTL_MS`].
+pub fn timeout(arg: &[u8]) -> Result<i64, RedisError> {
+    parse_integer(arg)
+        .filter(|ms| (0..=MAX_TTL_MS).contains(ms))
+        .ok_or_else(error::invalid_timeout)
+}
+
+/// A token: 1 to [`MAX_TOKEN_LEN`] bytes, any bytes.
+pub fn token(arg: &[u8]) -> Result<&[u8], RedisError> {
+    if (1..=MAX_TOKEN_LEN).contains(&arg.len()) {
+        Ok(arg)
+    } else {
+        Err(error::invalid_token())
+    }
+}
+
+/// Parses `ttl-ms [TOKEN token] [WAIT timeout-ms]`, the arguments after the key.
+///
+/// Returns, with the options, the index within `rest` of the token value (if any) so the
+/// caller can redact it from `SLOWLOG` and `MONITOR`.
+pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usize>), RedisError> {
+    let (ttl_arg, options) = rest.split_first().ok_or(RedisError::WrongArity)?;
+    let ttl_ms = ttl(ttl_arg)?;
+    let mut parsed = AcquireOptions {
+        ttl_ms,
+        token: None,
+        wait_ms: None,
+    };
+    let mut token_at = None;
+    let mut i = 0;
+    while i < options.len() {
+        let name = options[i];
+        let value = options.get(i + 1).copied();
+        if name.eq_ignore_ascii_case(b"TOKEN") {
+            if parsed.token.is_some() {
+                return Err(error::repeated_option(name));
+            }
+            let value = value.ok_or_else(|| error::missing_value(name))?;
+            parsed.token = Some(token(value)?);
+            token_at = Some(i + 2);
+        } else if name.eq_ignore_ascii_case(b"WAIT") {
+            if parsed.wait_ms.is_some() {
+                return Err(error::repeated_option(name));
+            }
+            let value = value.ok_or_else(|| error::missing_value(name))?;
+            parsed.wait_ms = Some(timeout(value)?);
+        } else {
+            return Err(error::unknown_option(name));
+        }
+        i += 2;
+    }
+    Ok((parsed, token_at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(result: Result<impl std::fmt::Debug, RedisError>) -> String {
+        result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn ttl_accepts_its_whole_range_only() {
+        assert_eq!(ttl(b"1").unwrap(), 1);
+        assert_eq!(ttl(b"140737488355327").unwrap(), MAX_TTL_MS);
+        for bad in [
+            &b"0"[..],
+            b"-1",
+            b"140737488355328",
+            b"99999999999999999999999",
+            b"",
+            b"+5",
+            b" 5",
+            b"5 ",
+            b"1.5",
+            b"abc",
+            b"-",
+        ] {
+            assert!(msg(ttl(bad)).contains("ttl-ms"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timeout_accepts_zero() {
+        assert_eq!(timeout(b"0").unwrap(), 0);
+        assert_eq!(timeout(b"140737488355327").unwrap(), MAX_TTL_MS);
+        assert!(msg(timeout(b"-1")).contains("timeout-ms"));
+        assert!(msg(timeout(b"140737488355328")).contains("timeout-ms"));
+    }
+
+    #[test]
+    fn token_is_binary_safe_and_bounded() {
+        assert_eq!(token(b"\0\xff\r\n").unwrap(), b"\0\xff\r\n");
+        assert_eq!(token(&[7; 256]).unwrap().len(), 256);
+        assert!(msg(token(b"")).contains("token"));
+        assert!(msg(token(&[7; 257])).contains("token"));
+    }
+
+    #[test]
+    fn options_come_in_any_order_and_any_case() {
+        let (opts, at) = acquire(&[b"100", b"wait", b"5", b"Token", b"t"]).unwrap();
+        assert_eq!(
+            opts,
+            AcquireOptions {
+                ttl_ms: 100,
+                token: Some(b"t"),
+                wait_ms: Some(5)
+            }
+        );
+        assert_eq!(at, Some(4));
+        let (opts, at) = acquire(&[b"100"]).unwrap();
+        assert_eq!((opts.token, opts.wait_ms, at), (None, None, None));
+    }
+
+    #[test]
+    fn bad_options_name_themselves() {
+        assert!(msg(acquire(&[b"100", b"TOKEN", b"a", b"token", b"b"])).contains("'token'"));
+        assert!(msg(acquire(&[b"100", b"WAIT", b"1", b"WAIT", b"1"])).contains("'WAIT'"));
+        assert!(msg(acquire(&[b"100", b"NX"])).contains("'NX'"));
+        assert!(msg(acquire(&[b"100", b"WAIT"])).contains("'WAIT'"));
+        assert!(msg(acquire(&[b"100", b"WAIT", b"x"])).contains("timeout-ms"));
+        assert!(msg(acquire(&[b"100", b"TOKEN", b""])).contains("token"));
+        assert!(msg(acquire(&[b"0"])).contains("ttl-ms"));
+    }
+}

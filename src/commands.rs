@@ -1,0 +1,298 @@
+//! One function per command: parse, check, apply, reply, replicate.
+//!
+//! Every argument is validated before the key is opened, so bad input changes nothing.
+//! Effects replicate as absolute state (`LOCK._SET` with the token and fence the master
+//! chose, `PEXPIREAT` with an absolute time, `DEL`), never as the command itself: a
+//! replica or an AOF replay must not invent its own token, fence or clock reading.
+
+use redis_module::{
+    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
+};
+
+use crate::args;
+use crate::error;
+use crate::fence;
+use crate::ffi::{self, Key};
+use crate::lock::{self, AcquireDecision, LockState};
+use crate::stats;
+use crate::waiters;
+
+/// Keyspace events, in the module class (`notify-keyspace-events` with `d`).
+pub const EVENT_ACQUIRE: &str = "lock.acquire";
+/// Fired when the holder releases the lock.
+pub const EVENT_RELEASE: &str = "lock.release";
+/// Fired when the holder extends the lock.
+pub const EVENT_EXTEND: &str = "lock.extend";
+
+fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
+    args.iter().map(RedisString::as_slice).collect()
+}
+
+/// Hides every `TOKEN` value of an acquire from `SLOWLOG` and `MONITOR`, before any
+/// validation: even a rejected command must not leak the token it carried.
+fn redact_acquire_tokens(ctx: &Context, argv: &[&[u8]]) {
+    let mut i = 3;
+    while i + 1 < argv.len() {
+        if argv[i].eq_ignore_ascii_case(b"TOKEN") {
+            ffi::redact(ctx, i + 1);
+        }
+        i += 2;
+    }
+}
+
+/// LOCK.ACQUIRE <key> <ttl-ms> [TOKEN <token>] [WAIT <timeout-ms>]
+///
+/// Grants a free lock (reply `[token, fence]`), renews it for the token that holds it
+/// (same fence, TTL reset), and otherwise answers nil at once or, with `WAIT`, blocks
+/// the client in the key's first-come-first-served queue.
+pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    let argv = bytes(&args);
+    redact_acquire_tokens(ctx, &argv);
+    if argv.len() < 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let (options, _) = args::acquire(&argv[2..])?;
+
+    let key = Key::open_write(ctx, &args[1]);
+    let held = key.lock()?;
+    let db = ffi::selected_db(ctx);
+    let queued = waiters::queued(db, argv[1]);
+    match lock::decide(held, options.token, queued) {
+        AcquireDecision::Grant => {
+            let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
+            grant(ctx, &key, token, options.ttl_ms)
+        }
+        AcquireDecision::Renew => {
+            let lock = held.ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
+            let reply = granted_reply(&lock.token, lock.fence);
+            set_ttl(ctx, &key, options.ttl_ms)?;
+            ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_ACQUIRE, key.name());
+            Ok(reply)
+        }
+        AcquireDecision::Busy => {
+            stats::CONTENDED.bump();
+            let can_block = !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING);
+            match options.wait_ms {
+                Some(timeout_ms) if can_block => {
+                    drop(key);
+                    let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
+                    waiters::wait(ctx, db, &args[1], token, options.ttl_ms, timeout_ms)
+                }
+                _ => Ok(RedisValue::Null),
+            }
+        }
+    }
+}
+
+/// Grants the free lock `key` to `token` for `ttl_ms`: a new fence, the key's expiry,
+/// replication of the absolute state, the `lock.acquire` event. Used by a direct acquire
+/// and by the grant to a waiter.
+pub fn grant(ctx: &Context, key: &Key, token: Vec<u8>, ttl_ms: i64) -> RedisResult {
+    let now = ffi::now_ms();
+    let fence = fence::clock()
+        .next(now)
+        .ok_or_else(error::fence_exhausted)?;
+    let expire_at = now.saturating_add(ttl_ms);
+    let reply = granted_reply(&token, fence);
+    key.set_lock(LockState {
+        token,
+        fence,
+        acquired_ms: now,
+    })?;
+    key.set_expire_at(Some(expire_at))?;
+    replicate_state(ctx, key, fence, now, expire_at)?;
+    ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_ACQUIRE, key.name());
+    stats::GRANTS.bump();
+    Ok(reply)
+}
+
+fn granted_reply(token: &[u8], fence: u64) -> RedisValue {
+    RedisValue::Array(vec![
+        RedisValue::StringBuffer(token.to_vec()),
+        RedisValue::Integer(fence as i64),
+    ])
+}
+
+/// Replicates the lock on `key` as `LOCK._SET key token fence acquired expire-at`.
+fn replicate_state(
+    ctx: &Context,
+    key: &Key,
+    fence: u64,
+    acquired_ms: i64,
+    expire_at: i64,
+) -> Result<(), RedisError> {
+    let token = key
+        .lock()?
+        .map(|lock| lock.token.clone())
+        .ok_or(RedisError::Str("ERR lock vanished while replicating"))?;
+    let (fence, acquired, expire) = (
+        fence.to_string(),
+        acquired_ms.to_string(),
+        expire_at.to_string(),
+    );
+    let argv: [&[u8]; 5] = [
+        key.name().as_slice(),
+        &token,
+        fence.as_bytes(),
+        acquired.as_bytes(),
+        expire.as_bytes(),
+    ];
+    ctx.replicate("LOCK._SET", &argv);
+    Ok(())
+}
+
+/// Sets the lock's remaining time to `ttl_ms` from now and replicates the absolute
+/// expiry.
+fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
+    let expire_at = ffi::now_ms().saturating_add(ttl_ms);
+    key.set_expire_at(Some(expire_at))?;
+    let at = expire_at.to_string();
+    ctx.replicate("PEXPIREAT", &[key.name().as_slice(), at.as_bytes()]);
+    Ok(())
+}
+
+/// LOCK.RELEASE <key> <token>
+///
+/// Deletes the lock if, and only if, `token` holds it: `1` released, `0` not held by
+/// this token. The next waiter, if any, is granted the lock at once.
+pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() > 2 {
+        ffi::redact(ctx, 2);
+    }
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let token = args::token(args[2].as_slice())?;
+
+    let key = Key::open_write(ctx, &args[1]);
+    if !lock::is_held_by(key.lock()?, token) {
+        return Ok(RedisValue::Integer(0));
+    }
+    key.delete();
+    ctx.replicate("DEL", &[args[1].as_slice()]);
+    ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_RELEASE, key.name());
+    stats::RELEASES.bump();
+    drop(key);
+    waiters::lock_freed(ctx, ffi::selected_db(ctx), args[1].as_slice());
+    Ok(RedisValue::Integer(1))
+}
+
+/// LOCK.EXTEND <key> <token> <ttl-ms>
+///
+/// If `token` holds the lock, sets its remaining time to `ttl-ms` from now: `1`
+/// extended, `0` not held by this token.
+pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() > 2 {
+        ffi::redact(ctx, 2);
+    }
+    if args.len() != 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let token = args::token(args[2].as_slice())?;
+    let ttl_ms = args::ttl(args[3].as_slice())?;
+
+    let key = Key::open_write(ctx, &args[1]);
+    if !lock::is_held_by(key.lock()?, token) {
+        return Ok(RedisValue::Integer(0));
+    }
+    set_ttl(ctx, &key, ttl_ms)?;
+    ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_EXTEND, key.name());
+    stats::EXTENDS.bump();
+    Ok(RedisValue::Integer(1))
+}
+
+/// LOCK.INFO <key>
+///
+/// Nil when the key does not exist; otherwise the fields `ttl`, `fence`, `acquired` and
+/// `waiters` (a map in RESP3, a flat field/value array in RESP2). Never the token.
+pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let key = Key::open_read(ctx, &args[1]);
+    let Some(lock) = key.lock()? else {
+        return Ok(RedisValue::Null);
+    };
+    let ttl = key
+        .expire_at()
+        .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
+    let waiting = waiters::count(ffi::selected_db(ctx), args[1].as_slice());
+    ffi::reply_map(
+        ctx,
+        &[
+            ("ttl", ttl),
+            ("fence", lock.fence as i64),
+            ("acquired", lock.acquired_ms),
+            ("waiters", waiting as i64),
+        ],
+    );
+    Ok(RedisValue::NoReply)
+}
+
+/// LOCK._SET <key> <token> <fence> <acquired-ms> <expire-at-ms | -1>
+///
+/// Internal: the replicated effect of a grant. Sets the lock to exactly this state and
+/// raises the fencing clock to the fence, so a promoted replica never grants a smaller
+/// one. Accepted only from the master link and while loading the AOF.
+pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() > 2 {
+        ffi::redact(ctx, 2);
+    }
+    let flags = ctx.get_flags();
+    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+        return Err(error::internal_command());
+    }
+    if args.len() != 6 {
+        return Err(RedisError::WrongArity);
+    }
+    let token = args::token(args[2].as_slice())?.to_vec();
+    let number = |i: usize, what: &str| -> Result<i64, RedisError> {
+        args[i]
+            .parse_integer()
+            .map_err(|_| error::invalid_internal(what))
+    };
+    let fence = u64::try_from(number(3, "fence")?)
+        .ok()
+        .filter(|f| (1..=fence::MAX_FENCE).contains(f))
+        .ok_or_else(|| error::invalid_internal("fence"))?;
+    let acquired_ms = number(4, "acquired-ms")?;
+    let expire_at = match number(5, "expire-at-ms")? {
+        -1 => None,
+        at if at >= 0 => Some(at),
+        _ => return Err(error::invalid_internal("expire-at-ms")),
+    };
+
+    let key = Key::open_write(ctx, &args[1]);
+    key.set_lock(LockState {
+        token,
+        fence,
+        acquired_ms,
+    })?;
+    key.set_expire_at(expire_at)?;
+    fence::clock().observe(fence);
+    // A replica's own AOF and its sub-replicas need the same absolute state.
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// LOCK.DEBUG PANIC
+///
+/// Panics inside a command, to prove that the guard turns it into an error reply and
+/// the server keeps running. Refused unless the server allows debugging commands.
+pub fn debug(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+    if args.len() != 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let setting = ctx.call("CONFIG", &["GET", "enable-debug-command"])?;
+    let allowed = matches!(&setting, RedisValue::Array(pair)
+    if pair.get(1).is_some_and(|v| {
+        String::try_from(v.clone()).is_ok_and(|v| v == "yes" || v == "local")
+    }));
+    if !allowed {
+        return Err(error::debug_disabled());
+    }
+    if args[1].as_slice().eq_ignore_ascii_case(b"PANIC") {
+        panic!("LOCK.DEBUG PANIC: a deliberate panic to test the guard");
+    }
+    Err(error::unknown_debug_subcommand(args[1].as_slice()))
+}

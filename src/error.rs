@@ -1,0 +1,153 @@
+//! Every error message the module sends, in one place.
+//!
+//! Each message starts with its code (`ERR`, `WRONGTYPE`) so that clients read the code
+//! correctly, and names the argument that was wrong and what was expected.
+
+use redis_module::RedisError;
+
+use crate::args::{MAX_TOKEN_LEN, MAX_TTL_MS};
+
+/// `ttl-ms` was not an integer from 1 to 2^47 - 1.
+pub fn invalid_ttl() -> RedisError {
+    RedisError::String(format!(
+        "ERR invalid ttl-ms: expected an integer from 1 to {MAX_TTL_MS}"
+    ))
+}
+
+/// `timeout-ms` was not an integer from 0 to 2^47 - 1.
+pub fn invalid_timeout() -> RedisError {
+    RedisError::String(format!(
+        "ERR invalid timeout-ms: expected an integer from 0 to {MAX_TTL_MS}"
+    ))
+}
+
+/// A token was empty or longer than 256 bytes.
+pub fn invalid_token() -> RedisError {
+    RedisError::String(format!(
+        "ERR invalid token: expected 1 to {MAX_TOKEN_LEN} bytes"
+    ))
+}
+
+/// An option name that the command does not know, quoted as the client gave it.
+pub fn unknown_option(given: &[u8]) -> RedisError {
+    RedisError::String(format!(
+        "ERR unknown option '{}': expected TOKEN or WAIT",
+        printable(given)
+    ))
+}
+
+/// An option that appeared twice.
+pub fn repeated_option(given: &[u8]) -> RedisError {
+    RedisError::String(format!(
+        "ERR option '{}' given more than once",
+        printable(given)
+    ))
+}
+
+/// An option whose value is missing at the end of the arguments.
+pub fn missing_value(given: &[u8]) -> RedisError {
+    RedisError::String(format!("ERR option '{}' needs a value", printable(given)))
+}
+
+/// The key holds a value of another type. The server's own message, with its code.
+pub fn wrong_type() -> RedisError {
+    RedisError::WrongType
+}
+
+/// The fencing clock reached 2^53 and cannot grant a larger fence.
+pub fn fence_exhausted() -> RedisError {
+    RedisError::Str("ERR fence space exhausted: no fence below 2^53 is left for this server")
+}
+
+/// A command reserved for the replication stream and the AOF was sent by a client.
+pub fn internal_command() -> RedisError {
+    RedisError::Str(
+        "ERR LOCK._SET is internal: it only runs from the replication stream or the AOF",
+    )
+}
+
+/// An argument of the internal `LOCK._SET` command was malformed.
+pub fn invalid_internal(what: &str) -> RedisError {
+    RedisError::String(format!("ERR LOCK._SET: invalid {what}"))
+}
+
+/// `LOCK.DEBUG` was called on a server that does not allow debugging commands.
+pub fn debug_disabled() -> RedisError {
+    RedisError::Str(
+        "ERR LOCK.DEBUG is disabled: start the server with 'enable-debug-command yes' (or 'local')",
+    )
+}
+
+/// `LOCK.DEBUG` with a subcommand it does not know.
+pub fn unknown_debug_subcommand(given: &[u8]) -> RedisError {
+    RedisError::String(format!(
+        "ERR unknown LOCK.DEBUG subcommand '{}': expected PANIC",
+        printable(given)
+    ))
+}
+
+/// A Rust panic was caught at the FFI boundary: a bug in the module.
+pub fn internal_panic() -> RedisError {
+    RedisError::Str(
+        "ERR internal error in the lock module (a bug: see the server log); the server keeps running",
+    )
+}
+
+/// Renders client bytes for an error message: lossy UTF-8, control characters escaped,
+/// and cut short, so a reply never carries a newline or a huge argument.
+fn printable(given: &[u8]) -> String {
+    const MAX_SHOWN: usize = 64;
+    let text = String::from_utf8_lossy(&given[..given.len().min(MAX_SHOWN)]);
+    let mut shown: String = text.chars().flat_map(char::escape_default).collect();
+    if given.len() > MAX_SHOWN {
+        shown.push_str("...");
+    }
+    shown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(err: RedisError) -> String {
+        err.to_string()
+    }
+
+    #[test]
+    fn every_message_starts_with_its_code() {
+        for err in [
+            invalid_ttl(),
+            invalid_timeout(),
+            invalid_token(),
+            unknown_option(b"FOO"),
+            repeated_option(b"TOKEN"),
+            missing_value(b"WAIT"),
+            fence_exhausted(),
+            internal_command(),
+            invalid_internal("fence"),
+            debug_disabled(),
+            unknown_debug_subcommand(b"X"),
+            internal_panic(),
+        ] {
+            assert!(text(err).starts_with("ERR "));
+        }
+        assert!(text(wrong_type()).starts_with("WRONGTYPE "));
+    }
+
+    #[test]
+    fn messages_name_the_argument() {
+        assert!(text(invalid_ttl()).contains("ttl-ms"));
+        assert!(text(invalid_timeout()).contains("timeout-ms"));
+        assert!(text(invalid_token()).contains("token"));
+        assert!(text(unknown_option(b"NoSuch")).contains("'NoSuch'"));
+        assert!(text(repeated_option(b"wait")).contains("'wait'"));
+    }
+
+    #[test]
+    fn client_bytes_cannot_break_the_reply() {
+        let shown = text(unknown_option(b"a\r\nb"));
+        assert!(!shown.contains('\r') && !shown.contains('\n'));
+        let long = vec![b'x'; 1000];
+        assert!(text(unknown_option(&long)).len() < 200);
+    }
+}

@@ -1,0 +1,225 @@
+//! The thin unsafe layer: server calls the binding has no safe wrapper for.
+//!
+//! Keys are opened, typed, read, written and expired here; nowhere else in the module
+//! touches a raw key pointer. (The type's callbacks live in `datatype.rs`, the blocking
+//! calls in `waiters.rs`.)
+
+use std::os::raw::{c_int, c_void};
+
+use redis_module::{Context, RedisError, RedisString, raw};
+
+use crate::datatype::LOCK_TYPE;
+use crate::error;
+use crate::lock::LockState;
+
+/// Unix time in ms as the server sees it: the clock its expiry machinery uses.
+pub fn now_ms() -> i64 {
+    // SAFETY: RedisModule_Milliseconds takes no arguments and only reads the clock; the
+    // API table is filled by RedisModule_Init before any command can run.
+    unsafe { raw::RedisModule_Milliseconds.expect("RedisModule_Milliseconds")() }
+}
+
+/// The database the client of `ctx` has selected.
+pub fn selected_db(ctx: &Context) -> i32 {
+    // SAFETY: ctx is the live context of the current command or callback.
+    unsafe { raw::RedisModule_GetSelectedDb.expect("RedisModule_GetSelectedDb")(ctx.get_raw()) }
+}
+
+/// Hides argument `index` of the current command from `SLOWLOG` and `MONITOR`.
+pub fn redact(ctx: &Context, index: usize) {
+    // The function exists from 7.0 on; on an older server there is nothing to call.
+    if let (Some(redact), Ok(pos)) = (
+        // SAFETY: reading a function pointer from the API table filled at load time.
+        unsafe { raw::RedisModule_RedactClientCommandArgument },
+        c_int::try_from(index),
+    ) {
+        // SAFETY: ctx is the live context of the current command and pos < argc.
+        unsafe { redact(ctx.get_raw(), pos) };
+    }
+}
+
+/// What an open key holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyKind {
+    /// No such key.
+    Empty,
+    /// A lock of this module.
+    Lock,
+    /// A key of another type.
+    Other,
+}
+
+/// An open key, closed on drop.
+pub struct Key<'ctx> {
+    ctx: &'ctx Context,
+    name: &'ctx RedisString,
+    key: *mut raw::RedisModuleKey,
+}
+
+impl<'ctx> Key<'ctx> {
+    /// Opens `name` for reading and writing. A key whose TTL has passed is deleted here
+    /// (the server's lazy expiry), which may fire the `expired` event.
+    pub fn open_write(ctx: &'ctx Context, name: &'ctx RedisString) -> Self {
+        Self::open(ctx, name, raw::KeyMode::READ | raw::KeyMode::WRITE)
+    }
+
+    /// Opens `name` for reading only.
+    pub fn open_read(ctx: &'ctx Context, name: &'ctx RedisString) -> Self {
+        Self::open(ctx, name, raw::KeyMode::READ)
+    }
+
+    fn open(ctx: &'ctx Context, name: &'ctx RedisString, mode: raw::KeyMode) -> Self {
+        // SAFETY: ctx and name are live for 'ctx; the key handle is closed in Drop.
+        let key = unsafe {
+            raw::RedisModule_OpenKey.expect("RedisModule_OpenKey")(
+                ctx.get_raw(),
+                name.inner,
+                mode.bits(),
+            )
+        };
+        Self { ctx, name, key }
+    }
+
+    /// The key's name.
+    pub fn name(&self) -> &RedisString {
+        self.name
+    }
+
+    /// What the key holds.
+    pub fn kind(&self) -> KeyKind {
+        if self.key.is_null() {
+            return KeyKind::Empty;
+        }
+        // SAFETY: self.key is an open, non-null key handle.
+        let key_type = unsafe { raw::RedisModule_KeyType.expect("RedisModule_KeyType")(self.key) };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            return KeyKind::Empty;
+        }
+        if key_type != raw::REDISMODULE_KEYTYPE_MODULE as c_int {
+            return KeyKind::Other;
+        }
+        // SAFETY: as above; the key is a module key, so it has a module type.
+        let module_type = unsafe {
+            raw::RedisModule_ModuleTypeGetType.expect("RedisModule_ModuleTypeGetType")(self.key)
+        };
+        if module_type == *LOCK_TYPE.raw_type.borrow() {
+            KeyKind::Lock
+        } else {
+            KeyKind::Other
+        }
+    }
+
+    /// The lock the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
+    /// something else.
+    pub fn lock(&self) -> Result<Option<&LockState>, RedisError> {
+        match self.kind() {
+            KeyKind::Empty => Ok(None),
+            KeyKind::Other => Err(error::wrong_type()),
+            KeyKind::Lock => {
+                // SAFETY: the key holds a value of LOCK_TYPE, which is always a
+                // Box<LockState> made by set_lock or the type's load/copy callbacks;
+                // the borrow ends before the key handle is closed.
+                let value = unsafe {
+                    raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
+                        self.key,
+                    )
+                    .cast::<LockState>()
+                    .as_ref()
+                };
+                Ok(value)
+            }
+        }
+    }
+
+    /// Replaces whatever the key holds with `state`, with no expiry yet.
+    pub fn set_lock(&self, state: LockState) -> Result<(), RedisError> {
+        let value = Box::into_raw(Box::new(state)).cast::<c_void>();
+        // SAFETY: self.key is open for writing; the server takes ownership of value
+        // and frees it through the type's free callback.
+        let status = unsafe {
+            raw::RedisModule_ModuleTypeSetValue.expect("RedisModule_ModuleTypeSetValue")(
+                self.key,
+                *LOCK_TYPE.raw_type.borrow(),
+                value,
+            )
+        };
+        if status == raw::REDISMODULE_OK as c_int {
+            self.modified();
+            Ok(())
+        } else {
+            // SAFETY: the server refused the value, so it is still ours to free.
+            drop(unsafe { Box::from_raw(value.cast::<LockState>()) });
+            Err(RedisError::Str("ERR could not write the lock key"))
+        }
+    }
+
+    /// Sets the key's expiry to the absolute unix time `at_ms` (`None`: no expiry).
+    pub fn set_expire_at(&self, at_ms: Option<i64>) -> Result<(), RedisError> {
+        // SAFETY: self.key is an open key handle; the server checks the mode itself.
+        let status = unsafe {
+            match at_ms {
+                Some(at) => {
+                    raw::RedisModule_SetAbsExpire.expect("RedisModule_SetAbsExpire")(self.key, at)
+                }
+                None => raw::RedisModule_SetExpire.expect("RedisModule_SetExpire")(
+                    self.key,
+                    raw::REDISMODULE_NO_EXPIRE.into(),
+                ),
+            }
+        };
+        if status == raw::REDISMODULE_OK as c_int {
+            self.modified();
+            Ok(())
+        } else {
+            Err(RedisError::Str("ERR could not set the lock's expiry"))
+        }
+    }
+
+    /// The key's expiry as absolute unix time in ms, `None` if it has none.
+    pub fn expire_at(&self) -> Option<i64> {
+        // SAFETY: self.key is an open key handle (null is answered with NO_EXPIRE).
+        let at =
+            unsafe { raw::RedisModule_GetAbsExpire.expect("RedisModule_GetAbsExpire")(self.key) };
+        (at != raw::REDISMODULE_NO_EXPIRE.into()).then_some(at)
+    }
+
+    /// Deletes the key.
+    pub fn delete(&self) {
+        // SAFETY: self.key is an open key handle opened for writing.
+        unsafe { raw::RedisModule_DeleteKey.expect("RedisModule_DeleteKey")(self.key) };
+        self.modified();
+    }
+
+    /// Tells the server the key changed (invalidates `WATCH`, client-side caches).
+    /// The module turns the implicit signal on close off, so that a busy acquire or a
+    /// release by the wrong token does not disturb a `WATCH` on the key.
+    fn modified(&self) {
+        // SAFETY: ctx and name are live for 'ctx.
+        unsafe {
+            raw::RedisModule_SignalModifiedKey.expect("RedisModule_SignalModifiedKey")(
+                self.ctx.get_raw(),
+                self.name.inner,
+            )
+        };
+    }
+}
+
+impl Drop for Key<'_> {
+    fn drop(&mut self) {
+        if !self.key.is_null() {
+            // SAFETY: self.key was opened by RedisModule_OpenKey and is closed once.
+            unsafe { raw::RedisModule_CloseKey.expect("RedisModule_CloseKey")(self.key) };
+        }
+    }
+}
+
+/// Replies with a map of integer fields: a map in RESP3, a flat field/value array in
+/// RESP2. Field names are bulk strings, as in `XINFO`.
+pub fn reply_map(ctx: &Context, fields: &[(&str, i64)]) {
+    let ctx = ctx.get_raw();
+    raw::reply_with_map(ctx, fields.len() as std::os::raw::c_long);
+    for (name, value) in fields {
+        raw::reply_with_string_buffer(ctx, name.as_ptr().cast(), name.len());
+        raw::reply_with_long_long(ctx, *value);
+    }
+}
