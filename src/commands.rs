@@ -71,12 +71,20 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         AcquireDecision::Busy => {
             stats::CONTENDED.bump();
+            let free = held.is_none();
+            let expire_at = key.expire_at();
+            drop(key);
+            if free {
+                // Free but waiters are queued and nobody was promised it (a change the
+                // server sent no event for): hand it to the oldest waiter now.
+                waiters::lock_freed(db, argv[1]);
+            }
             let can_block = !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING);
             match options.wait_ms {
                 Some(timeout_ms) if can_block => {
-                    drop(key);
                     let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
-                    waiters::wait(ctx, db, &args[1], token, options.ttl_ms, timeout_ms)
+                    let ttl_ms = options.ttl_ms;
+                    waiters::wait(ctx, db, &args[1], token, ttl_ms, timeout_ms, expire_at)
                 }
                 _ => Ok(RedisValue::Null),
             }
@@ -173,7 +181,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_RELEASE, key.name());
     stats::RELEASES.bump();
     drop(key);
-    waiters::lock_freed(ctx, ffi::selected_db(ctx), args[1].as_slice());
+    waiters::lock_freed(ffi::selected_db(ctx), args[1].as_slice());
     Ok(RedisValue::Integer(1))
 }
 

@@ -10,11 +10,12 @@ use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use redis_module::{native_types::RedisType, raw};
+use redis_module::{RedisString, native_types::RedisType, raw};
 
 use crate::fence;
 use crate::guard;
 use crate::lock::LockState;
+use crate::stats;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
@@ -37,7 +38,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save: Some(aux_save),
         aux_save_triggers: raw::Aux::Before as c_int,
         free_effort: None,
-        unlink: None,
+        unlink: Some(unlink),
         copy: Some(copy),
         defrag: None,
         mem_usage2: None,
@@ -175,6 +176,12 @@ extern "C" fn copy(
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value.cast_mut()) };
         Box::into_raw(Box::new(lock.clone())).cast()
+    })
+}
+
+extern "C" fn unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
+    guard::callback((), || {
+        stats::note_unlinked_lock(RedisString::string_as_slice(key));
     })
 }
 

@@ -25,6 +25,15 @@ pub fn selected_db(ctx: &Context) -> i32 {
     unsafe { raw::RedisModule_GetSelectedDb.expect("RedisModule_GetSelectedDb")(ctx.get_raw()) }
 }
 
+/// Selects database `db` for the keys `ctx` opens next (timer callbacks). False if the
+/// database does not exist.
+pub fn select_db(ctx: &Context, db: i32) -> bool {
+    // SAFETY: ctx is a live context with a client (a timer's temporary client).
+    let status =
+        unsafe { raw::RedisModule_SelectDb.expect("RedisModule_SelectDb")(ctx.get_raw(), db) };
+    status == raw::REDISMODULE_OK as c_int
+}
+
 /// Hides argument `index` of the current command from `SLOWLOG` and `MONITOR`.
 pub fn redact(ctx: &Context, index: usize) {
     // The function exists from 7.0 on; on an older server there is nothing to call.

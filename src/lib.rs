@@ -13,6 +13,7 @@ pub mod fence;
 pub mod ffi;
 pub mod guard;
 pub mod lock;
+pub mod queue;
 pub mod stats;
 pub mod waiters;
 
@@ -20,6 +21,17 @@ use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisResult, RedisString, Status, redis_module};
 
 use crate::datatype::LOCK_TYPE;
+
+/// Memory comes from the server's allocator, so `INFO memory` and `maxmemory` count
+/// it; unit tests, which run without a server, use the system's.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
 
 /// The name the module registers under (`MODULE LIST`, `INFO lock`).
 pub const MODULE_NAME: &str = "lock";
@@ -56,13 +68,19 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ctx.set_module_options(
         ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED | ModuleOptions::HANDLE_IO_ERRORS,
     );
+    // Replaces the binding's default INFO handler with the `lock_stats` section.
+    redis_module::raw::register_info_function(ctx.get_raw(), Some(stats::info));
+    if !waiters::subscribe(ctx) {
+        ctx.log_warning("lock: could not subscribe to flush and swapdb events");
+        return Status::Err;
+    }
     Status::Ok
 }
 
 redis_module! {
     name: MODULE_NAME,
     version: MODULE_VERSION,
-    allocator: (redis_module::alloc::RedisAlloc, redis_module::alloc::RedisAlloc),
+    allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE],
     init: init,
     commands: [
@@ -73,5 +91,9 @@ redis_module! {
         ["lock.info", info, "readonly fast", 1, 1, 1, ""],
         ["lock._set", set_internal, "write", 1, 1, 1, ""],
         ["lock.debug", debug, "admin", 0, 0, 0, ""],
+    ],
+    event_handlers: [
+        // A lock key that disappears frees the lock for the next waiter.
+        [@GENERIC @EXPIRED @EVICTED: waiters::on_keyspace_event],
     ],
 }

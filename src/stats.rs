@@ -3,6 +3,7 @@
 //! Atomics, because the server reads them from its main thread while it may also fork;
 //! relaxed ordering is enough for counters that are only ever added to and read.
 
+use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One counter of `lock_stats`.
@@ -38,3 +39,42 @@ pub static EXPIRED: Counter = Counter::new();
 pub static WAITS: Counter = Counter::new();
 /// Waits that ended with the timeout.
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
+
+thread_local! {
+    /// The name of the lock key the server unlinked last, until the keyspace event that
+    /// follows the unlink reads it: the `expired` event comes after the key is gone, so
+    /// this is how it learns that what expired was a lock.
+    static UNLINKED_LOCK: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+/// The server is removing lock key `key` from its keyspace (type's unlink callback).
+pub fn note_unlinked_lock(key: &[u8]) {
+    UNLINKED_LOCK.with(|last| *last.borrow_mut() = Some(key.to_vec()));
+}
+
+/// Whether the key of the event being handled was a lock; forgets the note either way.
+pub fn take_unlinked_lock(key: &[u8]) -> bool {
+    UNLINKED_LOCK.with(|last| last.borrow_mut().take().is_some_and(|name| name == key))
+}
+
+/// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
+pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    let _ = crate::guard::callback(Ok(()), || -> redis_module::RedisResult<()> {
+        let info = redis_module::InfoContext::new(ctx);
+        let fields = [
+            ("grants", GRANTS.get()),
+            ("contended", CONTENDED.get()),
+            ("releases", RELEASES.get()),
+            ("extends", EXTENDS.get()),
+            ("expired", EXPIRED.get()),
+            ("waits", WAITS.get()),
+            ("wait_timeouts", WAIT_TIMEOUTS.get()),
+            ("waiters", crate::waiters::total() as u64),
+        ];
+        let mut section = info.builder().add_section("stats");
+        for (name, value) in fields {
+            section = section.field(name, value)?;
+        }
+        section.build_section()?.build_info().map(|_| ())
+    });
+}
