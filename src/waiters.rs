@@ -205,6 +205,16 @@ fn arm_timer(ctx: &Context, id: &KeyId, at_ms: i64) {
     TIMERS.with(|t| t.borrow_mut().insert(id.clone(), (timer, at_ms)));
 }
 
+/// The last waiter of `key` left: its timer has nothing left to do.
+fn cancel_idle_timer(ctx: &Context, id: &KeyId) {
+    if with_queues(|q| q.busy(id)) {
+        return;
+    }
+    if let Some((timer, _)) = TIMERS.with(|t| t.borrow_mut().remove(id)) {
+        stop_timer(ctx, timer);
+    }
+}
+
 fn stop_timer(ctx: &Context, timer: u64) {
     let mut data: *mut c_void = ptr::null_mut();
     // SAFETY: ctx is live; a timer that already fired is reported as an error and
@@ -277,8 +287,9 @@ extern "C" fn on_timeout(
             )
         };
         let removed = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove_queued(id)));
-        if removed.is_some() {
+        if let Some(waiter) = removed {
             stats::WAIT_TIMEOUTS.bump();
+            cancel_idle_timer(&context, &waiter.key);
             // SAFETY: the waiter was queued, so nothing unblocked it yet; every blocked
             // client must be unblocked once, or its handle leaks.
             unsafe {
@@ -293,13 +304,11 @@ extern "C" fn on_timeout(
 }
 
 /// The client disconnected or was killed while blocked.
-extern "C" fn on_disconnect(
-    _ctx: *mut raw::RedisModuleCtx,
-    bc: *mut raw::RedisModuleBlockedClient,
-) {
+extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
     guard::callback((), || {
         let removed = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove_queued(id)));
-        if removed.is_some() {
+        if let Some(waiter) = removed {
+            cancel_idle_timer(&Context::new(ctx), &waiter.key);
             // SAFETY: the waiter was queued, so nothing unblocked it yet. A promised
             // waiter was unblocked already; on_free passes its promise on.
             unsafe {
