@@ -6,6 +6,7 @@
 //! `lock.rs` and `fence.rs`, the commands in `commands.rs`.
 
 pub mod args;
+pub mod cluster;
 pub mod commands;
 pub mod datatype;
 pub mod error;

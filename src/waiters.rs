@@ -17,8 +17,9 @@ use std::cell::RefCell;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use redis_module::{Context, NotifyEvent, RedisResult, RedisString, RedisValue, raw};
+use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue, raw};
 
+use crate::cluster;
 use crate::commands;
 use crate::ffi::{self, Key, KeyKind};
 use crate::guard;
@@ -256,6 +257,11 @@ extern "C" fn on_reply(
         let Some(waiter) = with_queues(|q| q.fulfil(waiter_id)) else {
             return Ok(RedisValue::Null);
         };
+        if let Some(redirect) = cluster::route(&context, &waiter.key.1).redirect() {
+            // The key left this node: send this waiter, then the next, where it went.
+            lock_freed(waiter.key.0, &waiter.key.1);
+            return Err(RedisError::String(redirect));
+        }
         let name = context.create_string(waiter.key.1.as_slice());
         let key = Key::open_write(&context, &name);
         let reply = match key.kind() {
