@@ -1,0 +1,634 @@
+//! Lock guards and Redlock on async (tokio) connections.
+//!
+//! The same model as the blocking types at the crate root, on the `redis` crate's
+//! [`MultiplexedConnection`]: one shared connection per server for acquires, releases
+//! and the watchdogs' extends, and a connection of its own for each waiting acquire (a
+//! blocked command would hold up every other command on a shared connection).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{aio::Locker, LockOptions};
+//!
+//! # async fn run() -> redis::RedisResult<()> {
+//! let locker = Locker::open("redis://127.0.0.1:7379/")?;
+//! let options = LockOptions::new(Duration::from_secs(10)).watchdog();
+//! if let Some(lock) = locker.acquire("orders:42", &options).await? {
+//!     tokio::select! {
+//!         lost = lock.lost() => eprintln!("stopping: {lost}"),
+//!         _ = tokio::time::sleep(Duration::from_secs(30)) => { /* the work */ }
+//!     }
+//!     lock.release().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, RedisResult};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::commands::{Grant, LockInfo, acquire_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::lost::{LockLost, LostReason};
+use crate::options::LockOptions;
+use crate::redlock::{RedlockError, RedlockOptions, Round, jittered, quorum, validity};
+use crate::sync::{DEFAULT_COMMAND_TIMEOUT, outcome_unknown, retry_delay};
+use crate::token::new_token;
+
+fn timed_out(what: &str) -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{what} timed out")).into()
+}
+
+/// Runs `future` within `limit` (`None`: no limit), a timeout as a `TimedOut` IO error.
+async fn within<T>(
+    limit: Option<Duration>,
+    future: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match limit {
+        None => future.await,
+        Some(limit) => tokio::time::timeout(limit, future)
+            .await
+            .unwrap_or_else(|_| Err(timed_out("redis command"))),
+    }
+}
+
+/// A lazily opened, shared multiplexed connection that is reopened after it breaks.
+struct Conn {
+    client: redis::Client,
+    connect_timeout: Duration,
+    slot: Mutex<Option<MultiplexedConnection>>,
+}
+
+impl Conn {
+    fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+        Conn {
+            client,
+            connect_timeout,
+            slot: Mutex::new(None),
+        }
+    }
+
+    /// A new connection without a response timeout: callers bound each command.
+    async fn open(&self) -> RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(None);
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    async fn get(&self) -> RedisResult<MultiplexedConnection> {
+        if let Some(con) = self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Ok(con);
+        }
+        let con = self.open().await?;
+        *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(con.clone());
+        Ok(con)
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd, limit: Duration) -> RedisResult<T> {
+        let result = within(Some(limit), async {
+            let mut con = self.get().await?;
+            cmd.query_async(&mut con).await
+        })
+        .await;
+        if let Err(err) = &result {
+            if err.is_connection_dropped() || err.is_unrecoverable_error() {
+                *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+        }
+        result
+    }
+}
+
+/// Takes locks on one Redis server through async connections. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Locker {
+    conn: Arc<Conn>,
+    command_timeout: Duration,
+}
+
+impl fmt::Debug for Locker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Locker")
+            .field("client", &self.conn.client)
+            .field("command_timeout", &self.command_timeout)
+            .finish()
+    }
+}
+
+impl Locker {
+    /// A locker on the server `client` points at. Connects on first use.
+    pub fn new(client: redis::Client) -> Self {
+        Self::with_command_timeout(client, DEFAULT_COMMAND_TIMEOUT)
+    }
+
+    /// A locker on the server at `url` (`redis://host:port/`).
+    pub fn open(url: &str) -> RedisResult<Self> {
+        Ok(Self::new(redis::Client::open(url)?))
+    }
+
+    /// A locker whose connecting and commands may each take `timeout` (default 5 s); a
+    /// waiting acquire may take its wait timeout plus this.
+    pub fn with_command_timeout(client: redis::Client, timeout: Duration) -> Self {
+        Locker {
+            conn: Arc::new(Conn::new(client, timeout)),
+            command_timeout: timeout,
+        }
+    }
+
+    /// Acquires `key` with `options`: `Some(lock)` when granted, `None` when another
+    /// token holds it (at once, or after the wait timed out).
+    ///
+    /// Must run inside a tokio runtime (the watchdog and the release on drop are tasks).
+    /// If the reply is lost, the lock may have been granted: this releases it, best
+    /// effort, before returning the error.
+    pub async fn acquire(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        let key = key.as_ref().to_vec();
+        let token = options
+            .own_token()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_else(new_token);
+        let cmd = acquire_cmd(&key, options.ttl(), Some(&token), options.wait_timeout());
+        let reply: RedisResult<Option<Grant>> = match options.wait_timeout() {
+            None => self.conn.query(&cmd, self.command_timeout).await,
+            Some(wait) => {
+                // A connection of its own, dropped (and so leaving the server's wait
+                // queue) as soon as this returns.
+                let limit = (!wait.is_zero()).then(|| wait + self.command_timeout);
+                within(limit, async {
+                    let mut con = self.conn.open().await?;
+                    cmd.query_async(&mut con).await
+                })
+                .await
+            }
+        };
+        let grant = match reply {
+            Ok(Some(grant)) => grant,
+            Ok(None) => return Ok(None),
+            Err(err) => {
+                if outcome_unknown(&err) {
+                    let _: RedisResult<bool> = self
+                        .conn
+                        .query(&release_cmd(&key, &token), self.command_timeout)
+                        .await;
+                }
+                return Err(err);
+            }
+        };
+        let (lost, _) = watch::channel(None);
+        let shared = Arc::new(Shared {
+            conn: self.conn.clone(),
+            command_timeout: self.command_timeout,
+            key,
+            token: grant.token,
+            lost,
+        });
+        let watchdog = options
+            .watchdog_interval()
+            .map(|every| tokio::spawn(watchdog(shared.clone(), every, options.ttl())));
+        Ok(Some(Lock {
+            shared,
+            fence: grant.fence,
+            ttl: options.ttl(),
+            watchdog,
+            released: false,
+        }))
+    }
+}
+
+/// What a guard and its watchdog task share.
+struct Shared {
+    conn: Arc<Conn>,
+    command_timeout: Duration,
+    key: Vec<u8>,
+    token: Vec<u8>,
+    lost: watch::Sender<Option<LostReason>>,
+}
+
+impl Shared {
+    fn set_lost(&self, reason: LostReason) {
+        self.lost.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    fn lost_error(&self, reason: LostReason) -> LockLost {
+        LockLost {
+            key: self.key.clone(),
+            reason,
+        }
+    }
+
+    async fn extend(&self, ttl: Duration) -> RedisResult<bool> {
+        let extended: bool = self
+            .conn
+            .query(
+                &extend_cmd(&self.key, &self.token, ttl),
+                self.command_timeout,
+            )
+            .await?;
+        if !extended {
+            self.set_lost(LostReason::NotHeld);
+        }
+        Ok(extended)
+    }
+
+    async fn release(&self) -> RedisResult<bool> {
+        self.conn
+            .query(&release_cmd(&self.key, &self.token), self.command_timeout)
+            .await
+    }
+}
+
+/// Extends the lock every `every` until aborted, the lock is found gone, or the server
+/// stays unreachable for a whole TTL.
+async fn watchdog(shared: Arc<Shared>, every: Duration, ttl: Duration) {
+    let mut last_extended = Instant::now();
+    let mut next = every;
+    loop {
+        tokio::time::sleep(next).await;
+        let sent = Instant::now();
+        match shared.extend(ttl).await {
+            Ok(true) => {
+                last_extended = sent;
+                next = every;
+            }
+            Ok(false) => return,
+            Err(err) => match retry_delay(last_extended, every, ttl) {
+                Some(delay) => next = delay,
+                None => {
+                    shared.set_lost(LostReason::Unreachable(err.to_string()));
+                    return;
+                }
+            },
+        }
+    }
+}
+
+/// A held lock on an async connection. Released when dropped (by a task spawned on the
+/// current tokio runtime; outside a runtime the TTL frees it); see
+/// [`release`](Self::release) to learn whether it was still held.
+///
+/// With a watchdog ([`LockOptions::watchdog`]) a task extends the lock until the guard
+/// is released or dropped; [`lost`](Self::lost) resolves if the lock is lost meanwhile.
+pub struct Lock {
+    shared: Arc<Shared>,
+    fence: u64,
+    ttl: Duration,
+    watchdog: Option<JoinHandle<()>>,
+    released: bool,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("key", &String::from_utf8_lossy(&self.shared.key))
+            .field("fence", &self.fence)
+            .field("ttl", &self.ttl)
+            .field("watchdog", &self.watchdog.is_some())
+            .finish()
+    }
+}
+
+impl Lock {
+    /// The lock's key.
+    pub fn key(&self) -> &[u8] {
+        &self.shared.key
+    }
+
+    /// The token that proves ownership (a secret: do not log it).
+    pub fn token(&self) -> &[u8] {
+        &self.shared.token
+    }
+
+    /// The fencing token of this grant; see [`crate::Lock::fence`].
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The TTL the lock was acquired with (and that the watchdog extends to).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Sets the lock's remaining time to `ttl`. `false`: no longer held by this token,
+    /// and the guard counts as lost.
+    pub async fn extend(&self, ttl: Duration) -> RedisResult<bool> {
+        self.shared.extend(ttl).await
+    }
+
+    /// `LOCK.INFO` of the lock's key (`None` if the key is gone).
+    pub async fn info(&self) -> RedisResult<Option<LockInfo>> {
+        self.shared
+            .conn
+            .query(&info_cmd(&self.shared.key), self.shared.command_timeout)
+            .await
+    }
+
+    /// Whether the lock is known to be lost.
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.borrow().is_some()
+    }
+
+    /// `Err` once the lock is known to be lost: stop touching the protected resource.
+    pub fn check(&self) -> Result<(), LockLost> {
+        match self.shared.lost.borrow().clone() {
+            Some(reason) => Err(self.shared.lost_error(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Resolves when the lock is known to be lost; never while it is held. Race it
+    /// against the work with `tokio::select!`.
+    pub async fn lost(&self) -> LockLost {
+        let mut changes = self.shared.lost.subscribe();
+        match changes.wait_for(Option::is_some).await {
+            Ok(reason) => {
+                let reason = reason.clone().expect("waited for Some");
+                self.shared.lost_error(reason)
+            }
+            // The sender lives in `self.shared`, so it cannot be gone while we borrow it.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Stops the watchdog and releases the lock. `Ok(true)`: it was still held and is
+    /// released; `Ok(false)`: it had already expired or been taken over.
+    pub async fn release(mut self) -> RedisResult<bool> {
+        self.released = true;
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+        self.shared.release().await
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.abort();
+        }
+        if !self.released {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let shared = self.shared.clone();
+                runtime.spawn(async move {
+                    let _ = shared.release().await;
+                });
+            }
+        }
+    }
+}
+
+/// Redlock over async connections, one shared connection per master; see
+/// [`crate::redlock`] for the algorithm. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Redlock {
+    instances: Arc<Vec<Conn>>,
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("masters", &self.instances.len())
+            .finish()
+    }
+}
+
+impl Redlock {
+    /// Redlock over these independent masters. Connects on first use, each connection
+    /// attempt bounded by the options' instance timeout.
+    ///
+    /// # Panics
+    ///
+    /// If `clients` is empty.
+    pub fn new(clients: Vec<redis::Client>) -> Self {
+        assert!(!clients.is_empty(), "Redlock needs at least one master");
+        let instances = clients
+            .into_iter()
+            .map(|client| Conn::new(client, DEFAULT_COMMAND_TIMEOUT))
+            .collect();
+        Redlock {
+            instances: Arc::new(instances),
+        }
+    }
+
+    /// Redlock over the masters at these URLs.
+    pub fn open(urls: &[&str]) -> RedisResult<Self> {
+        let clients = urls
+            .iter()
+            .map(|url| redis::Client::open(*url))
+            .collect::<RedisResult<Vec<_>>>()?;
+        Ok(Self::new(clients))
+    }
+
+    /// The number of masters.
+    pub fn masters(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Acquires `key` on a quorum of the masters, retrying as `options` say.
+    pub async fn lock(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &RedlockOptions,
+    ) -> Result<RedlockGuard, RedlockError> {
+        let key = key.as_ref().to_vec();
+        let token = new_token();
+        let quorum = quorum(self.masters());
+        let mut best = 0;
+        let mut errors = Vec::new();
+        for attempt in 1..=options.attempts {
+            let started = Instant::now();
+            let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
+            let results = self
+                .on_all::<Option<Grant>>(cmd, options.instance_timeout)
+                .await;
+            let round = Round::from_results(results);
+            let elapsed = started.elapsed();
+            let granted = round.granted();
+            if granted >= quorum {
+                if let Some(validity) = validity(options.ttl, elapsed, options.drift_factor) {
+                    return Ok(RedlockGuard {
+                        redlock: self.clone(),
+                        key,
+                        token,
+                        started,
+                        validity,
+                        fences: round.fences,
+                        instance_timeout: options.instance_timeout,
+                        drift_factor: options.drift_factor,
+                        released: false,
+                    });
+                }
+            }
+            best = best.max(granted);
+            errors = round.errors;
+            self.release_all(&key, &token, options.instance_timeout)
+                .await;
+            if attempt < options.attempts {
+                tokio::time::sleep(jittered(options.retry_delay, options.retry_jitter)).await;
+            }
+        }
+        Err(RedlockError {
+            attempts: options.attempts,
+            best,
+            quorum,
+            errors,
+        })
+    }
+
+    /// Runs `cmd` on every master at once, each within `timeout` (connecting included).
+    async fn on_all<T: FromRedisValue + Send + 'static>(
+        &self,
+        cmd: redis::Cmd,
+        timeout: Duration,
+    ) -> Vec<RedisResult<T>> {
+        let mut calls = JoinSet::new();
+        for index in 0..self.instances.len() {
+            let instances = self.instances.clone();
+            let cmd = cmd.clone();
+            calls.spawn(async move { (index, instances[index].query::<T>(&cmd, timeout).await) });
+        }
+        let mut results: Vec<RedisResult<T>> = (0..self.instances.len())
+            .map(|_| Err(timed_out("Redlock call")))
+            .collect();
+        while let Some(done) = calls.join_next().await {
+            if let Ok((index, result)) = done {
+                results[index] = result;
+            }
+        }
+        results
+    }
+
+    async fn release_all(&self, key: &[u8], token: &[u8], timeout: Duration) -> usize {
+        self.on_all::<bool>(release_cmd(key, token), timeout)
+            .await
+            .into_iter()
+            .filter(|released| matches!(released, Ok(true)))
+            .count()
+    }
+}
+
+/// A Redlock held on a quorum of masters, on async connections. Released on all masters
+/// when dropped (by a task on the current tokio runtime).
+pub struct RedlockGuard {
+    redlock: Redlock,
+    key: Vec<u8>,
+    token: Vec<u8>,
+    started: Instant,
+    validity: Duration,
+    fences: Vec<Option<u64>>,
+    instance_timeout: Duration,
+    drift_factor: f64,
+    released: bool,
+}
+
+impl fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("validity", &self.validity)
+            .field("fences", &self.fences)
+            .finish()
+    }
+}
+
+impl RedlockGuard {
+    /// The lock's key.
+    pub fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// The token, the same on every master (a secret: do not log it).
+    pub fn token(&self) -> &[u8] {
+        &self.token
+    }
+
+    /// The validity computed at the grant: TTL - elapsed - drift.
+    pub fn validity(&self) -> Duration {
+        self.validity
+    }
+
+    /// The instant after which the lock may be held by someone else.
+    pub fn valid_until(&self) -> Instant {
+        self.started + self.validity
+    }
+
+    /// Time left before [`valid_until`](Self::valid_until).
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Whether the lock is still within its validity.
+    pub fn is_valid(&self) -> bool {
+        !self.remaining().is_zero()
+    }
+
+    /// Each master's fence, `None` where it did not grant the lock; not comparable
+    /// across masters.
+    pub fn fences(&self) -> &[Option<u64>] {
+        &self.fences
+    }
+
+    /// Extends the lock to `ttl` on every master; `true` if a quorum extended it in time
+    /// (the validity restarts), `false` leaves the old validity in place.
+    pub async fn extend(&mut self, ttl: Duration) -> bool {
+        let started = Instant::now();
+        let replies = self
+            .redlock
+            .on_all::<bool>(
+                extend_cmd(&self.key, &self.token, ttl),
+                self.instance_timeout,
+            )
+            .await;
+        let extended = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+        match validity(ttl, started.elapsed(), self.drift_factor) {
+            Some(validity) if extended >= quorum(self.redlock.masters()) => {
+                self.started = started;
+                self.validity = validity;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Releases the lock on every master; returns how many confirmed the release.
+    pub async fn release(mut self) -> usize {
+        self.released = true;
+        self.redlock
+            .release_all(&self.key, &self.token, self.instance_timeout)
+            .await
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        if !self.released {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                let redlock = self.redlock.clone();
+                let key = std::mem::take(&mut self.key);
+                let token = std::mem::take(&mut self.token);
+                let timeout = self.instance_timeout;
+                runtime.spawn(async move {
+                    redlock.release_all(&key, &token, timeout).await;
+                });
+            }
+        }
+    }
+}

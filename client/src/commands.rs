@@ -1,0 +1,253 @@
+//! The module's commands as typed [`redis::Cmd`] builders and reply types.
+//!
+//! These work with every connection of the `redis` crate: `query` on a sync
+//! [`redis::Connection`] (or a cluster or pooled one), `query_async` on an async one.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::commands::{acquire_cmd, release_cmd};
+//! use redis_lock_client::Grant;
+//!
+//! # fn main() -> redis::RedisResult<()> {
+//! let mut con = redis::Client::open("redis://127.0.0.1:7379/")?.get_connection()?;
+//! let grant: Option<Grant> =
+//!     acquire_cmd("orders:42", Duration::from_secs(10), None, None).query(&mut con)?;
+//! if let Some(grant) = grant {
+//!     let released: bool = release_cmd("orders:42", &grant.token).query(&mut con)?;
+//!     assert!(released);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use redis::{FromRedisValue, ParsingError, Value};
+
+/// Milliseconds of a duration, as the module's `ttl-ms` and `timeout-ms` take them.
+/// A duration under one millisecond becomes 0, which the server refuses for a TTL.
+pub(crate) fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]`.
+///
+/// Reply: `Option<Grant>`, `None` when another token holds the lock (at once, or when the
+/// wait timed out). `wait` of `Some(Duration::ZERO)` waits without limit; a wait blocks
+/// the connection, so give it a connection of its own and a response timeout longer
+/// than the wait.
+pub fn acquire_cmd(
+    key: impl AsRef<[u8]>,
+    ttl: Duration,
+    token: Option<&[u8]>,
+    wait: Option<Duration>,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIRE");
+    cmd.arg(key.as_ref()).arg(millis(ttl));
+    if let Some(token) = token {
+        cmd.arg("TOKEN").arg(token);
+    }
+    if let Some(wait) = wait {
+        cmd.arg("WAIT").arg(millis(wait));
+    }
+    cmd
+}
+
+/// `LOCK.RELEASE key token`. Reply: `bool`, true if this token held the lock and it is
+/// now released.
+pub fn release_cmd(key: impl AsRef<[u8]>, token: &[u8]) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.RELEASE");
+    cmd.arg(key.as_ref()).arg(token);
+    cmd
+}
+
+/// `LOCK.EXTEND key token ttl-ms`. Reply: `bool`, true if this token holds the lock and
+/// its remaining time is now `ttl`.
+pub fn extend_cmd(key: impl AsRef<[u8]>, token: &[u8], ttl: Duration) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.EXTEND");
+    cmd.arg(key.as_ref()).arg(token).arg(millis(ttl));
+    cmd
+}
+
+/// `LOCK.INFO key`. Reply: `Option<LockInfo>`, `None` when the key does not exist.
+pub fn info_cmd(key: impl AsRef<[u8]>) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.INFO");
+    cmd.arg(key.as_ref());
+    cmd
+}
+
+/// A granted lock: the reply `[token, fence]` of `LOCK.ACQUIRE`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The secret that proves ownership; needed to release or extend.
+    pub token: Vec<u8>,
+    /// The fencing token: greater than every fence granted before for this key.
+    pub fence: u64,
+}
+
+impl std::fmt::Debug for Grant {
+    // The token is a secret: keep it out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant")
+            .field("token", &"<redacted>")
+            .field("fence", &self.fence)
+            .finish()
+    }
+}
+
+impl FromRedisValue for Grant {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match v {
+            Value::Array(items) if items.len() == 2 => {
+                let mut items = items.into_iter();
+                let token = Vec::<u8>::from_redis_value(items.next().unwrap_or(Value::Nil))?;
+                let fence = u64::from_redis_value(items.next().unwrap_or(Value::Nil))?;
+                Ok(Grant { token, fence })
+            }
+            other => Err(format!("LOCK.ACQUIRE: expected [token, fence], got {other:?}").into()),
+        }
+    }
+}
+
+/// What `LOCK.INFO` tells about a lock (never its token).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    /// Time left before the lock expires; `None` if an admin removed the expiry.
+    pub ttl: Option<Duration>,
+    /// The fence of the current grant.
+    pub fence: u64,
+    /// When the lock was granted, in Unix milliseconds.
+    pub acquired_unix_ms: u64,
+    /// How many clients are blocked in `LOCK.ACQUIRE ... WAIT` on this key.
+    pub waiters: u64,
+}
+
+impl FromRedisValue for LockInfo {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        // RESP3 answers a map, RESP2 a flat field/value array.
+        let pairs: Vec<(Value, Value)> = match v {
+            Value::Map(pairs) => pairs,
+            Value::Array(items) if items.len() % 2 == 0 => {
+                let mut pairs = Vec::with_capacity(items.len() / 2);
+                let mut items = items.into_iter();
+                while let (Some(name), Some(value)) = (items.next(), items.next()) {
+                    pairs.push((name, value));
+                }
+                pairs
+            }
+            other => return Err(format!("LOCK.INFO: expected a map, got {other:?}").into()),
+        };
+        let mut ttl = None;
+        let mut fence = None;
+        let mut acquired = None;
+        let mut waiters = None;
+        for (name, value) in pairs {
+            let name = String::from_redis_value(name)?;
+            let slot = match name.as_str() {
+                "ttl" => &mut ttl,
+                "fence" => &mut fence,
+                "acquired" => &mut acquired,
+                "waiters" => &mut waiters,
+                _ => continue,
+            };
+            *slot = Some(i64::from_redis_value(value)?);
+        }
+        let field = |value: Option<i64>, name: &str| {
+            value.ok_or_else(|| ParsingError::from(format!("LOCK.INFO: no field {name}")))
+        };
+        let ttl = field(ttl, "ttl")?;
+        Ok(LockInfo {
+            ttl: u64::try_from(ttl).ok().map(Duration::from_millis),
+            fence: u64::try_from(field(fence, "fence")?).unwrap_or(0),
+            acquired_unix_ms: u64::try_from(field(acquired, "acquired")?).unwrap_or(0),
+            waiters: u64::try_from(field(waiters, "waiters")?).unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn acquire_cmd_carries_token_and_wait_in_milliseconds() {
+        let cmd = acquire_cmd(
+            "k",
+            Duration::from_secs(2),
+            Some(b"t"),
+            Some(Duration::from_millis(1500)),
+        );
+        let args: Vec<Vec<u8>> = cmd
+            .args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => bytes.to_vec(),
+                redis::Arg::Cursor => Vec::new(),
+            })
+            .collect();
+        let expected: Vec<&[u8]> = vec![
+            b"LOCK.ACQUIRE",
+            b"k",
+            b"2000",
+            b"TOKEN",
+            b"t",
+            b"WAIT",
+            b"1500",
+        ];
+        assert_eq!(args, expected);
+    }
+
+    #[test]
+    fn a_grant_reads_token_and_fence_and_nil_reads_as_none() {
+        let reply = Value::Array(vec![Value::BulkString(b"abc".to_vec()), Value::Int(42)]);
+        let grant = Grant::from_redis_value(reply).unwrap();
+        assert_eq!(grant.token, b"abc");
+        assert_eq!(grant.fence, 42);
+        assert_eq!(Option::<Grant>::from_redis_value(Value::Nil).unwrap(), None);
+        assert!(!format!("{grant:?}").contains("abc"));
+    }
+
+    #[test]
+    fn info_reads_both_the_resp2_array_and_the_resp3_map() {
+        let fields = [
+            ("ttl", 900),
+            ("fence", 7),
+            ("acquired", 1_700),
+            ("waiters", 2),
+        ];
+        let flat = Value::Array(
+            fields
+                .iter()
+                .flat_map(|(n, v)| [Value::BulkString(n.as_bytes().to_vec()), Value::Int(*v)])
+                .collect(),
+        );
+        let map = Value::Map(
+            fields
+                .iter()
+                .map(|(n, v)| (Value::BulkString(n.as_bytes().to_vec()), Value::Int(*v)))
+                .collect(),
+        );
+        let expected = LockInfo {
+            ttl: Some(Duration::from_millis(900)),
+            fence: 7,
+            acquired_unix_ms: 1_700,
+            waiters: 2,
+        };
+        assert_eq!(LockInfo::from_redis_value(flat).unwrap(), expected);
+        assert_eq!(LockInfo::from_redis_value(map).unwrap(), expected);
+    }
+
+    #[test]
+    fn info_without_expiry_has_no_ttl() {
+        let reply = Value::Array(vec![
+            Value::BulkString(b"ttl".to_vec()),
+            Value::Int(-1),
+            Value::BulkString(b"fence".to_vec()),
+            Value::Int(1),
+            Value::BulkString(b"acquired".to_vec()),
+            Value::Int(1),
+            Value::BulkString(b"waiters".to_vec()),
+            Value::Int(0),
+        ]);
+        assert_eq!(LockInfo::from_redis_value(reply).unwrap().ttl, None);
+    }
+}

@@ -1,0 +1,136 @@
+//! How to acquire a lock.
+
+use std::time::Duration;
+
+/// The default share of the TTL after which the watchdog extends the lock.
+const DEFAULT_WATCHDOG_FRACTION: f64 = 1.0 / 3.0;
+
+/// Options of an acquire: TTL, optional wait, optional own token, optional watchdog.
+///
+/// ```
+/// use std::time::Duration;
+/// use redis_lock_client::LockOptions;
+///
+/// let options = LockOptions::new(Duration::from_secs(30))
+///     .wait(Duration::from_secs(5))
+///     .watchdog();
+/// assert_eq!(options.ttl(), Duration::from_secs(30));
+/// ```
+#[derive(Clone)]
+pub struct LockOptions {
+    ttl: Duration,
+    wait: Option<Duration>,
+    token: Option<Vec<u8>>,
+    watchdog: Option<f64>,
+}
+
+impl std::fmt::Debug for LockOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockOptions")
+            .field("ttl", &self.ttl)
+            .field("wait", &self.wait)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("watchdog", &self.watchdog)
+            .finish()
+    }
+}
+
+impl LockOptions {
+    /// Options for a lock that expires `ttl` after it is granted (at least 1 ms; the
+    /// module counts in milliseconds), without waiting, with a random token and no
+    /// watchdog.
+    pub fn new(ttl: Duration) -> Self {
+        LockOptions {
+            ttl,
+            wait: None,
+            token: None,
+            watchdog: None,
+        }
+    }
+
+    /// When another client holds the lock, wait up to `timeout` for it
+    /// (`LOCK.ACQUIRE ... WAIT`); waiters are served first come, first served.
+    /// `Duration::ZERO` waits without limit.
+    pub fn wait(mut self, timeout: Duration) -> Self {
+        self.wait = Some(timeout);
+        self
+    }
+
+    /// Use this token instead of a random one (1 to 256 bytes). Acquiring again with the
+    /// token that holds the lock succeeds and resets its TTL.
+    pub fn token(mut self, token: impl Into<Vec<u8>>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    /// Keep the lock alive while the guard lives: extend it to the full TTL every third
+    /// of the TTL, and report a lost lock to the holder.
+    pub fn watchdog(self) -> Self {
+        self.watchdog_every(DEFAULT_WATCHDOG_FRACTION)
+    }
+
+    /// Like [`watchdog`](Self::watchdog), extending every `fraction` of the TTL.
+    ///
+    /// # Panics
+    ///
+    /// If `fraction` is not strictly between 0 and 1.
+    pub fn watchdog_every(mut self, fraction: f64) -> Self {
+        assert!(
+            fraction > 0.0 && fraction < 1.0,
+            "the watchdog fraction must be between 0 and 1, got {fraction}"
+        );
+        self.watchdog = Some(fraction);
+        self
+    }
+
+    /// The lock's time to live.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// How long to wait for a busy lock, if at all (`Some(ZERO)`: without limit).
+    pub fn wait_timeout(&self) -> Option<Duration> {
+        self.wait
+    }
+
+    /// The caller's own token, if one was given.
+    pub fn own_token(&self) -> Option<&[u8]> {
+        self.token.as_deref()
+    }
+
+    /// How often the watchdog extends the lock, if it is on.
+    pub fn watchdog_interval(&self) -> Option<Duration> {
+        self.watchdog
+            .map(|fraction| self.ttl.mul_f64(fraction).max(Duration::from_millis(1)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_extends_every_third_of_the_ttl_by_default() {
+        let options = LockOptions::new(Duration::from_millis(900)).watchdog();
+        assert_eq!(
+            options.watchdog_interval(),
+            Some(Duration::from_millis(300))
+        );
+        assert_eq!(
+            LockOptions::new(Duration::from_secs(1)).watchdog_interval(),
+            None
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "between 0 and 1")]
+    fn a_watchdog_fraction_of_one_is_refused() {
+        let _ = LockOptions::new(Duration::from_secs(1)).watchdog_every(1.0);
+    }
+
+    #[test]
+    fn debug_output_hides_the_token() {
+        let options = LockOptions::new(Duration::from_secs(1)).token("secret");
+        assert!(!format!("{options:?}").contains("secret"));
+    }
+}

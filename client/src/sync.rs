@@ -1,0 +1,349 @@
+//! Lock guards on blocking connections.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use redis::{Connection, FromRedisValue, RedisResult};
+
+use crate::commands::{Grant, LockInfo, acquire_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::lost::{LockLost, LostFlag, LostReason};
+use crate::options::LockOptions;
+use crate::token::new_token;
+
+/// How long a command other than a waiting acquire may take before the client gives up.
+pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Whether an error leaves it unknown if the server ran the command (the reply was lost),
+/// as opposed to an error reply, which means nothing changed.
+pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
+    err.is_io_error() || err.is_timeout() || err.is_connection_dropped()
+}
+
+/// Opens a blocking connection with connect, read and write timeouts.
+pub(crate) fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<Connection> {
+    let con = client.get_connection_with_timeout(timeout)?;
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    Ok(con)
+}
+
+/// Takes locks on one Redis server through blocking connections.
+///
+/// Each [`Lock`] gets a connection of its own from the [`redis::Client`]: a waiting
+/// acquire blocks its connection, and the watchdog shares the guard's connection.
+#[derive(Clone, Debug)]
+pub struct Locker {
+    client: redis::Client,
+    command_timeout: Duration,
+}
+
+impl Locker {
+    /// A locker on the server `client` points at.
+    pub fn new(client: redis::Client) -> Self {
+        Locker {
+            client,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+        }
+    }
+
+    /// A locker on the server at `url` (`redis://host:port/`).
+    pub fn open(url: &str) -> RedisResult<Self> {
+        Ok(Self::new(redis::Client::open(url)?))
+    }
+
+    /// How long connecting and each command may take (default 5 s). A waiting acquire
+    /// may take its wait timeout plus this.
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Acquires `key` with `options`: `Some(lock)` when granted, `None` when another
+    /// token holds it (at once, or after the wait timed out).
+    ///
+    /// If the reply is lost (a timeout or a dropped connection), the lock may have been
+    /// granted: this releases it on a new connection, best effort, before returning the
+    /// error. The TTL bounds the damage if even that fails.
+    pub fn acquire(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        let key = key.as_ref().to_vec();
+        let token = options
+            .own_token()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_else(new_token);
+        let mut con = connect(&self.client, self.command_timeout)?;
+        // A waiting acquire must not time out on the client before the server answers.
+        let read_timeout = match options.wait_timeout() {
+            None => Some(self.command_timeout),
+            Some(wait) if wait.is_zero() => None,
+            Some(wait) => Some(wait + self.command_timeout),
+        };
+        con.set_read_timeout(read_timeout)?;
+        let cmd = acquire_cmd(&key, options.ttl(), Some(&token), options.wait_timeout());
+        let grant = match cmd.query::<Option<Grant>>(&mut con) {
+            Ok(Some(grant)) => grant,
+            Ok(None) => return Ok(None),
+            Err(err) => {
+                if outcome_unknown(&err) {
+                    drop(con);
+                    if let Ok(mut con) = connect(&self.client, self.command_timeout) {
+                        let _: RedisResult<bool> = release_cmd(&key, &token).query(&mut con);
+                    }
+                }
+                return Err(err);
+            }
+        };
+        con.set_read_timeout(Some(self.command_timeout))?;
+        let shared = Arc::new(Shared {
+            client: self.client.clone(),
+            command_timeout: self.command_timeout,
+            key,
+            token: grant.token,
+            con: Mutex::new(Some(con)),
+            lost: LostFlag::default(),
+        });
+        let watchdog = options
+            .watchdog_interval()
+            .map(|every| Watchdog::start(shared.clone(), every, options.ttl()));
+        Ok(Some(Lock {
+            shared,
+            fence: grant.fence,
+            ttl: options.ttl(),
+            watchdog,
+            released: false,
+        }))
+    }
+}
+
+/// What a guard and its watchdog thread share.
+struct Shared {
+    client: redis::Client,
+    command_timeout: Duration,
+    key: Vec<u8>,
+    token: Vec<u8>,
+    /// The guard's connection; `None` after an error, reopened on next use.
+    con: Mutex<Option<Connection>>,
+    lost: LostFlag,
+}
+
+impl Shared {
+    fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        let con = match slot.as_mut() {
+            Some(con) => con,
+            None => slot.insert(connect(&self.client, self.command_timeout)?),
+        };
+        let result = cmd.query(con);
+        if result.is_err() {
+            // After a timeout the connection may still deliver the late reply as the
+            // answer to the next command: never reuse it.
+            *slot = None;
+        }
+        result
+    }
+
+    fn extend(&self, ttl: Duration) -> RedisResult<bool> {
+        let extended: bool = self.query(&extend_cmd(&self.key, &self.token, ttl))?;
+        if !extended {
+            self.lost.set(LostReason::NotHeld);
+        }
+        Ok(extended)
+    }
+
+    fn lost(&self) -> Option<LockLost> {
+        self.lost.get().map(|reason| LockLost {
+            key: self.key.clone(),
+            reason,
+        })
+    }
+}
+
+/// The background thread that extends a lock while its guard lives.
+struct Watchdog {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl Watchdog {
+    fn start(shared: Arc<Shared>, every: Duration, ttl: Duration) -> Self {
+        let (stop, stopped) = mpsc::channel();
+        let thread = thread::Builder::new()
+            .name("redis-lock-watchdog".into())
+            .spawn(move || {
+                let mut last_extended = Instant::now();
+                let mut next = every;
+                loop {
+                    match stopped.recv_timeout(next) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                    }
+                    // Count the new TTL from when the extend was sent: the conservative end.
+                    let sent = Instant::now();
+                    match shared.extend(ttl) {
+                        Ok(true) => {
+                            last_extended = sent;
+                            next = every;
+                        }
+                        Ok(false) => return,
+                        Err(err) => match retry_delay(last_extended, every, ttl) {
+                            Some(delay) => next = delay,
+                            None => {
+                                shared.lost.set(LostReason::Unreachable(err.to_string()));
+                                return;
+                            }
+                        },
+                    }
+                }
+            })
+            .expect("spawn the watchdog thread");
+        Watchdog { stop, thread }
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
+    }
+}
+
+/// After a failed extend: how soon to try again, or `None` when the lock's TTL (counted
+/// from the last successful extend) has run out and the lock must be presumed lost.
+pub(crate) fn retry_delay(
+    last_extended: Instant,
+    every: Duration,
+    ttl: Duration,
+) -> Option<Duration> {
+    let left = ttl.checked_sub(last_extended.elapsed())?;
+    if left.is_zero() {
+        return None;
+    }
+    Some((every / 4).max(Duration::from_millis(10)).min(left))
+}
+
+/// A held lock. Released when dropped; see [`release`](Self::release) to learn whether
+/// it was still held.
+///
+/// With a watchdog ([`LockOptions::watchdog`]), a background thread extends the lock
+/// until the guard is released or dropped. If an extend finds the lock gone, or the
+/// server stays unreachable until the TTL runs out, the guard reports it: poll
+/// [`check`](Self::check) before each step of your work, or block on
+/// [`wait_lost`](Self::wait_lost) in a supervising thread.
+pub struct Lock {
+    shared: Arc<Shared>,
+    fence: u64,
+    ttl: Duration,
+    watchdog: Option<Watchdog>,
+    released: bool,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("key", &String::from_utf8_lossy(&self.shared.key))
+            .field("fence", &self.fence)
+            .field("ttl", &self.ttl)
+            .field("watchdog", &self.watchdog.is_some())
+            .finish()
+    }
+}
+
+impl Lock {
+    /// The lock's key.
+    pub fn key(&self) -> &[u8] {
+        &self.shared.key
+    }
+
+    /// The token that proves ownership (a secret: do not log it).
+    pub fn token(&self) -> &[u8] {
+        &self.shared.token
+    }
+
+    /// The fencing token of this grant. Send it with every write to the protected
+    /// resource and have the resource refuse fences lower than the highest it has seen
+    /// (see the crate docs for an example).
+    pub fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The TTL the lock was acquired with (and that the watchdog extends to).
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// Sets the lock's remaining time to `ttl` (`LOCK.EXTEND`). `false` means the lock is
+    /// no longer held by this token; the guard then counts as lost.
+    pub fn extend(&self, ttl: Duration) -> RedisResult<bool> {
+        self.shared.extend(ttl)
+    }
+
+    /// `LOCK.INFO` of the lock's key (`None` if the key is gone).
+    pub fn info(&self) -> RedisResult<Option<LockInfo>> {
+        self.shared.query(&info_cmd(&self.shared.key))
+    }
+
+    /// Whether the lock is known to be lost (an extend found it gone, or the watchdog
+    /// could not reach the server for a whole TTL).
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.get().is_some()
+    }
+
+    /// `Err` once the lock is known to be lost: stop touching the protected resource.
+    pub fn check(&self) -> Result<(), LockLost> {
+        match self.shared.lost() {
+            Some(lost) => Err(lost),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until the lock is known to be lost, or `timeout` passes (`None`).
+    pub fn wait_lost(&self, timeout: Duration) -> Option<LockLost> {
+        self.shared.lost.wait(timeout).map(|reason| LockLost {
+            key: self.shared.key.clone(),
+            reason,
+        })
+    }
+
+    /// Stops the watchdog and releases the lock (`LOCK.RELEASE`). `Ok(true)`: the lock was
+    /// still held and is released; `Ok(false)`: it had already expired or been taken
+    /// over, so whatever was done under it may have overlapped with another holder.
+    pub fn release(mut self) -> RedisResult<bool> {
+        self.released = true;
+        self.release_now()
+    }
+
+    fn release_now(&mut self) -> RedisResult<bool> {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.stop();
+        }
+        self.shared
+            .query(&release_cmd(&self.shared.key, &self.shared.token))
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if !self.released {
+            // Best effort: if the server cannot be reached, the TTL frees the lock.
+            let _ = self.release_now();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_extend_is_retried_sooner_until_the_ttl_runs_out() {
+        let ttl = Duration::from_secs(3);
+        let every = Duration::from_secs(1);
+        let delay = retry_delay(Instant::now(), every, ttl).unwrap();
+        assert_eq!(delay, Duration::from_millis(250));
+        let long_ago = Instant::now() - Duration::from_secs(4);
+        assert_eq!(retry_delay(long_ago, every, ttl), None);
+    }
+}

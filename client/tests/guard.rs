@@ -1,0 +1,303 @@
+//! The blocking `Lock` guard against a real server: acquire, release, drop, own tokens,
+//! waiting, the watchdog and the fence.
+
+mod common;
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis_lock_client::commands::acquire_cmd;
+use redis_lock_client::{Grant, LockOptions, Locker, LostReason};
+
+fn locker(server: &TestServer) -> Locker {
+    Locker::new(server.client())
+}
+
+fn ttl(ms: u64) -> LockOptions {
+    LockOptions::new(Duration::from_millis(ms))
+}
+
+#[test]
+fn acquire_grants_a_fenced_lock_and_release_reports_it_was_held() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let lock = locker
+        .acquire("orders:1", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    assert_eq!(lock.key(), b"orders:1");
+    assert_eq!(lock.token().len(), 32);
+    assert!(lock.fence() > 0);
+    let info = lock.info().unwrap().expect("info");
+    assert_eq!(info.fence, lock.fence());
+    assert!(info.ttl.unwrap() <= Duration::from_secs(30));
+    assert!(lock.release().unwrap(), "was held");
+    assert!(!exists(&mut server.connection(), "orders:1"));
+}
+
+#[test]
+fn a_busy_lock_answers_none_and_the_holder_keeps_it() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let held = locker
+        .acquire("orders:2", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    assert!(locker.acquire("orders:2", &ttl(30_000)).unwrap().is_none());
+    held.check().expect("still held");
+    assert!(held.release().unwrap());
+}
+
+#[test]
+fn dropping_the_guard_releases_the_lock() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    {
+        let _lock = locker
+            .acquire("orders:3", &ttl(30_000))
+            .unwrap()
+            .expect("granted");
+        assert!(exists(&mut server.connection(), "orders:3"));
+    }
+    assert!(!exists(&mut server.connection(), "orders:3"));
+    assert!(locker.acquire("orders:3", &ttl(30_000)).unwrap().is_some());
+}
+
+#[test]
+fn release_after_expiry_reports_the_lock_was_not_held() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let lock = locker
+        .acquire("orders:4", &ttl(50))
+        .unwrap()
+        .expect("granted");
+    let mut con = server.connection();
+    poll_until(Duration::from_secs(5), "the lock expires", || {
+        !exists(&mut con, "orders:4")
+    });
+    assert!(!lock.release().unwrap(), "expired before release");
+}
+
+#[test]
+fn release_does_not_free_a_lock_that_another_client_took_over() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let stale = locker
+        .acquire("orders:5", &ttl(50))
+        .unwrap()
+        .expect("granted");
+    let mut con = server.connection();
+    poll_until(Duration::from_secs(5), "the lock expires", || {
+        !exists(&mut con, "orders:5")
+    });
+    let fresh = locker
+        .acquire("orders:5", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    assert!(fresh.fence() > stale.fence(), "fences grow across grants");
+    assert!(!stale.release().unwrap());
+    fresh.check().expect("the new holder is untouched");
+    assert!(exists(&mut con, "orders:5"));
+}
+
+#[test]
+fn an_own_token_is_used_and_reacquiring_with_it_keeps_the_fence() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let options = ttl(30_000).token("worker-7:job-42");
+    let lock = locker
+        .acquire("orders:6", &options)
+        .unwrap()
+        .expect("granted");
+    assert_eq!(lock.token(), b"worker-7:job-42");
+    // A retry whose first reply was lost: the same token gets the same grant back.
+    let mut con = server.connection();
+    let again: Option<Grant> = acquire_cmd(
+        "orders:6",
+        Duration::from_secs(30),
+        Some(b"worker-7:job-42"),
+        None,
+    )
+    .query(&mut con)
+    .unwrap();
+    assert_eq!(again.expect("idempotent").fence, lock.fence());
+    assert!(lock.release().unwrap());
+}
+
+#[test]
+fn a_waiting_acquire_gets_the_lock_when_the_holder_releases() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let holder = locker
+        .acquire("orders:7", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    let waiter = {
+        let locker = locker.clone();
+        thread::spawn(move || {
+            let options = ttl(30_000).wait(Duration::from_secs(20));
+            locker.acquire("orders:7", &options).unwrap()
+        })
+    };
+    let mut con = server.connection();
+    poll_until(Duration::from_secs(10), "the waiter is queued", || {
+        redis_lock_client::commands::info_cmd("orders:7")
+            .query::<Option<redis_lock_client::LockInfo>>(&mut con)
+            .unwrap()
+            .is_some_and(|info| info.waiters == 1)
+    });
+    let holder_fence = holder.fence();
+    assert!(holder.release().unwrap());
+    let granted = waiter.join().unwrap().expect("the waiter got the lock");
+    assert!(granted.fence() > holder_fence);
+    assert!(granted.release().unwrap());
+}
+
+#[test]
+fn a_waiting_acquire_gives_up_after_its_timeout() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let _holder = locker
+        .acquire("orders:8", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    let started = Instant::now();
+    let options = ttl(30_000).wait(Duration::from_millis(300));
+    assert!(locker.acquire("orders:8", &options).unwrap().is_none());
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "waited only {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn the_watchdog_keeps_the_lock_past_its_ttl_until_release() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let lock = locker
+        .acquire("orders:9", &ttl(600).watchdog())
+        .unwrap()
+        .expect("granted");
+    let mut con = server.connection();
+    // Three TTLs: without the watchdog the lock would long be gone.
+    let until = Instant::now() + Duration::from_millis(1_800);
+    while Instant::now() < until {
+        assert!(
+            exists(&mut con, "orders:9"),
+            "the watchdog let the lock expire"
+        );
+        lock.check().expect("not lost");
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert!(lock.release().unwrap(), "still held at release");
+    assert!(!exists(&mut con, "orders:9"));
+}
+
+#[test]
+fn the_watchdog_reports_a_lock_deleted_under_it() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let lock = locker
+        .acquire("orders:10", &ttl(300).watchdog())
+        .unwrap()
+        .expect("granted");
+    let mut con = server.connection();
+    redis::cmd("DEL")
+        .arg("orders:10")
+        .query::<i64>(&mut con)
+        .unwrap();
+    let lost = lock
+        .wait_lost(Duration::from_secs(10))
+        .expect("the watchdog noticed");
+    assert_eq!(lost.reason, LostReason::NotHeld);
+    assert_eq!(lost.key, b"orders:10");
+    assert!(lock.is_lost());
+    assert_eq!(lock.check().unwrap_err(), lost);
+    assert!(!lock.release().unwrap());
+}
+
+#[test]
+fn the_watchdog_stops_on_release_and_never_touches_the_next_holder() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let lock = locker
+        .acquire("orders:11", &ttl(300).watchdog())
+        .unwrap()
+        .expect("granted");
+    assert!(lock.release().unwrap());
+    let next = locker
+        .acquire("orders:11", &ttl(300))
+        .unwrap()
+        .expect("granted");
+    // Had the old watchdog gone on, it could not extend another token's lock anyway;
+    // what matters is that the next holder's short TTL runs out as set.
+    let mut con = server.connection();
+    poll_until(
+        Duration::from_secs(5),
+        "the next holder's lock expires",
+        || !exists(&mut con, "orders:11"),
+    );
+    assert!(!next.release().unwrap());
+}
+
+#[test]
+fn an_extend_that_finds_the_lock_gone_marks_the_guard_lost() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let lock = locker
+        .acquire("orders:12", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    assert!(lock.extend(Duration::from_secs(60)).unwrap());
+    assert!(pttl(&mut server.connection(), "orders:12") > 30_000);
+    redis::cmd("DEL")
+        .arg("orders:12")
+        .query::<i64>(&mut server.connection())
+        .unwrap();
+    assert!(!lock.extend(Duration::from_secs(60)).unwrap());
+    assert_eq!(lock.check().unwrap_err().reason, LostReason::NotHeld);
+}
+
+#[test]
+fn the_fence_lets_the_resource_refuse_a_late_writer() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let mut highest_seen = 0;
+    let mut write = |fence: u64| -> bool {
+        if fence < highest_seen {
+            return false;
+        }
+        highest_seen = fence;
+        true
+    };
+    let slow = locker
+        .acquire("orders:13", &ttl(50))
+        .unwrap()
+        .expect("granted");
+    let mut con = server.connection();
+    poll_until(
+        Duration::from_secs(5),
+        "the slow holder's lock expires",
+        || !exists(&mut con, "orders:13"),
+    );
+    let fast = locker
+        .acquire("orders:13", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    assert!(write(fast.fence()));
+    assert!(!write(slow.fence()), "the stale fence is refused");
+}
+
+#[test]
+fn without_the_module_acquire_fails() {
+    let server = TestServer::without_module();
+    let err = locker(&server)
+        .acquire("orders:14", &ttl(1_000))
+        .unwrap_err();
+    assert!(
+        err.to_string().to_lowercase().contains("unknown command"),
+        "{err}"
+    );
+}
