@@ -1,0 +1,468 @@
+//! `LOCK.ACQUIRE ... WAIT` on a real server: a waiter is handed the lock, with a new
+//! fence and its own token, the moment it is free (release, `DEL`, `UNLINK`, expiry),
+//! before any newcomer; waiters are served in the order they came; timeouts, `WAIT 0`,
+//! `MULTI`/`EXEC` and scripts; the grant replicates and persists (SPEC.md, "WAIT").
+
+mod common;
+
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis::Value;
+
+/// A client blocked in `LOCK.ACQUIRE ... WAIT` on its own connection and thread.
+struct Waiter {
+    thread: JoinHandle<(redis::RedisResult<Value>, Instant)>,
+}
+
+impl Waiter {
+    /// The reply (`Some((token, fence))` or `None` for nil) and when it arrived.
+    fn outcome(self) -> (Option<(Vec<u8>, i64)>, Instant) {
+        let (reply, at) = self.thread.join().expect("waiter thread");
+        let reply = reply.expect("LOCK.ACQUIRE ... WAIT");
+        (
+            redis::from_redis_value(reply).expect("[token, fence] or nil"),
+            at,
+        )
+    }
+
+    /// The reply, `Some((token, fence))` or `None` for nil.
+    fn reply(self) -> Option<(Vec<u8>, i64)> {
+        self.outcome().0
+    }
+
+    fn is_blocked(&self) -> bool {
+        !self.thread.is_finished()
+    }
+}
+
+/// `INFO lock` field `lock_waiters`: clients blocked on any key. Reading it touches no
+/// key, so it cannot expire one as a side effect.
+fn blocked(con: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO")
+        .arg("lock")
+        .query(con)
+        .expect("INFO lock");
+    info.lines()
+        .find_map(|line| line.strip_prefix("lock_waiters:"))
+        .expect("lock_waiters in INFO lock")
+        .trim()
+        .parse()
+        .expect("lock_waiters is an integer")
+}
+
+/// Starts `LOCK.ACQUIRE key ttl [extra...]` on a new connection in its own thread and
+/// returns once the server counts it as blocked.
+fn start_waiter(server: &TestServer, key: &str, ttl_ms: u64, extra: &[&str]) -> Waiter {
+    let mut observer = server.connection();
+    let before = blocked(&mut observer);
+    let mut con = server.connection();
+    let mut command = redis::cmd("LOCK.ACQUIRE");
+    command.arg(key).arg(ttl_ms).arg(extra);
+    let thread = thread::spawn(move || {
+        let reply = command.query::<Value>(&mut con);
+        (reply, Instant::now())
+    });
+    poll_until(Duration::from_secs(10), "the waiter to block", || {
+        blocked(&mut observer) == before + 1
+    });
+    Waiter { thread }
+}
+
+fn is_lower_hex(token: &[u8]) -> bool {
+    token
+        .iter()
+        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
+fn exists(con: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(con)
+        .expect("EXISTS")
+        == 1
+}
+
+/// A waiter with a server-made token was granted `key`: the token is 32 lowercase hex
+/// characters, the fence beyond `previous_fence`, and `LOCK.RELEASE` with it succeeds.
+fn assert_granted_with_server_token(
+    con: &mut redis::Connection,
+    key: &str,
+    granted: Option<(Vec<u8>, i64)>,
+    previous_fence: i64,
+) {
+    let (token, fence) = granted.expect("the waiter is granted the lock");
+    assert_eq!(token.len(), 32, "server-made token: {token:?}");
+    assert!(is_lower_hex(&token), "server-made token: {token:?}");
+    assert!(fence > previous_fence, "{fence} > {previous_fence}");
+    assert_eq!(info_field(con, key, "fence"), Some(fence));
+    assert_eq!(release(con, key, &token), 1, "the waiter's token holds it");
+}
+
+#[test]
+fn a_waiter_is_granted_the_lock_with_a_larger_fence_and_a_server_made_token_when_the_holder_releases()
+ {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (holder, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
+    assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
+
+    assert_eq!(release(&mut con, "job", &holder), 1);
+
+    let granted = waiter.reply();
+    assert_ne!(granted.as_ref().map(|g| g.0.clone()), Some(holder));
+    assert_granted_with_server_token(&mut con, "job", granted, fence);
+}
+
+#[test]
+fn a_waiter_with_its_own_token_is_granted_the_lock_with_that_token() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (holder, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(
+        &server,
+        "job",
+        30_000,
+        &["WAIT", "10000", "TOKEN", "worker-2"],
+    );
+
+    assert_eq!(release(&mut con, "job", &holder), 1);
+
+    let (token, new_fence) = waiter.reply().expect("granted");
+    assert_eq!(token, b"worker-2");
+    assert!(new_fence > fence, "{new_fence} > {fence}");
+    let pttl: i64 = redis::cmd("PTTL").arg("job").query(&mut con).unwrap();
+    assert!(
+        (25_000..=30_000).contains(&pttl),
+        "the waiter's own ttl: {pttl}"
+    );
+    assert_eq!(release(&mut con, "job", b"worker-2"), 1);
+}
+
+#[test]
+fn a_waiter_is_granted_the_lock_when_the_key_is_deleted() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (_, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
+
+    let deleted: i64 = redis::cmd("DEL").arg("job").query(&mut con).unwrap();
+    assert_eq!(deleted, 1);
+
+    assert_granted_with_server_token(&mut con, "job", waiter.reply(), fence);
+}
+
+#[test]
+fn a_waiter_is_granted_the_lock_when_the_key_is_unlinked() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (_, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
+
+    let unlinked: i64 = redis::cmd("UNLINK").arg("job").query(&mut con).unwrap();
+    assert_eq!(unlinked, 1);
+
+    assert_granted_with_server_token(&mut con, "job", waiter.reply(), fence);
+}
+
+#[test]
+fn a_waiter_is_granted_an_expired_lock_on_time_with_no_command_touching_the_key() {
+    const TTL_MS: u64 = 500;
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (_, fence) = acquire(&mut con, "job", TTL_MS, &[]).expect("granted");
+    let pttl: u64 = redis::cmd("PTTL").arg("job").query(&mut con).unwrap();
+    // The server's deadline, seen from here no earlier than it really is.
+    let deadline = Instant::now() + Duration::from_millis(pttl);
+    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
+    assert!(
+        Instant::now() < deadline,
+        "the waiter queued before the lock expired (machine too slow for this TTL)"
+    );
+
+    // Nothing touches "job" from here on: only the server's expiry can free it.
+    let (granted, at) = waiter.outcome();
+
+    let late = at.saturating_duration_since(deadline);
+    let early = deadline.saturating_duration_since(at);
+    assert!(
+        early < Duration::from_millis(20),
+        "granted {early:?} before the deadline"
+    );
+    assert!(
+        late < Duration::from_millis(250),
+        "granted {late:?} after the deadline"
+    );
+    assert_granted_with_server_token(&mut con, "job", granted, fence);
+}
+
+#[test]
+fn a_newcomer_pipelined_right_after_the_release_cannot_jump_the_queue() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(
+        &server,
+        "job",
+        30_000,
+        &["WAIT", "10000", "TOKEN", "waiter"],
+    );
+
+    // Both commands arrive in one read: the newcomer runs before the waiter's grant.
+    let (released, newcomer): (i64, Option<(Vec<u8>, i64)>) = redis::pipe()
+        .cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg(&holder)
+        .cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg(30_000)
+        .arg("TOKEN")
+        .arg("newcomer")
+        .query(&mut con)
+        .unwrap();
+
+    assert_eq!(released, 1);
+    assert_eq!(newcomer, None, "the newcomer must stand back");
+    let (token, _) = waiter.reply().expect("the waiter is granted the lock");
+    assert_eq!(token, b"waiter");
+    assert_eq!(release(&mut con, "job", b"newcomer"), 0);
+    assert_eq!(release(&mut con, "job", b"waiter"), 1);
+}
+
+#[test]
+fn a_newcomer_on_another_connection_after_the_release_cannot_jump_the_queue() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let mut newcomer_con = server.connection();
+    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(
+        &server,
+        "job",
+        30_000,
+        &["WAIT", "10000", "TOKEN", "waiter"],
+    );
+
+    assert_eq!(release(&mut con, "job", &holder), 1);
+    let newcomer = acquire(&mut newcomer_con, "job", 30_000, &["TOKEN", "newcomer"]);
+
+    assert_eq!(newcomer, None, "the newcomer must stand back");
+    let (token, _) = waiter.reply().expect("the waiter is granted the lock");
+    assert_eq!(token, b"waiter");
+    assert_eq!(release(&mut con, "job", b"waiter"), 1);
+}
+
+#[test]
+fn waiters_are_granted_the_lock_one_at_a_time_in_the_order_they_started_waiting() {
+    const WAITERS: usize = 5;
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (mut holder, mut fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let mut waiters = Vec::new();
+    for i in 0..WAITERS {
+        let token = format!("waiter-{i}");
+        waiters.push(start_waiter(
+            &server,
+            "job",
+            30_000,
+            &["WAIT", "20000", "TOKEN", &token],
+        ));
+        assert_eq!(
+            info_field(&mut con, "job", "waiters"),
+            Some(i as i64 + 1),
+            "waiter {i} is queued"
+        );
+    }
+
+    for (i, waiter) in waiters.into_iter().enumerate() {
+        assert_eq!(release(&mut con, "job", &holder), 1);
+        let (token, new_fence) = waiter.reply().expect("granted in turn");
+        assert_eq!(token, format!("waiter-{i}").into_bytes(), "grant {i}");
+        assert!(new_fence > fence, "{new_fence} > {fence}");
+        assert_eq!(
+            info_field(&mut con, "job", "waiters"),
+            Some((WAITERS - i - 1) as i64),
+            "the others still wait after grant {i}"
+        );
+        (holder, fence) = (token, new_fence);
+    }
+    assert_eq!(release(&mut con, "job", &holder), 1);
+    assert!(!exists(&mut con, "job"));
+}
+
+#[test]
+fn a_wait_that_times_out_answers_nil_after_the_timeout() {
+    const TIMEOUT_MS: u64 = 300;
+    let server = TestServer::start();
+    let mut holder_con = server.connection();
+    let mut con = server.connection();
+    let (holder, fence) = acquire(&mut holder_con, "job", 30_000, &[]).expect("granted");
+
+    let started = Instant::now();
+    let reply = acquire(&mut con, "job", 30_000, &["WAIT", &TIMEOUT_MS.to_string()]);
+    let waited = started.elapsed();
+
+    assert_eq!(reply, None);
+    assert!(
+        waited >= Duration::from_millis(TIMEOUT_MS),
+        "answered after {waited:?}, before the timeout"
+    );
+    assert!(
+        waited < Duration::from_millis(TIMEOUT_MS + 200),
+        "answered after {waited:?}"
+    );
+    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
+    assert_eq!(info_field(&mut con, "job", "fence"), Some(fence));
+    assert_eq!(release(&mut holder_con, "job", &holder), 1);
+}
+
+#[test]
+fn wait_zero_waits_without_limit_until_the_lock_is_released() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (holder, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "0"]);
+
+    // Proving "no limit" takes some waiting: a second is well beyond any rounding.
+    thread::sleep(Duration::from_secs(1));
+    assert!(waiter.is_blocked(), "WAIT 0 must not time out");
+    assert_eq!(blocked(&mut con), 1);
+
+    assert_eq!(release(&mut con, "job", &holder), 1);
+    assert_granted_with_server_token(&mut con, "job", waiter.reply(), fence);
+}
+
+#[test]
+fn wait_inside_multi_exec_answers_nil_at_once() {
+    let server = TestServer::start();
+    let mut holder_con = server.connection();
+    let mut con = server.connection();
+    acquire(&mut holder_con, "job", 30_000, &[]).expect("granted");
+
+    let started = Instant::now();
+    let (reply,): (Option<(Vec<u8>, i64)>,) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg(30_000)
+        .arg("WAIT")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+
+    assert_eq!(reply, None);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(blocked(&mut con), 0);
+    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
+}
+
+#[test]
+fn wait_inside_a_script_answers_nil_at_once() {
+    let server = TestServer::start();
+    let mut holder_con = server.connection();
+    let mut con = server.connection();
+    acquire(&mut holder_con, "job", 30_000, &[]).expect("granted");
+
+    let started = Instant::now();
+    let reply: Option<(Vec<u8>, i64)> = redis::cmd("EVAL")
+        .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], 30000, 'WAIT', 0)")
+        .arg(1)
+        .arg("job")
+        .query(&mut con)
+        .unwrap();
+
+    assert_eq!(reply, None);
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(blocked(&mut con), 0);
+    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
+}
+
+/// The serialized lock: token, fence, grant time.
+fn dump(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
+}
+
+#[test]
+fn a_grant_to_a_waiter_replicates_exactly() {
+    let master = TestServer::start();
+    let replica = start_replica(&master, &[]);
+    let mut con = master.connection();
+    let mut replica_con = replica.connection();
+    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(&master, "job", 30_000, &["WAIT", "10000"]);
+
+    assert_eq!(release(&mut con, "job", &holder), 1);
+    let (token, fence) = waiter.reply().expect("granted");
+    sync_replicas(&mut con, 1);
+
+    assert_eq!(info_field(&mut replica_con, "job", "fence"), Some(fence));
+    assert_eq!(
+        info_field(&mut replica_con, "job", "acquired"),
+        info_field(&mut con, "job", "acquired")
+    );
+    assert_eq!(dump(&mut replica_con, "job"), dump(&mut con, "job"));
+    let digest = |con: &mut redis::Connection| -> String {
+        redis::cmd("DEBUG")
+            .arg("DIGEST-VALUE")
+            .arg("job")
+            .query::<Vec<String>>(con)
+            .unwrap()
+            .remove(0)
+    };
+    assert_eq!(digest(&mut replica_con), digest(&mut con));
+    let master_pttl: i64 = redis::cmd("PTTL").arg("job").query(&mut con).unwrap();
+    let replica_pttl: i64 = redis::cmd("PTTL")
+        .arg("job")
+        .query(&mut replica_con)
+        .unwrap();
+    assert!(
+        (master_pttl - replica_pttl).abs() < 1_000,
+        "same absolute expiry: {master_pttl} vs {replica_pttl}"
+    );
+
+    // The replica holds the waiter's token, not one it invented.
+    assert_eq!(release(&mut con, "job", &token), 1);
+    sync_replicas(&mut con, 1);
+    assert_eq!(info(&mut replica_con, "job"), None);
+}
+
+#[test]
+fn a_grant_to_a_waiter_survives_a_save_and_restart() {
+    let mut server = TestServer::start();
+    let (token, fence, acquired) = {
+        let mut con = server.connection();
+        let (holder, _) = acquire(&mut con, "job", 60_000, &[]).expect("granted");
+        let waiter = start_waiter(&server, "job", 60_000, &["WAIT", "10000"]);
+        assert_eq!(release(&mut con, "job", &holder), 1);
+        let (token, fence) = waiter.reply().expect("granted");
+        let acquired = info_field(&mut con, "job", "acquired");
+        let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
+        (token, fence, acquired)
+    };
+
+    server.restart();
+
+    let mut con = server.connection();
+    assert_eq!(info_field(&mut con, "job", "fence"), Some(fence));
+    assert_eq!(info_field(&mut con, "job", "acquired"), acquired);
+    assert_eq!(acquire(&mut con, "job", 60_000, &[]), None, "still held");
+    assert_eq!(release(&mut con, "job", &token), 1, "by the waiter's token");
+}
+
+#[test]
+fn a_grant_to_a_waiter_survives_debug_reload() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (holder, _) = acquire(&mut con, "job", 60_000, &[]).expect("granted");
+    let waiter = start_waiter(&server, "job", 60_000, &["WAIT", "10000"]);
+    assert_eq!(release(&mut con, "job", &holder), 1);
+    let (token, fence) = waiter.reply().expect("granted");
+    let before = dump(&mut con, "job");
+
+    let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
+
+    assert_eq!(dump(&mut con, "job"), before);
+    assert_eq!(info_field(&mut con, "job", "fence"), Some(fence));
+    assert_eq!(release(&mut con, "job", &token), 1, "by the waiter's token");
+}
