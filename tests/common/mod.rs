@@ -123,6 +123,9 @@ impl TestServer {
             "".into(),
             "--appendonly".into(),
             "no".into(),
+            // A full sync to a new replica starts at once instead of after 5 s.
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
         ];
         let mut with_module = true;
         for arg in &self.extra {
