@@ -219,6 +219,22 @@ fn the_watchdog_reports_a_lock_deleted_under_it() {
 }
 
 #[test]
+fn the_watchdog_reports_a_lost_lock_when_the_server_stays_unreachable_for_a_ttl() {
+    let mut server = TestServer::start();
+    let locker = locker(&server).with_command_timeout(Duration::from_millis(200));
+    let lock = locker
+        .acquire("orders:15", &ttl(600).watchdog())
+        .unwrap()
+        .expect("granted");
+    server.kill();
+    let lost = lock
+        .wait_lost(Duration::from_secs(10))
+        .expect("presumed lost after a TTL without an extend");
+    assert!(matches!(lost.reason, LostReason::Unreachable(_)), "{lost}");
+    assert!(lock.release().is_err(), "nobody to release it on");
+}
+
+#[test]
 fn the_watchdog_stops_on_release_and_never_touches_the_next_holder() {
     let server = TestServer::start();
     let locker = locker(&server);

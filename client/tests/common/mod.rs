@@ -173,6 +173,11 @@ impl TestServer {
             .expect("connect to test server")
     }
 
+    /// Whether the server is running (not killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Stops the server at once (SIGKILL): from now on, connections are refused.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

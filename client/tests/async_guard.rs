@@ -1,0 +1,162 @@
+//! The async (tokio) `aio::Lock` guard against a real server.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use redis_lock_client::aio::Locker;
+use redis_lock_client::{LockOptions, LostReason};
+
+fn ttl(ms: u64) -> LockOptions {
+    LockOptions::new(Duration::from_millis(ms))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_and_release_on_an_async_connection() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let lock = locker
+        .acquire("jobs:1", &ttl(30_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    assert!(lock.fence() > 0);
+    assert_eq!(
+        lock.info().await.unwrap().expect("info").fence,
+        lock.fence()
+    );
+    assert!(
+        locker
+            .acquire("jobs:1", &ttl(30_000))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(lock.release().await.unwrap());
+    assert!(!exists(&mut server.connection(), "jobs:1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_async_guard_releases_the_lock() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    drop(
+        locker
+            .acquire("jobs:2", &ttl(30_000))
+            .await
+            .unwrap()
+            .expect("granted"),
+    );
+    let mut con = server.connection();
+    poll_until(
+        Duration::from_secs(5),
+        "the dropped guard's release",
+        || !exists(&mut con, "jobs:2"),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_async_acquire_gets_the_lock_when_the_holder_releases() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let holder = locker
+        .acquire("jobs:3", &ttl(30_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    let waiter = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let options = ttl(30_000).wait(Duration::from_secs(20));
+            locker.acquire("jobs:3", &options).await.unwrap()
+        })
+    };
+    // While one acquire waits on its own connection, the shared one still answers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info = holder.info().await.unwrap().expect("info");
+        if info.waiters == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let holder_fence = holder.fence();
+    assert!(holder.release().await.unwrap());
+    let granted = waiter.await.unwrap().expect("the waiter got the lock");
+    assert!(granted.fence() > holder_fence);
+    assert!(granted.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_async_acquire_gives_up_after_its_timeout() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let _holder = locker
+        .acquire("jobs:4", &ttl(30_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    let started = Instant::now();
+    let options = ttl(30_000).wait(Duration::from_millis(300));
+    assert!(locker.acquire("jobs:4", &options).await.unwrap().is_none());
+    assert!(started.elapsed() >= Duration::from_millis(250));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_watchdog_keeps_the_lock_past_its_ttl() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let lock = locker
+        .acquire("jobs:5", &ttl(600).watchdog())
+        .await
+        .unwrap()
+        .expect("granted");
+    let mut con = server.connection();
+    let until = Instant::now() + Duration::from_millis(1_800);
+    while Instant::now() < until {
+        assert!(
+            exists(&mut con, "jobs:5"),
+            "the watchdog let the lock expire"
+        );
+        lock.check().expect("not lost");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(lock.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_watchdog_signals_a_lost_lock() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let lock = locker
+        .acquire("jobs:6", &ttl(300).watchdog())
+        .await
+        .unwrap()
+        .expect("granted");
+    redis::cmd("DEL")
+        .arg("jobs:6")
+        .query::<i64>(&mut server.connection())
+        .unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(10), lock.lost())
+        .await
+        .expect("the watchdog noticed");
+    assert_eq!(lost.reason, LostReason::NotHeld);
+    assert!(lock.is_lost());
+    assert!(!lock.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_stays_pending_while_the_lock_is_held() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let lock = locker
+        .acquire("jobs:7", &ttl(600).watchdog())
+        .await
+        .unwrap()
+        .expect("granted");
+    let waited = tokio::time::timeout(Duration::from_millis(1_500), lock.lost()).await;
+    assert!(waited.is_err(), "reported lost while held: {waited:?}");
+    assert!(lock.release().await.unwrap());
+}
