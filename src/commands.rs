@@ -29,14 +29,14 @@ fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
 }
 
 /// Hides every `TOKEN` value of an acquire from `SLOWLOG` and `MONITOR`, before any
-/// validation: even a rejected command must not leak the token it carried.
+/// validation: even a rejected command must not leak the token it carried, wherever a
+/// malformed command put it. Hiding an argument that only follows the word by chance
+/// costs nothing.
 fn redact_acquire_tokens(ctx: &Context, argv: &[&[u8]]) {
-    let mut i = 3;
-    while i + 1 < argv.len() {
-        if argv[i].eq_ignore_ascii_case(b"TOKEN") {
+    for (i, arg) in argv.iter().enumerate().skip(2) {
+        if arg.eq_ignore_ascii_case(b"TOKEN") && i + 1 < argv.len() {
             ffi::redact(ctx, i + 1);
         }
-        i += 2;
     }
 }
 
