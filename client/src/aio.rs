@@ -98,10 +98,10 @@ impl Conn {
             cmd.query_async(&mut con).await
         })
         .await;
-        if let Err(err) = &result {
-            if err.is_connection_dropped() || err.is_unrecoverable_error() {
-                *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            }
+        if let Err(err) = &result
+            && (err.is_connection_dropped() || err.is_unrecoverable_error())
+        {
+            *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
         result
     }
@@ -384,13 +384,13 @@ impl Drop for Lock {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();
         }
-        if !self.released {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let shared = self.shared.clone();
-                runtime.spawn(async move {
-                    let _ = shared.release().await;
-                });
-            }
+        if !self.released
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let shared = self.shared.clone();
+            runtime.spawn(async move {
+                let _ = shared.release().await;
+            });
         }
     }
 }
@@ -462,20 +462,20 @@ impl Redlock {
             let round = Round::from_results(results);
             let elapsed = started.elapsed();
             let granted = round.granted();
-            if granted >= quorum {
-                if let Some(validity) = validity(options.ttl, elapsed, options.drift_factor) {
-                    return Ok(RedlockGuard {
-                        redlock: self.clone(),
-                        key,
-                        token,
-                        started,
-                        validity,
-                        fences: round.fences,
-                        instance_timeout: options.instance_timeout,
-                        drift_factor: options.drift_factor,
-                        released: false,
-                    });
-                }
+            if granted >= quorum
+                && let Some(validity) = validity(options.ttl, elapsed, options.drift_factor)
+            {
+                return Ok(RedlockGuard {
+                    redlock: self.clone(),
+                    key,
+                    token,
+                    started,
+                    validity,
+                    fences: round.fences,
+                    instance_timeout: options.instance_timeout,
+                    drift_factor: options.drift_factor,
+                    released: false,
+                });
             }
             best = best.max(granted);
             errors = round.errors;
@@ -619,16 +619,16 @@ impl RedlockGuard {
 
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
-        if !self.released {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                let redlock = self.redlock.clone();
-                let key = std::mem::take(&mut self.key);
-                let token = std::mem::take(&mut self.token);
-                let timeout = self.instance_timeout;
-                runtime.spawn(async move {
-                    redlock.release_all(&key, &token, timeout).await;
-                });
-            }
+        if !self.released
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let redlock = self.redlock.clone();
+            let key = std::mem::take(&mut self.key);
+            let token = std::mem::take(&mut self.token);
+            let timeout = self.instance_timeout;
+            runtime.spawn(async move {
+                redlock.release_all(&key, &token, timeout).await;
+            });
         }
     }
 }

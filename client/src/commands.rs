@@ -181,7 +181,7 @@ mod tests {
             .args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => bytes.to_vec(),
-                redis::Arg::Cursor => Vec::new(),
+                _ => Vec::new(),
             })
             .collect();
         let expected: Vec<&[u8]> = vec![

@@ -273,20 +273,20 @@ impl Redlock {
             let round = Round::from_results(self.on_all(&cmd, options.instance_timeout));
             let elapsed = started.elapsed();
             let granted = round.granted();
-            if granted >= quorum {
-                if let Some(validity) = validity(options.ttl, elapsed, options.drift_factor) {
-                    return Ok(RedlockGuard {
-                        redlock: self.clone(),
-                        key,
-                        token,
-                        started,
-                        validity,
-                        fences: round.fences,
-                        instance_timeout: options.instance_timeout,
-                        drift_factor: options.drift_factor,
-                        released: false,
-                    });
-                }
+            if granted >= quorum
+                && let Some(validity) = validity(options.ttl, elapsed, options.drift_factor)
+            {
+                return Ok(RedlockGuard {
+                    redlock: self.clone(),
+                    key,
+                    token,
+                    started,
+                    validity,
+                    fences: round.fences,
+                    instance_timeout: options.instance_timeout,
+                    drift_factor: options.drift_factor,
+                    released: false,
+                });
             }
             best = best.max(granted);
             errors = round.errors;
