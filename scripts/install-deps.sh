@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing the module needs on a Debian machine, skipping
-# what is already there: redis-server and redis-cli (7.0+), and libclang with its
-# headers for the binding's bindgen step. Safe to run again.
+# what is already there: redis-server and redis-cli (7.0+), libclang with its
+# headers for the binding's bindgen step, and for the other-language client checks
+# PHP with phpredis and redis-py for the python3 on PATH. Safe to run again.
 set -euo pipefail
 
 missing=()
@@ -14,8 +15,46 @@ if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
   || ! ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1; then
   missing+=(libclang)
 fi
+# client/tests/other_languages.rs runs PHP with phpredis and Python with redis-py.
+command -v php >/dev/null 2>&1 || missing+=(php-cli)
+php -m 2>/dev/null | grep -qx redis || missing+=(php-redis)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  SUDO="sudo"
+fi
+
+# redis-py for whichever python3 is on PATH. Debian's own python3 gets Debian's package
+# (its pip refuses system-wide installs, PEP 668); any other python3 (pyenv, a venv)
+# cannot see that package and gets redis from PyPI, with --break-system-packages only
+# if that python3 is marked externally managed too.
+install_redis_py() {
+  python3 -c 'import redis' >/dev/null 2>&1 && return 0
+  if [ "$(command -v python3)" = /usr/bin/python3 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing: python3-redis"
+    apt-cache show python3-redis >/dev/null 2>&1 || $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends python3-redis
+    python3 -c 'import redis' >/dev/null 2>&1 && return 0
+  fi
+  echo "installing: redis-py for $(command -v python3) (pip)"
+  local log
+  log="$(mktemp)"
+  if ! python3 -m pip install --quiet redis 2>"$log"; then
+    if grep -q externally-managed "$log"; then
+      python3 -m pip install --quiet --break-system-packages redis
+    else
+      cat "$log" >&2
+      rm -f "$log"
+      return 1
+    fi
+  fi
+  rm -f "$log"
+  python3 -c 'import redis'
+}
 
 if [ "${#missing[@]}" -eq 0 ]; then
+  install_redis_py
   exit 0
 fi
 
@@ -23,11 +62,6 @@ if ! command -v apt-get >/dev/null 2>&1; then
   echo "missing: ${missing[*]}; install them with your package manager" >&2
   exit 1
 fi
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then
-  SUDO="sudo"
-fi
-
 echo "installing: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
@@ -45,3 +79,4 @@ for name in "${missing[@]}"; do
   fi
 done
 $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"
+install_redis_py

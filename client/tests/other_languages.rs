@@ -1,0 +1,96 @@
+//! The module from other languages' real clients: PHP with phpredis and Python with
+//! redis-py run their check scripts (`clients/php`, `clients/python`) against a server
+//! started here, so the server is cleaned up whatever the script does. A missing
+//! interpreter or client library fails the test (`make deps` installs them).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::TestServer;
+
+fn script(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative)
+}
+
+/// Runs `interpreter script port` and returns its standard output, failing the test
+/// with everything it printed if it cannot start or does not exit 0.
+fn run(interpreter_env: &str, default: &str, relative: &str, server: &TestServer) -> String {
+    let interpreter = std::env::var(interpreter_env).unwrap_or_else(|_| default.to_string());
+    let output = Command::new(&interpreter)
+        .arg(script(relative))
+        .arg(server.port.to_string())
+        .output()
+        .unwrap_or_else(|err| {
+            panic!("cannot run {interpreter} ({err}): install it with `make deps`")
+        });
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{interpreter} {relative} failed ({}):\n{stdout}\n{stderr}\nserver log:\n{}",
+        output.status,
+        server.log()
+    );
+    stdout
+}
+
+#[test]
+fn php_order_lock_helper_works_through_phpredis() {
+    let server = TestServer::start();
+    let stdout = run("PHP", "php", "clients/php/order_lock_test.php", &server);
+    assert!(
+        stdout.contains("ok - a waiting acquire gets the lock"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok - a string key left by the old helper is refused"),
+        "{stdout}"
+    );
+    assert!(stdout.trim_end().ends_with("checks passed"), "{stdout}");
+}
+
+#[test]
+fn python_helpers_and_context_manager_work_through_redis_py() {
+    let server = TestServer::start();
+    let stdout = run(
+        "PYTHON",
+        "python3",
+        "clients/python/test_redis_lock.py",
+        &server,
+    );
+    assert!(
+        stdout.contains("ok - the waiter gets the lock when the holder releases"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ok - a string key is refused with WRONGTYPE"),
+        "{stdout}"
+    );
+    assert!(stdout.trim_end().ends_with("checks passed"), "{stdout}");
+}
+
+#[test]
+fn the_php_checks_fail_without_the_module() {
+    let server = TestServer::without_module();
+    let output = Command::new(std::env::var("PHP").unwrap_or_else(|_| "php".into()))
+        .arg(script("clients/php/order_lock_test.php"))
+        .arg(server.port.to_string())
+        .output()
+        .expect("run php");
+    assert!(!output.status.success(), "passed without the module");
+}
+
+#[test]
+fn the_python_checks_fail_without_the_module() {
+    let server = TestServer::without_module();
+    let output = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(script("clients/python/test_redis_lock.py"))
+        .arg(server.port.to_string())
+        .output()
+        .expect("run python3");
+    assert!(!output.status.success(), "passed without the module");
+}

@@ -1,0 +1,99 @@
+"""Locks from the redis-lock module with redis-py (``execute_command``).
+
+    import redis
+    from redis_lock import lock
+
+    r = redis.Redis(port=7379)
+    with lock(r, "orders:42", ttl_ms=10_000, wait_ms=5_000) as held:
+        write_order(42, fence=held.fence)   # the resource refuses lower fences
+
+A waiting acquire blocks its connection until the lock is granted or the wait times
+out: give it a client whose ``socket_timeout`` is None (the default) or longer than
+the wait.
+"""
+
+from dataclasses import dataclass
+from typing import Optional, Union
+
+Token = Union[bytes, str]
+
+
+class LockNotAcquired(Exception):
+    """The lock is held by someone else (after waiting, if a wait was asked for)."""
+
+
+@dataclass
+class Lock:
+    """A granted lock: its key, the token that proves ownership, and its fence."""
+
+    key: str
+    token: Token
+    fence: int
+
+
+def acquire(r, key: str, ttl_ms: int, token: Optional[Token] = None,
+            wait_ms: Optional[int] = None) -> Optional[Lock]:
+    """LOCK.ACQUIRE: a Lock, or None when another token holds it.
+
+    wait_ms=0 waits without limit; None does not wait.
+    """
+    args = ["LOCK.ACQUIRE", key, ttl_ms]
+    if token is not None:
+        args += ["TOKEN", token]
+    if wait_ms is not None:
+        args += ["WAIT", wait_ms]
+    reply = r.execute_command(*args)
+    if reply is None:
+        return None
+    granted_token, fence = reply
+    return Lock(key=key, token=granted_token, fence=int(fence))
+
+
+def release(r, key: str, token: Token) -> bool:
+    """LOCK.RELEASE: True if this token held the lock (and it is now released)."""
+    return r.execute_command("LOCK.RELEASE", key, token) == 1
+
+
+def extend(r, key: str, token: Token, ttl_ms: int) -> bool:
+    """LOCK.EXTEND: True if this token holds the lock and it now has ttl_ms left."""
+    return r.execute_command("LOCK.EXTEND", key, token, ttl_ms) == 1
+
+
+def info(r, key: str) -> Optional[dict]:
+    """LOCK.INFO as a dict of str to int (ttl, fence, acquired, waiters), or None."""
+    reply = r.execute_command("LOCK.INFO", key)
+    if reply is None:
+        return None
+    # RESP3 answers a map, RESP2 a flat list of field, value, ...
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return {
+        (name.decode() if isinstance(name, bytes) else name): int(value)
+        for name, value in pairs
+    }
+
+
+class lock:
+    """Context manager: acquires on enter (raising LockNotAcquired when busy), releases
+    on exit, exceptions included. After the block, ``held_to_end`` tells whether the
+    lock was still held at release (False: it expired or was taken over meanwhile).
+    """
+
+    def __init__(self, r, key: str, ttl_ms: int, wait_ms: Optional[int] = None,
+                 token: Optional[Token] = None):
+        self._r = r
+        self._key = key
+        self._ttl_ms = ttl_ms
+        self._wait_ms = wait_ms
+        self._token = token
+        self._lock: Optional[Lock] = None
+        self.held_to_end: Optional[bool] = None
+
+    def __enter__(self) -> Lock:
+        self._lock = acquire(self._r, self._key, self._ttl_ms, self._token, self._wait_ms)
+        if self._lock is None:
+            raise LockNotAcquired(self._key)
+        return self._lock
+
+    def __exit__(self, *exc) -> bool:
+        self.held_to_end = release(self._r, self._key, self._lock.token)
+        return False
