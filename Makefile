@@ -4,7 +4,7 @@ CARGO ?= cargo
 PORT ?= 7379
 MODULE := target/release/libredis_lock.so
 
-.PHONY: help deps build run test test-unit lint fmt clean
+.PHONY: help deps build run test test-cluster test-unit lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -21,6 +21,26 @@ run: build ## build, then start redis-server with the module (port 7379, or PORT
 
 test: build ## run every test: unit tests and real-server tests
 	$(CARGO) test --release --workspace
+
+test-cluster: build ## run only the Redis Cluster and failover tests (real 6-node clusters)
+	$(CARGO) test --release --test cluster_routing --test cluster_resharding --test cluster_failover
+
+.PHONY: bench bench-smoke
+# valgrind (instructions per call) and gnuplot (the contention chart) are installed here
+# when missing; if that fails, the benchmark runs without those two parts.
+# `make bench BENCH_ARGS="--only contention"` runs some scenarios (`--help` lists them).
+bench: build ## benchmark module vs SET NX + Lua recipe (minutes; target/bench/results.md)
+	@if ! command -v valgrind >/dev/null || ! command -v gnuplot >/dev/null; then \
+	  echo "installing valgrind and gnuplot-nox for the benchmark"; \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  ($$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends valgrind gnuplot-nox) \
+	    || echo "could not install them: no instruction counts, no chart"; \
+	fi
+	$(CARGO) run --release -p redis-lock-bench -- $(BENCH_ARGS)
+
+bench-smoke: build ## the benchmark in seconds with tiny sizes (as `make test` runs it)
+	$(CARGO) run --release -p redis-lock-bench -- --smoke --out target/bench-smoke
 
 lint: ## rustfmt check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
