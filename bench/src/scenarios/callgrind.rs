@@ -1,0 +1,222 @@
+//! The second half of scenario 4: instructions per call, counted by
+//! `valgrind --tool=callgrind` on the server. Unlike time, an instruction count does not
+//! change when other jobs share the machine, so the ratio is repeatable anywhere.
+//!
+//! One server runs under callgrind; before each batch of commands the counters are
+//! zeroed (`callgrind_control -z`) and after it dumped (`-d`), so a dump holds exactly
+//! one batch. From a dump: the inclusive cost of `processCommand` (lookup, checks and
+//! the command itself: what `usec_per_call` times, without reading and writing the
+//! socket), and the whole process's (the event loop and the socket too).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::config::Config;
+use crate::resp::Conn;
+use crate::results::{Better, Metric, Target};
+use crate::server::{Launch, Server};
+use crate::sides::{self, Side};
+
+const TTL: &[u8] = b"600000";
+/// Commands per pipeline batch: valgrind is slow enough without a round trip each.
+const BATCH: usize = 100;
+
+/// Whether valgrind and its callgrind tools are installed.
+pub fn available() -> bool {
+    ["valgrind", "callgrind_control", "callgrind_annotate"]
+        .iter()
+        .all(|tool| {
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        })
+}
+
+fn control(pid: u32, flag: &str) -> io::Result<()> {
+    let out = Command::new("callgrind_control")
+        .args([flag, &pid.to_string()])
+        .output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "callgrind_control {flag} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )))
+    }
+}
+
+/// The newest dump (`cg.out.N` with the largest N).
+fn newest_dump(dir: &Path) -> io::Result<PathBuf> {
+    std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let n: u64 = name.strip_prefix("cg.out.")?.parse().ok()?;
+            Some((n, e.path()))
+        })
+        .max_by_key(|(n, _)| *n)
+        .map(|(_, p)| p)
+        .ok_or_else(|| io::Error::other("callgrind wrote no dump"))
+}
+
+/// Instructions of a dump: (whole process, inclusive in `processCommand`).
+fn costs(dump: &Path) -> io::Result<(f64, f64)> {
+    let out = Command::new("callgrind_annotate")
+        .args(["--inclusive=yes", "--threshold=100"])
+        .arg(dump)
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut total = None;
+    let mut process_command = None;
+    for line in text.lines() {
+        let line = line.trim();
+        let Some((count, rest)) = line.split_once(' ') else {
+            continue;
+        };
+        let Ok(count) = count.replace(',', "").parse::<f64>() else {
+            continue;
+        };
+        let rest = rest.split_once(')').map_or(rest, |(_, r)| r).trim();
+        if rest == "PROGRAM TOTALS" {
+            total = Some(count);
+        }
+        let function = rest
+            .split_once(':')
+            .map(|(_, f)| f.split(" [").next().unwrap_or(f));
+        if function == Some("processCommand") && process_command.is_none() {
+            process_command = Some(count);
+        }
+    }
+    match (total, process_command) {
+        (Some(t), Some(p)) => Ok((t, p)),
+        _ => Err(io::Error::other(format!(
+            "no totals or processCommand in {}",
+            dump.display()
+        ))),
+    }
+}
+
+/// Runs `send` (which sends `ops` commands) between a zero and a dump; returns
+/// instructions per op (whole process, processCommand).
+fn measured(
+    server: &Server,
+    ops: usize,
+    send: impl FnOnce() -> io::Result<()>,
+) -> io::Result<(f64, f64)> {
+    control(server.pid(), "-z")?;
+    send()?;
+    control(server.pid(), "-d")?;
+    let (total, in_command) = costs(&newest_dump(&server.dir)?)?;
+    Ok((total / ops as f64, in_command / ops as f64))
+}
+
+fn acquire_batch(
+    conn: &mut Conn,
+    side: Side,
+    keys: &[Vec<u8>],
+    tokens: &[Vec<u8>],
+) -> io::Result<Vec<Vec<u8>>> {
+    let mut held = Vec::with_capacity(keys.len());
+    for (keys, tokens) in keys.chunks(BATCH).zip(tokens.chunks(BATCH)) {
+        for (key, token) in keys.iter().zip(tokens) {
+            let token = (side == Side::Recipe).then_some(token.as_slice());
+            sides::queue_acquire(conn, side, key, TTL, token);
+        }
+        conn.flush()?;
+        for token in tokens {
+            let token = (side == Side::Recipe).then_some(token.as_slice());
+            let granted = sides::granted(conn.read()?, token)?;
+            held.push(granted.ok_or_else(|| io::Error::other("callgrind: not granted"))?);
+        }
+    }
+    Ok(held)
+}
+
+fn release_batch(
+    conn: &mut Conn,
+    side: Side,
+    sha: &[u8],
+    keys: &[Vec<u8>],
+    held: &[Vec<u8>],
+) -> io::Result<()> {
+    for (keys, held) in keys.chunks(BATCH).zip(held.chunks(BATCH)) {
+        for (key, token) in keys.iter().zip(held) {
+            sides::queue_release(conn, side, sha, key, token);
+        }
+        conn.flush()?;
+        for _ in keys {
+            if !sides::released(conn.read()?)? {
+                return Err(io::Error::other("callgrind: not released"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the callgrind part of scenario 4.
+pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
+    let server = Server::start(&Launch {
+        module: &cfg.module,
+        extra: &[],
+        callgrind: true,
+    })?;
+    let mut conn = server.conn()?;
+    let sha = sides::load_script(&mut conn)?;
+    let what = |cmd: &str, scope: &str| format!("instructions per {cmd} ({scope}, callgrind)");
+    let mut acquire = Metric::new(
+        "4. server cost",
+        &what("acquire", "processCommand"),
+        "instr",
+        "SET NX PX",
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(1.1));
+    let mut release = Metric::new(
+        "4. server cost",
+        &what("release", "processCommand"),
+        "instr",
+        "EVALSHA",
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(0.5));
+    let mut acquire_all = Metric::new(
+        "4. server cost",
+        &what("acquire", "whole server, pipelined"),
+        "instr",
+        "SET NX PX",
+        Better::Lower,
+    );
+    let mut release_all = Metric::new(
+        "4. server cost",
+        &what("release", "whole server, pipelined"),
+        "instr",
+        "EVALSHA",
+        Better::Lower,
+    );
+    let n = cfg.callgrind_ops;
+    for round in 0..cfg.rounds.min(3) {
+        for side in Side::alternating(round) {
+            let keys: Vec<Vec<u8>> = (0..n)
+                .map(|i| format!("cg:{round}:{}:{i}", side.tag()).into_bytes())
+                .collect();
+            let tokens: Vec<Vec<u8>> = (0..n).map(|_| sides::token()).collect();
+            let mut held = Vec::new();
+            let (all, in_command) = measured(&server, n, || {
+                held = acquire_batch(&mut conn, side, &keys, &tokens)?;
+                Ok(())
+            })?;
+            acquire.push(side, in_command, None);
+            acquire_all.push(side, all, None);
+            let (all, in_command) = measured(&server, n, || {
+                release_batch(&mut conn, side, sha.as_bytes(), &keys, &held)
+            })?;
+            release.push(side, in_command, None);
+            release_all.push(side, all, None);
+        }
+    }
+    Ok(vec![acquire, release, acquire_all, release_all])
+}

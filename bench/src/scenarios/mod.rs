@@ -1,0 +1,9 @@
+//! One file per scenario of the issue (numbered as there).
+
+pub mod bulk;
+pub mod callgrind;
+pub mod contention;
+pub mod expiry;
+pub mod memory;
+pub mod throughput;
+pub mod waiters;

@@ -1,0 +1,110 @@
+//! Scenario 6, second half: bytes per waiter. `count` clients block on one key;
+//! `used_memory` is read just before (each connection open and having just sent a
+//! `PING`) and while they are all blocked, so the difference is what being blocked costs
+//! the server: for the module, its queue entry plus the server's blocked-client state
+//! and the command's arguments the server keeps while the client is blocked.
+//!
+//! The recipe's waiter sleeps in the client between polls and holds nothing on the
+//! server but its connection, which is open on both sides and not counted: zero. For
+//! scale, the same figure for a native blocking command (`BLPOP` on an empty list) is
+//! measured on the same server.
+
+use std::io;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::info;
+use crate::resp::{Conn, Reply};
+use crate::results::{Better, Metric};
+use crate::server::{Launch, Server};
+use crate::sides::Side;
+
+fn blocked_become(admin: &mut Conn, count: usize) -> io::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if info::number(admin, "clients", "blocked_clients")? == count as f64 {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "blocked clients never reached {count}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Bytes per client blocked in `command` (which must time out after about 2 s with nil).
+fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Result<f64> {
+    let mut admin = server.conn()?;
+    admin.cmd(&["FLUSHALL"])?;
+    admin.cmd(&["LOCK.ACQUIRE", "waited", "600000"])?;
+    let mut conns = (0..count)
+        .map(|_| server.conn())
+        .collect::<io::Result<Vec<_>>>()?;
+    for conn in &mut conns {
+        conn.call(&[b"PING"])?.ok()?;
+    }
+    // Every client has just sent a command, so each holds a query buffer in both
+    // readings (the server trims the buffers of clients idle for 2 s; both readings
+    // come well within that).
+    let idle = info::used_memory(&mut admin)?;
+    let started = Instant::now();
+    for conn in &mut conns {
+        conn.queue(command);
+        conn.flush()?;
+    }
+    blocked_become(&mut admin, count)?;
+    let blocked = info::used_memory(&mut admin)?;
+    if started.elapsed() > Duration::from_millis(1500) {
+        return Err(io::Error::other(
+            "clients took too long to block to compare memory",
+        ));
+    }
+    for conn in &mut conns {
+        if conn.read()?.ok()? != Reply::Nil {
+            return Err(io::Error::other("a blocked client was served unexpectedly"));
+        }
+    }
+    blocked_become(&mut admin, 0)?;
+    Ok((blocked - idle) / count as f64)
+}
+
+/// Runs the bytes-per-waiter measurement, on a fresh server each round (the server keeps
+/// some blocked-client state pooled for reuse, which would hide it in later rounds).
+pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
+    let what = format!("bytes per waiter ({} blocked clients)", cfg.waiters);
+    let mut polling = Metric::new(
+        "6. memory",
+        &what,
+        "B",
+        "polling client (holds nothing between polls)",
+        Better::Lower,
+    );
+    let mut native = Metric::new(
+        "6. memory",
+        &what,
+        "B",
+        "for scale: a BLPOP waiter",
+        Better::Lower,
+    );
+    let module_wait: &[&[u8]] = &[b"LOCK.ACQUIRE", b"waited", b"600000", b"WAIT", b"2000"];
+    let blpop: &[&[u8]] = &[b"BLPOP", b"empty-list", b"2"];
+    for _ in 0..cfg.slow_rounds {
+        let server = &Server::start(&Launch {
+            module: &cfg.module,
+            extra: &[],
+            callgrind: false,
+        })?;
+        let module = bytes_per_blocked(server, cfg.waiters, module_wait)?;
+        polling.push(Side::Module, module, None);
+        polling.push(Side::Recipe, 0.0, None);
+        native.push(Side::Module, module, None);
+        native.push(
+            Side::Recipe,
+            bytes_per_blocked(server, cfg.waiters, blpop)?,
+            None,
+        );
+    }
+    Ok(vec![polling, native])
+}

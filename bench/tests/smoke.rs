@@ -1,0 +1,54 @@
+//! The benchmark runs end to end in its smoke mode (tiny sizes, a few seconds), so that
+//! `make test` and CI keep it from rotting. The full run is `make bench`; no target is
+//! judged here, only that every scenario measured both sides and the results were written.
+
+use std::fs;
+
+use redis_lock_bench::{Config, config};
+
+#[test]
+fn a_smoke_run_measures_every_scenario_on_both_sides_and_writes_the_results() {
+    let out = std::env::temp_dir().join(format!("redis-lock-bench-smoke-{}", std::process::id()));
+    let cfg = Config::smoke(config::default_module(), out.clone());
+    let report = redis_lock_bench::run(&cfg).expect("smoke run of the benchmark");
+
+    for scenario in ["1.", "2.", "3.", "4.", "5.", "6.", "7."] {
+        assert!(
+            report
+                .metrics
+                .iter()
+                .any(|m| m.scenario.starts_with(scenario)),
+            "scenario {scenario} missing from the report"
+        );
+    }
+    for m in &report.metrics {
+        let what = format!("{} / {}", m.scenario, m.what);
+        assert_eq!(m.module.len(), m.recipe.len(), "{what}: rounds differ");
+        assert!(!m.module.is_empty(), "{what}: no rounds");
+        assert!(
+            m.module_median().is_finite(),
+            "{what}: module {:?}",
+            m.module
+        );
+        assert!(!m.recipe_median().is_nan(), "{what}: recipe {:?}", m.recipe);
+    }
+    assert!(report.missed().is_empty(), "a smoke run judges no target");
+
+    let module_points = report
+        .contention
+        .iter()
+        .filter(|p| p.waiting.label() == "module WAIT");
+    for point in module_points {
+        for sample in &point.samples {
+            assert_eq!(sample.overlaps, 0, "two holders at once");
+            assert!(sample.sections_per_s > 0.0, "no critical section completed");
+        }
+    }
+
+    let files = report.write().expect("write the results");
+    for file in &files {
+        let text = fs::read_to_string(file).expect("results file");
+        assert!(text.contains("uncontended acquire"), "{}", file.display());
+    }
+    let _ = fs::remove_dir_all(out);
+}
