@@ -90,7 +90,7 @@ fn two_down_and_one_slow_master_is_no_quorum_and_nothing_stays_locked() {
     servers[0].kill();
     servers[1].kill();
     let redlock = redlock(&servers);
-    pause(&servers[2], 2_500);
+    pause(&servers[2], 4_000);
     let started = Instant::now();
     let options = options(3_000)
         .instance_timeout(Duration::from_millis(300))
@@ -103,7 +103,7 @@ fn two_down_and_one_slow_master_is_no_quorum_and_nothing_stays_locked() {
     assert_eq!(err.attempts, 2);
     assert_eq!(err.errors.len(), 3, "{err}");
     assert!(
-        started.elapsed() < Duration::from_millis(2_400),
+        started.elapsed() < Duration::from_millis(3_500),
         "slow master held us up"
     );
     // Released on the fast masters at once...
@@ -223,14 +223,14 @@ async fn async_redlock_with_two_down_and_one_slow_fails_and_releases() {
     servers[3].kill();
     servers[4].kill();
     let redlock = async_redlock(&servers);
-    pause(&servers[0], 2_500);
+    pause(&servers[0], 4_000);
     let started = Instant::now();
     let options = options(3_000)
         .instance_timeout(Duration::from_millis(300))
         .attempts(2);
     let err = redlock.lock(KEY, &options).await.expect_err("no quorum");
     assert_eq!((err.best, err.quorum), (2, 3));
-    assert!(started.elapsed() < Duration::from_millis(2_400));
+    assert!(started.elapsed() < Duration::from_millis(3_500));
     assert!(!exists(&mut servers[1].connection(), KEY));
     assert!(!exists(&mut servers[2].connection(), KEY));
     let mut slow = servers[0].connection();
