@@ -1,0 +1,186 @@
+//! Where a key lives in a Redis Cluster, for grants made outside a command.
+//!
+//! The server redirects commands itself (`MOVED`, `ASK`), but a waiter's grant runs in
+//! its reply callback, after the server's checks. When its key has just left this node
+//! (`MIGRATE` during a reshard deletes the key here and fires `del`), granting here would
+//! create a second lock beside the migrated one. So in cluster mode the grant first asks
+//! where the key's slot is served, and a waiter whose key moved is redirected the way
+//! the server redirects any command: `ASK` while the slot migrates, `MOVED` once it has.
+
+use redis_module::{Context, ContextFlags, RedisValue};
+
+/// Where the key of a waiter is served now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Here: grant it.
+    Local,
+    /// The slot is migrating to this node, where the key (absent here) now lives.
+    Ask(u16, String),
+    /// The slot is served by this other node.
+    Moved(u16, String),
+    /// Nobody serves the slot.
+    Down(u16),
+}
+
+impl Route {
+    /// The error reply that redirects a client, as the server words it.
+    pub fn redirect(&self) -> Option<String> {
+        match self {
+            Route::Local => None,
+            Route::Ask(slot, addr) => Some(format!("ASK {slot} {addr}")),
+            Route::Moved(slot, addr) => Some(format!("MOVED {slot} {addr}")),
+            Route::Down(_) => Some("CLUSTERDOWN Hash slot not served".to_string()),
+        }
+    }
+}
+
+/// Where `key` is served: always `Local` outside cluster mode.
+pub fn route(ctx: &Context, key: &[u8]) -> Route {
+    if !ctx.get_flags().contains(ContextFlags::CLUSTER) {
+        return Route::Local;
+    }
+    let slot = match ctx.call("CLUSTER", &[&b"KEYSLOT"[..], key]) {
+        Ok(RedisValue::Integer(slot)) => u16::try_from(slot).unwrap_or(0),
+        _ => return Route::Local,
+    };
+    match ctx.call("CLUSTER", &["NODES"]).map(String::try_from) {
+        Ok(Ok(nodes)) => route_in(&nodes, slot),
+        _ => Route::Local,
+    }
+}
+
+/// The route of `slot` given the text of `CLUSTER NODES`.
+pub fn route_in(nodes: &str, slot: u16) -> Route {
+    let nodes: Vec<Node> = nodes.lines().filter_map(Node::parse).collect();
+    let address = |id: &str| {
+        nodes
+            .iter()
+            .find(|node| node.id == id)
+            .map(|node| node.addr.clone())
+    };
+    let Some(me) = nodes.iter().find(|node| node.myself) else {
+        return Route::Local;
+    };
+    if me.serves(slot) {
+        return match me.migrating.iter().find(|(s, _)| *s == slot) {
+            Some((_, to)) => address(to).map_or(Route::Local, |addr| Route::Ask(slot, addr)),
+            None => Route::Local,
+        };
+    }
+    if me.importing.contains(&slot) {
+        return Route::Local;
+    }
+    match nodes.iter().find(|node| node.serves(slot)) {
+        Some(owner) => Route::Moved(slot, owner.addr.clone()),
+        None => Route::Down(slot),
+    }
+}
+
+/// One line of `CLUSTER NODES`.
+#[derive(Debug)]
+struct Node {
+    id: String,
+    addr: String,
+    myself: bool,
+    ranges: Vec<(u16, u16)>,
+    migrating: Vec<(u16, String)>,
+    importing: Vec<u16>,
+}
+
+impl Node {
+    /// `<id> <ip:port@cport[,hostname]> <flags> <master> <ping> <pong> <epoch> <link> <slot>...`
+    fn parse(line: &str) -> Option<Self> {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 8 {
+            return None;
+        }
+        let addr = fields[1].split(['@', ',']).next()?.to_string();
+        let mut node = Node {
+            id: fields[0].to_string(),
+            addr,
+            myself: fields[2].split(',').any(|flag| flag == "myself"),
+            ranges: Vec::new(),
+            migrating: Vec::new(),
+            importing: Vec::new(),
+        };
+        for slot in &fields[8..] {
+            if let Some(inner) = slot.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
+                if let Some((from, to)) = inner.split_once("->-") {
+                    node.migrating.push((from.parse().ok()?, to.to_string()));
+                } else if let Some((at, _)) = inner.split_once("-<-") {
+                    node.importing.push(at.parse().ok()?);
+                }
+            } else if let Some((start, end)) = slot.split_once('-') {
+                node.ranges.push((start.parse().ok()?, end.parse().ok()?));
+            } else {
+                let single = slot.parse().ok()?;
+                node.ranges.push((single, single));
+            }
+        }
+        Some(node)
+    }
+
+    fn serves(&self, slot: u16) -> bool {
+        self.ranges
+            .iter()
+            .any(|&(start, end)| (start..=end).contains(&slot))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NODES: &str = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460 [100->-b2]
+b2 127.0.0.1:7002@17002 master - 0 1700000000000 2 connected 5461-10922 [200-<-a1]
+c3 127.0.0.1:7003@17003,host.example master - 0 1700000000000 3 connected 10923-16000 16383
+d4 127.0.0.1:7004@17004 slave a1 0 1700000000000 1 connected
+";
+
+    #[test]
+    fn own_slots_are_local() {
+        assert_eq!(route_in(NODES, 0), Route::Local);
+        assert_eq!(route_in(NODES, 5460), Route::Local);
+    }
+
+    #[test]
+    fn a_migrating_slot_asks_the_target() {
+        assert_eq!(
+            route_in(NODES, 100),
+            Route::Ask(100, "127.0.0.1:7002".into())
+        );
+        assert_eq!(
+            route_in(NODES, 100).redirect().unwrap(),
+            "ASK 100 127.0.0.1:7002"
+        );
+    }
+
+    #[test]
+    fn other_nodes_slots_are_moved() {
+        assert_eq!(
+            route_in(NODES, 6000),
+            Route::Moved(6000, "127.0.0.1:7002".into())
+        );
+        assert_eq!(
+            route_in(NODES, 16383),
+            Route::Moved(16383, "127.0.0.1:7003".into())
+        );
+    }
+
+    #[test]
+    fn unserved_slots_are_down() {
+        assert_eq!(route_in(NODES, 16100), Route::Down(16100));
+        assert!(
+            route_in(NODES, 16100)
+                .redirect()
+                .unwrap()
+                .starts_with("CLUSTERDOWN")
+        );
+    }
+
+    #[test]
+    fn without_myself_everything_is_local() {
+        assert_eq!(route_in("", 5), Route::Local);
+    }
+}
