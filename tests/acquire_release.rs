@@ -4,8 +4,7 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -14,62 +13,10 @@ use redis::Value;
 /// Fences stay below this so that clients with double-precision numbers read them exactly.
 const TWO_TO_THE_53: i64 = 1 << 53;
 
-/// `LOCK.ACQUIRE key ttl TOKEN token` with a binary token.
-fn acquire_as(
-    con: &mut redis::Connection,
-    key: &str,
-    ttl_ms: i64,
-    token: &[u8],
-) -> Option<(Vec<u8>, i64)> {
-    redis::cmd("LOCK.ACQUIRE")
-        .arg(key)
-        .arg(ttl_ms)
-        .arg("TOKEN")
-        .arg(token)
-        .query(con)
-        .expect("LOCK.ACQUIRE")
-}
-
-fn extend(con: &mut redis::Connection, key: &str, token: &[u8], ttl_ms: i64) -> i64 {
-    redis::cmd("LOCK.EXTEND")
-        .arg(key)
-        .arg(token)
-        .arg(ttl_ms)
-        .query(con)
-        .expect("LOCK.EXTEND")
-}
-
-fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
-}
-
-fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(con)
-        .expect("EXISTS")
-        == 1
-}
-
-/// The key's serialized value: token, fence and grant time, without touching it.
-fn dump(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
-    redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
-}
-
-/// The server's clock in unix ms.
-fn server_now_ms(con: &mut redis::Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
-    secs * 1000 + micros / 1000
-}
-
 fn is_lower_hex(token: &[u8]) -> bool {
     token
         .iter()
         .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Sends `commands` on a fresh socket and returns every reply byte, exactly as the server
@@ -79,29 +26,16 @@ fn raw_replies(port: u16, commands: &[Vec<&[u8]>]) -> Vec<u8> {
     let mut request = Vec::new();
     let echo: Vec<&[u8]> = vec![b"ECHO", MARKER];
     for command in commands.iter().chain(std::iter::once(&echo)) {
-        request.extend_from_slice(format!("*{}\r\n", command.len()).as_bytes());
-        for arg in command {
-            request.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-            request.extend_from_slice(arg);
-            request.extend_from_slice(b"\r\n");
-        }
+        request.extend_from_slice(&resp(command));
     }
     let mut end = format!("${}\r\n", MARKER.len()).into_bytes();
     end.extend_from_slice(MARKER);
     end.extend_from_slice(b"\r\n");
 
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
+    let mut stream = raw_connection(port);
     stream.write_all(&request).expect("send");
     let mut replies = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !replies.ends_with(&end) {
-        let n = stream.read(&mut buf).expect("read raw replies");
-        assert!(n > 0, "server closed the connection");
-        replies.extend_from_slice(&buf[..n]);
-    }
+    read_until(&mut stream, &mut replies, |replies| replies.ends_with(&end));
     replies.truncate(replies.len() - end.len());
     replies
 }
@@ -467,11 +401,7 @@ fn lock_info_never_contains_the_token() {
                 "{protocol}: not a LOCK.INFO reply: {}",
                 String::from_utf8_lossy(&raw)
             );
-            assert!(
-                !contains(&raw, token),
-                "{protocol}: LOCK.INFO {key} shows the token: {}",
-                String::from_utf8_lossy(&raw)
-            );
+            assert_no_token_in(&format!("{protocol}: LOCK.INFO {key}"), &raw, &[token]);
         }
     }
 }

@@ -11,44 +11,25 @@ use common::*;
 /// 2^47 - 1 ms, the largest `ttl-ms`.
 const MAX_TTL_MS: i64 = (1 << 47) - 1;
 
-fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(con).unwrap()
-}
-
-fn dbsize(con: &mut redis::Connection) -> i64 {
-    redis::cmd("DBSIZE").query(con).unwrap()
-}
-
 /// `INFO keyspace` line of db0, if the database has keys.
 fn keyspace_db0(con: &mut redis::Connection) -> Option<String> {
-    let info: String = redis::cmd("INFO").arg("keyspace").query(con).unwrap();
-    info.lines()
+    server_info(con, "keyspace")
+        .lines()
         .find(|l| l.starts_with("db0:"))
         .map(str::to_string)
 }
 
 fn expired_keys(con: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO").arg("stats").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("expired_keys:"))
-        .expect("expired_keys in INFO stats")
-        .trim()
-        .parse()
-        .unwrap()
+    info_int(&server_info(con, "stats"), "expired_keys")
 }
 
-fn extend(con: &mut redis::Connection, key: &str, token: &[u8], ttl_ms: i64) -> i64 {
-    redis::cmd("LOCK.EXTEND")
-        .arg(key)
-        .arg(token)
-        .arg(ttl_ms)
-        .query(con)
-        .unwrap()
-}
-
-fn server_now_ms(con: &mut redis::Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-    secs * 1000 + micros / 1000
+/// Fails if a 300 ms lock granted at `started` went away in less than 250 ms.
+fn assert_lived_its_300_ms(started: Instant) {
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_millis(250),
+        "the 300 ms lock went away after {elapsed:?}"
+    );
 }
 
 #[test]
@@ -69,11 +50,7 @@ fn a_lock_expires_on_time_with_no_command_touching_it() {
         "background expiry reaps the lock",
         || dbsize(&mut observer) == 0,
     );
-    let elapsed = started.elapsed();
-    assert!(
-        elapsed >= Duration::from_millis(250),
-        "the 300 ms lock went away after {elapsed:?}"
-    );
+    assert_lived_its_300_ms(started);
     assert_eq!(keyspace_db0(&mut observer), None);
     assert_eq!(expired_keys(&mut observer), expired_before + 1);
     assert_eq!(info(&mut con, "lonely"), None);
@@ -87,17 +64,9 @@ fn another_connection_sees_the_lock_expire() {
     let started = Instant::now();
     let (token, _) = acquire(&mut holder, "seen", 300, &[]).expect("granted");
     poll_until(Duration::from_secs(10), "EXISTS answers 0", || {
-        redis::cmd("EXISTS")
-            .arg("seen")
-            .query::<i64>(&mut other)
-            .unwrap()
-            == 0
+        !exists(&mut other, "seen")
     });
-    let elapsed = started.elapsed();
-    assert!(
-        elapsed >= Duration::from_millis(250),
-        "the 300 ms lock went away after {elapsed:?}"
-    );
+    assert_lived_its_300_ms(started);
     assert_eq!(info(&mut other, "seen"), None);
     assert_eq!(release(&mut holder, "seen", &token), 0);
 }
@@ -128,10 +97,7 @@ fn a_lock_with_the_largest_ttl_expires_two_to_the_47_minus_1_ms_after_its_grant(
     let before = server_now_ms(&mut con);
     let (token, fence) = acquire(&mut con, "eon", MAX_TTL_MS as u64, &[]).expect("granted");
     let after = server_now_ms(&mut con);
-    let at: i64 = redis::cmd("PEXPIRETIME")
-        .arg("eon")
-        .query(&mut con)
-        .unwrap();
+    let at = pexpiretime(&mut con, "eon");
     assert!(
         at >= before + MAX_TTL_MS && at <= after + MAX_TTL_MS,
         "expires at {at}, granted in [{before}, {after}]"

@@ -3,60 +3,12 @@
 
 mod common;
 
-use std::fs;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 
 /// The largest fence a client whose numbers are doubles reads exactly.
 const MAX_FENCE: i64 = (1 << 53) - 1;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
-}
-
-/// One RESP command, as the AOF stores it.
-fn resp(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// A server that holds lock `key` (token `token`, no expiry) with a fence a year ahead
-/// of what the wall clock gives, loaded from a hand-written AOF (`LOCK._SET` is accepted
-/// while loading). Its clock is then far above anything the wall clock alone would
-/// reach, so a later fence above it proves that the fence was carried, not re-derived.
-fn server_with_future_fence(key: &str, token: &str) -> (TestServer, i64) {
-    let year_ms = 365 * 24 * 3_600_000;
-    let fence = (now_ms() + year_ms) << 10;
-    let mut server = TestServer::start();
-    server.stop();
-    let aof = resp(&[
-        b"LOCK._SET",
-        key.as_bytes(),
-        token.as_bytes(),
-        fence.to_string().as_bytes(),
-        now_ms().to_string().as_bytes(),
-        b"-1",
-    ]);
-    fs::write(server.dir.join("appendonly.aof"), aof).expect("write AOF");
-    server.restart_with(&["--appendonly", "yes"]);
-    let mut con = server.connection();
-    assert_eq!(
-        info_field(&mut con, key, "fence"),
-        Some(fence),
-        "the hand-written AOF was not loaded; log:\n{}",
-        server.log()
-    );
-    (server, fence)
-}
 
 /// Acquires `key` (which must be free), releases it, and returns the fence.
 fn grant_and_release(con: &mut redis::Connection, key: &str) -> i64 {
@@ -70,8 +22,27 @@ fn grant(con: &mut redis::Connection, key: &str) -> i64 {
     acquire(con, key, 30_000, &[]).expect("the lock is free").1
 }
 
-fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1
+/// Grants `k`, lets `remove` take the lock away, and checks that the next grant of `k`
+/// gets a higher fence.
+fn assert_fence_increases_after(remove: impl FnOnce(&mut redis::Connection)) {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let first = grant(&mut con, "k");
+    remove(&mut con);
+    let second = grant(&mut con, "k");
+    assert!(second > first, "{second} after {first}");
+}
+
+/// Copies `key` from `source` to the server of `target` (`DUMP`, then `RESTORE` without
+/// an expiry).
+fn copy_lock(source: &TestServer, target: &mut redis::Connection, key: &str) {
+    let payload = dump(&mut source.connection(), key).expect("a lock to copy");
+    let () = redis::cmd("RESTORE")
+        .arg(key)
+        .arg(0)
+        .arg(&payload)
+        .query(target)
+        .unwrap();
 }
 
 #[test]
@@ -123,45 +94,27 @@ fn fences_increase_after_a_lock_expires() {
 
 #[test]
 fn fences_increase_after_del() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let first = grant(&mut con, "k");
-    let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
-    let second = grant(&mut con, "k");
-    assert!(second > first, "{second} after {first}");
+    assert_fence_increases_after(|con| {
+        let _: i64 = redis::cmd("DEL").arg("k").query(con).unwrap();
+    });
 }
 
 #[test]
 fn fences_increase_after_unlink() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let first = grant(&mut con, "k");
-    let unlinked: i64 = redis::cmd("UNLINK").arg("k").query(&mut con).unwrap();
-    assert_eq!(unlinked, 1);
-    let second = grant(&mut con, "k");
-    assert!(second > first, "{second} after {first}");
+    assert_fence_increases_after(|con| {
+        let unlinked: i64 = redis::cmd("UNLINK").arg("k").query(con).unwrap();
+        assert_eq!(unlinked, 1);
+    });
 }
 
 #[test]
 fn fences_increase_after_set_overwrites_the_lock_and_del_removes_the_string() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let first = grant(&mut con, "k");
-    let _: () = redis::cmd("SET")
-        .arg("k")
-        .arg("plain")
-        .query(&mut con)
-        .unwrap();
-    let err = error_of(
-        redis::cmd("LOCK.ACQUIRE")
-            .arg("k")
-            .arg(1000)
-            .query(&mut con),
-    );
-    assert!(err.starts_with("WRONGTYPE"), "{err}");
-    let _: i64 = redis::cmd("DEL").arg("k").query(&mut con).unwrap();
-    let second = grant(&mut con, "k");
-    assert!(second > first, "{second} after {first}");
+    assert_fence_increases_after(|con| {
+        let _: () = redis::cmd("SET").arg("k").arg("plain").query(con).unwrap();
+        let err = error_of(redis::cmd("LOCK.ACQUIRE").arg("k").arg(1000).query(con));
+        assert!(err.starts_with("WRONGTYPE"), "{err}");
+        let _: i64 = redis::cmd("DEL").arg("k").query(con).unwrap();
+    });
 }
 
 #[test]
@@ -178,13 +131,10 @@ fn fences_increase_after_debug_reload() {
 
 #[test]
 fn fences_increase_after_flushall() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let before = grant(&mut con, "k");
-    let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
-    assert!(!exists(&mut con, "k"));
-    let after = grant(&mut con, "k");
-    assert!(after > before, "{after} after {before}");
+    assert_fence_increases_after(|con| {
+        let _: () = redis::cmd("FLUSHALL").query(con).unwrap();
+        assert!(!exists(con, "k"));
+    });
 }
 
 #[test]
@@ -224,22 +174,13 @@ fn a_fresh_server_grants_fences_above_those_another_server_granted_earlier() {
 
 #[test]
 fn a_restored_lock_raises_the_next_fence_above_its_own() {
-    let (source, foreign) = server_with_future_fence("moved", "holder");
-    let dump: Vec<u8> = redis::cmd("DUMP")
-        .arg("moved")
-        .query(&mut source.connection())
-        .unwrap();
+    let (source, foreign) = server_with_future_fence("moved", "holder", &[]);
 
     let target = TestServer::start();
     let mut con = target.connection();
     let local = grant_and_release(&mut con, "local");
     assert!(local < foreign, "the source's fence must be far ahead");
-    let _: () = redis::cmd("RESTORE")
-        .arg("moved")
-        .arg(0)
-        .arg(&dump)
-        .query(&mut con)
-        .unwrap();
+    copy_lock(&source, &mut con, "moved");
     assert_eq!(info_field(&mut con, "moved", "fence"), Some(foreign));
     assert_eq!(release(&mut con, "moved", b"holder"), 1);
 
@@ -253,19 +194,10 @@ fn a_restored_lock_raises_the_next_fence_above_its_own() {
 fn a_lock_restored_from_a_server_with_an_ordinary_clock_is_exceeded_too() {
     let source = TestServer::start();
     let (token, foreign) = acquire(&mut source.connection(), "moved", 30_000, &[]).unwrap();
-    let dump: Vec<u8> = redis::cmd("DUMP")
-        .arg("moved")
-        .query(&mut source.connection())
-        .unwrap();
 
     let target = TestServer::start();
     let mut con = target.connection();
-    let _: () = redis::cmd("RESTORE")
-        .arg("moved")
-        .arg(0)
-        .arg(&dump)
-        .query(&mut con)
-        .unwrap();
+    copy_lock(&source, &mut con, "moved");
     assert_eq!(release(&mut con, "moved", &token), 1);
     let after = grant(&mut con, "moved");
     assert!(after > foreign, "{after} after restored {foreign}");

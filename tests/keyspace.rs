@@ -12,27 +12,19 @@ use redis::Value;
 
 const TOKEN: &str = "the-holder";
 
-fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(con).unwrap()
-}
-
-fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1
-}
-
-fn dump(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
-    redis::cmd("DUMP").arg(key).query(con).unwrap()
-}
-
-fn server_now_ms(con: &mut redis::Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-    secs * 1000 + micros / 1000
-}
-
 /// A lock on `key` held by [`TOKEN`] for a minute: its fence and grant time.
 fn hold(con: &mut redis::Connection, key: &str) -> (i64, i64) {
     let (_, fence) = acquire(con, key, 60_000, &["TOKEN", TOKEN]).expect("granted");
     (fence, info_field(con, key, "acquired").expect("info"))
+}
+
+/// Fails unless `key` is the grant `hold` returned (same fence and grant time), with at
+/// most the minute it was granted for left.
+fn assert_holds_grant(con: &mut redis::Connection, key: &str, (fence, acquired): (i64, i64)) {
+    assert_eq!(info_field(con, key, "fence"), Some(fence));
+    assert_eq!(info_field(con, key, "acquired"), Some(acquired));
+    let ms = pttl(con, key);
+    assert!(ms > 0 && ms <= 60_000, "PTTL {ms}");
 }
 
 /// Text of a status or bulk reply.
@@ -62,7 +54,7 @@ fn string_commands_on_a_lock_answer_wrongtype_and_change_nothing() {
         &["GETRANGE", "lk", "0", "-1"],
     ];
     for case in cases {
-        let err = error_of(redis::cmd(case[0]).arg(&case[1..]).query(&mut con));
+        let err = error_of_command(&mut con, case);
         assert!(err.starts_with("WRONGTYPE "), "{case:?}: {err}");
         assert_eq!(dump(&mut con, "lk"), before, "{case:?}");
         let ttl = pttl(&mut con, "lk");
@@ -138,13 +130,7 @@ fn persist_removes_the_expiry_and_the_lock_stays_held() {
     assert_eq!(acquire(&mut con, "lk", 1_000, &["TOKEN", "other"]), None);
 
     // The holder can give it an expiry again.
-    let extended: i64 = redis::cmd("LOCK.EXTEND")
-        .arg("lk")
-        .arg(TOKEN)
-        .arg(30_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(extended, 1);
+    assert_eq!(extend(&mut con, "lk", TOKEN.as_bytes(), 30_000), 1);
     let ms = pttl(&mut con, "lk");
     assert!(ms > 0 && ms <= 30_000, "PTTL {ms}");
     assert_eq!(release(&mut con, "lk", TOKEN.as_bytes()), 1);
@@ -214,17 +200,14 @@ fn del_unlink_and_exists_work_on_a_lock() {
 fn rename_keeps_token_fence_grant_time_and_expiry() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (fence, acquired) = hold(&mut con, "old");
+    let grant = hold(&mut con, "old");
     let () = redis::cmd("RENAME")
         .arg("old")
         .arg("new")
         .query(&mut con)
         .unwrap();
     assert!(!exists(&mut con, "old"));
-    assert_eq!(info_field(&mut con, "new", "fence"), Some(fence));
-    assert_eq!(info_field(&mut con, "new", "acquired"), Some(acquired));
-    let ms = pttl(&mut con, "new");
-    assert!(ms > 0 && ms <= 60_000, "PTTL {ms}");
+    assert_holds_grant(&mut con, "new", grant);
     assert_eq!(acquire(&mut con, "new", 1_000, &["TOKEN", "other"]), None);
     assert_eq!(release(&mut con, "old", TOKEN.as_bytes()), 0);
     assert_eq!(release(&mut con, "new", TOKEN.as_bytes()), 1);
@@ -309,17 +292,14 @@ fn dump_and_restore_carry_token_fence_and_grant_time() {
 fn copy_duplicates_a_lock_with_its_token() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (fence, acquired) = hold(&mut con, "src");
+    let grant @ (fence, _) = hold(&mut con, "src");
     let copied: i64 = redis::cmd("COPY")
         .arg("src")
         .arg("dst")
         .query(&mut con)
         .unwrap();
     assert_eq!(copied, 1);
-    assert_eq!(info_field(&mut con, "dst", "fence"), Some(fence));
-    assert_eq!(info_field(&mut con, "dst", "acquired"), Some(acquired));
-    let ms = pttl(&mut con, "dst");
-    assert!(ms > 0 && ms <= 60_000, "PTTL {ms}");
+    assert_holds_grant(&mut con, "dst", grant);
     assert_eq!(release(&mut con, "dst", TOKEN.as_bytes()), 1);
     // The original is untouched by what happens to the copy.
     assert_eq!(info_field(&mut con, "src", "fence"), Some(fence));
@@ -332,7 +312,7 @@ fn migrate_moves_a_lock_with_token_fence_grant_time_and_expiry() {
     let target = TestServer::start();
     let mut con = source.connection();
     let mut there = target.connection();
-    let (fence, acquired) = hold(&mut con, "moving");
+    let grant = hold(&mut con, "moving");
     let () = redis::cmd("MIGRATE")
         .arg("127.0.0.1")
         .arg(target.port)
@@ -342,10 +322,7 @@ fn migrate_moves_a_lock_with_token_fence_grant_time_and_expiry() {
         .query(&mut con)
         .unwrap();
     assert!(!exists(&mut con, "moving"));
-    assert_eq!(info_field(&mut there, "moving", "fence"), Some(fence));
-    assert_eq!(info_field(&mut there, "moving", "acquired"), Some(acquired));
-    let ms = pttl(&mut there, "moving");
-    assert!(ms > 0 && ms <= 60_000, "PTTL {ms}");
+    assert_holds_grant(&mut there, "moving", grant);
     assert_eq!(acquire(&mut there, "moving", 1_000, &["TOKEN", "x"]), None);
     assert_eq!(release(&mut there, "moving", TOKEN.as_bytes()), 1);
 }
@@ -374,20 +351,14 @@ fn object_subcommands_answer_without_harming_the_lock() {
             redis::cmd("OBJECT").arg(sub).arg("lk").query(&mut con);
         assert!(reply.is_ok(), "OBJECT {sub}: {reply:?}");
     }
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("allkeys-lfu")
-        .query(&mut con)
-        .unwrap();
+    config_set(&mut con, "maxmemory-policy", "allkeys-lfu");
     let freq: i64 = redis::cmd("OBJECT")
         .arg("FREQ")
         .arg("lk")
         .query(&mut con)
         .unwrap();
     assert!(freq >= 0);
-    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
-    assert_eq!(pong, "PONG");
+    ping(&mut con);
     assert_eq!(dump(&mut con, "lk"), before);
 }
 
@@ -511,21 +482,12 @@ fn debug_digest_value_answers_and_follows_the_lock_value() {
     let mut con = server.connection();
     hold(&mut con, "a");
     acquire(&mut con, "b", 60_000, &["TOKEN", "someone-else"]).expect("granted");
-    let digest = |con: &mut redis::Connection, key: &str| -> String {
-        let digests: Vec<String> = redis::cmd("DEBUG")
-            .arg("DIGEST-VALUE")
-            .arg(key)
-            .query(con)
-            .unwrap();
-        assert_eq!(digests.len(), 1);
-        digests[0].clone()
-    };
-    let a = digest(&mut con, "a");
+    let a = digest_value(&mut con, "a");
     assert_eq!(a.len(), 40);
     assert_ne!(a, "0".repeat(40), "a lock must digest to something");
     assert_ne!(
         a,
-        digest(&mut con, "b"),
+        digest_value(&mut con, "b"),
         "different locks, different digests"
     );
 
@@ -538,7 +500,7 @@ fn debug_digest_value_answers_and_follows_the_lock_value() {
         .arg(&payload)
         .query(&mut con)
         .unwrap();
-    assert_eq!(digest(&mut con, "a-copy"), a);
+    assert_eq!(digest_value(&mut con, "a-copy"), a);
     let whole: String = redis::cmd("DEBUG").arg("DIGEST").query(&mut con).unwrap();
     assert_ne!(whole, "0".repeat(40));
 }
@@ -644,8 +606,6 @@ fn a_restore_payload_with_a_newer_encoding_version_is_refused_and_changes_nothin
         let ms = pttl(&mut con, "lk");
         assert!(ms > 0 && ms <= 60_000, "encver {encver}: PTTL {ms}");
     }
-    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
-    assert_eq!(pong, "PONG");
-    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
-    assert_eq!(keys, 2, "only the lock and the control copy");
+    ping(&mut con);
+    assert_eq!(dbsize(&mut con), 2, "only the lock and the control copy");
 }

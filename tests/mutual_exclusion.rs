@@ -161,27 +161,17 @@ fn assert_mutual_exclusion(asking: Asking) {
         assert_eq!(left, 0, "{key}: lock or marker left behind");
     }
 
-    let stats: String = redis::cmd("INFO").arg("lock").query(&mut con).unwrap();
+    let stats = server_info(&mut con, "lock");
     assert_eq!(
-        stat(&stats, "lock_grants"),
+        info_int(&stats, "lock_grants"),
         sections.len() as i64,
         "every section is one grant"
     );
     // Without contention the run would prove nothing.
-    assert!(stat(&stats, "lock_contended") > 0, "{stats}");
+    assert!(info_int(&stats, "lock_contended") > 0, "{stats}");
     if let Asking::Waiting = asking {
-        assert!(stat(&stats, "lock_waits") > 0, "{stats}");
+        assert!(info_int(&stats, "lock_waits") > 0, "{stats}");
     }
-}
-
-/// An integer field of an `INFO` reply.
-fn stat(info: &str, field: &str) -> i64 {
-    info.lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .unwrap_or_else(|| panic!("no {field} in:\n{info}"))
-        .trim()
-        .parse()
-        .expect("integer field")
 }
 
 #[test]

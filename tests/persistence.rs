@@ -5,44 +5,15 @@
 
 mod common;
 
-use std::fs;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
 
 /// A binary token: NUL, high bytes, CRLF and a space must survive every format.
 const OWN_TOKEN: &[u8] = b"own\x00\xff token\r\n";
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
-}
-
-/// What must survive a restart, without reading the token: the digest covers token,
-/// fence and grant time; the expiry is absolute.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    fence: i64,
-    acquired: i64,
-    expire_at: i64,
-    digest: String,
-}
-
-fn snapshot(con: &mut redis::Connection, key: &str) -> Snapshot {
-    let digest: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query(con)
-        .unwrap();
-    Snapshot {
-        fence: info_field(con, key, "fence").unwrap_or_else(|| panic!("{key} is not a lock")),
-        acquired: info_field(con, key, "acquired").expect("acquired"),
-        expire_at: redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap(),
-        digest: digest.into_iter().next().expect("one digest"),
-    }
-}
+/// AOF on, without an RDB preamble: every lock is a `LOCK._SET` command in the AOF.
+const PURE_AOF: [&str; 4] = ["--appendonly", "yes", "--aof-use-rdb-preamble", "no"];
 
 /// A held lock, its token and its state before the restart.
 struct Held {
@@ -61,21 +32,9 @@ struct Granted {
 /// so its expiry comes from a later command), and one released at once.
 fn grant_locks(con: &mut redis::Connection) -> Granted {
     let (made, made_fence) = acquire(con, "made", 600_000, &[]).expect("free");
-    let (own, own_fence): (Vec<u8>, i64) = redis::cmd("LOCK.ACQUIRE")
-        .arg("own")
-        .arg(300_000)
-        .arg("TOKEN")
-        .arg(OWN_TOKEN)
-        .query(con)
-        .unwrap();
+    let (own, own_fence) = acquire_as(con, "own", 300_000, OWN_TOKEN).expect("free");
     assert_eq!(own, OWN_TOKEN);
-    let extended: i64 = redis::cmd("LOCK.EXTEND")
-        .arg("own")
-        .arg(OWN_TOKEN)
-        .arg(900_000)
-        .query(con)
-        .unwrap();
-    assert_eq!(extended, 1);
+    assert_eq!(extend(con, "own", OWN_TOKEN, 900_000), 1);
     let (gone, gone_fence) = acquire(con, "released", 600_000, &[]).expect("free");
     assert_eq!(release(con, "released", &gone), 1);
     let held = vec![
@@ -107,11 +66,7 @@ fn assert_locks_survived(con: &mut redis::Connection, granted: &Granted) {
             "lock {} changed",
             lock.key
         );
-        assert!(
-            redis::cmd("PTTL").arg(lock.key).query::<i64>(con).unwrap() > 0,
-            "{} has no time left",
-            lock.key
-        );
+        assert!(pttl(con, lock.key) > 0, "{} has no time left", lock.key);
     }
     let (_, next) = acquire(con, "released", 1_000, &[]).expect("free");
     assert!(
@@ -129,191 +84,135 @@ fn assert_locks_survived(con: &mut redis::Connection, granted: &Granted) {
     }
 }
 
-fn info_persistence(con: &mut redis::Connection) -> String {
-    redis::cmd("INFO").arg("persistence").query(con).unwrap()
-}
-
 /// Rewrites the AOF and waits until the rewrite is done.
 fn rewrite_aof(con: &mut redis::Connection) {
     let _: String = redis::cmd("BGREWRITEAOF").query(con).unwrap();
-    poll_until(Duration::from_secs(20), "AOF rewrite done", || {
-        let info = info_persistence(con);
-        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
-    });
-    let info = info_persistence(con);
+    wait_for_aof_rewrite(con);
+    let info = server_info(con, "persistence");
     assert!(info.contains("aof_last_bgrewrite_status:ok"), "{info}");
-}
-
-/// The contents of the AOF's current base file (from the manifest).
-fn aof_base(server: &TestServer) -> Vec<u8> {
-    let dir = server.dir.join("appendonlydir");
-    let manifest =
-        fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("AOF manifest exists");
-    let line = manifest
-        .lines()
-        .find(|line| line.ends_with("type b"))
-        .unwrap_or_else(|| panic!("no base file in manifest:\n{manifest}"));
-    let name = line
-        .split(' ')
-        .nth(1)
-        .expect("manifest line: file <name> seq <n> type b");
-    fs::read(dir.join(name)).expect("read AOF base")
-}
-
-/// One RESP command, as the AOF stores it.
-fn resp(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// A server (AOF on, plus `extra`) that holds lock `key` (token `token`, no expiry) with
-/// a fence a year ahead of what the wall clock gives, loaded from a hand-written AOF.
-/// A later fence above it proves that the fence was carried, not re-derived from the
-/// wall clock.
-fn server_with_future_fence(key: &str, token: &str, extra: &[&str]) -> (TestServer, i64) {
-    let year_ms = 365 * 24 * 3_600_000;
-    let fence = (now_ms() + year_ms) << 10;
-    let mut server = TestServer::start();
-    server.stop();
-    let aof = resp(&[
-        b"LOCK._SET",
-        key.as_bytes(),
-        token.as_bytes(),
-        fence.to_string().as_bytes(),
-        now_ms().to_string().as_bytes(),
-        b"-1",
-    ]);
-    fs::write(server.dir.join("appendonly.aof"), aof).expect("write AOF");
-    let mut args = vec!["--appendonly", "yes"];
-    args.extend_from_slice(extra);
-    server.restart_with(&args);
-    let mut con = server.connection();
-    assert_eq!(
-        info_field(&mut con, key, "fence"),
-        Some(fence),
-        "the hand-written AOF was not loaded; log:\n{}",
-        server.log()
-    );
-    (server, fence)
 }
 
 fn save(con: &mut redis::Connection) {
     let _: () = redis::cmd("SAVE").query(con).unwrap();
 }
 
-#[test]
-fn an_rdb_restart_keeps_token_fence_grant_time_and_expiry() {
-    let mut server = TestServer::start();
-    let granted = grant_locks(&mut server.connection());
-    save(&mut server.connection());
+/// Grants locks on `server`, persists them with `persist` (which may also change what
+/// `grant_locks` recorded), restarts, and checks that the locks survived.
+fn assert_locks_survive_a_restart(
+    mut server: TestServer,
+    persist: impl FnOnce(&mut TestServer, &mut Granted),
+) {
+    let mut granted = grant_locks(&mut server.connection());
+    persist(&mut server, &mut granted);
     server.restart();
     assert_locks_survived(&mut server.connection(), &granted);
+}
+
+/// Releases the lock of a server whose fence is a year ahead (started with `extra`
+/// arguments), persists with `persist`, restarts with `restart`, and checks that the
+/// next fence exceeds the released one: only the persisted clock can know it.
+fn assert_a_released_fence_survives(
+    extra: &[&str],
+    persist: impl FnOnce(&mut TestServer),
+    restart: impl FnOnce(&mut TestServer),
+) {
+    let (mut server, future) = server_with_future_fence("future", "holder", extra);
+    assert_eq!(release(&mut server.connection(), "future", b"holder"), 1);
+    persist(&mut server);
+    restart(&mut server);
+    let (_, next) = acquire(&mut server.connection(), "future", 1_000, &[]).expect("free");
+    assert!(next > future, "{next} after {future}");
+}
+
+#[test]
+fn an_rdb_restart_keeps_token_fence_grant_time_and_expiry() {
+    assert_locks_survive_a_restart(TestServer::start(), |server, _| {
+        save(&mut server.connection())
+    });
 }
 
 #[test]
 fn an_rdb_restart_keeps_the_high_water_mark_of_locks_released_before_the_save() {
-    let (mut server, future) = server_with_future_fence("future", "holder", &[]);
-    let mut con = server.connection();
-    assert_eq!(release(&mut con, "future", b"holder"), 1);
-    save(&mut con);
-    // RDB only: no key holds the fence any more, only the saved high-water mark does.
-    server.restart_with(&[]);
-    let mut con = server.connection();
-    let keys: i64 = redis::cmd("DBSIZE").query(&mut con).unwrap();
-    assert_eq!(keys, 0);
-    let (_, next) = acquire(&mut con, "future", 1_000, &[]).expect("free");
-    assert!(next > future, "{next} after {future}");
+    assert_a_released_fence_survives(
+        &[],
+        |server| save(&mut server.connection()),
+        |server| {
+            // RDB only: no key holds the fence any more, only the saved high-water mark does.
+            server.restart_with(&[]);
+            assert_eq!(dbsize(&mut server.connection()), 0);
+        },
+    );
 }
 
 #[test]
 fn an_aof_restart_keeps_token_fence_grant_time_and_expiry() {
-    let mut server =
-        TestServer::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
-    let granted = grant_locks(&mut server.connection());
-    server.restart();
-    assert_locks_survived(&mut server.connection(), &granted);
+    assert_locks_survive_a_restart(TestServer::with_args(&PURE_AOF), |_, _| {});
 }
 
 #[test]
 fn an_aof_restart_after_a_rewrite_keeps_token_fence_grant_time_and_expiry() {
-    let mut server =
-        TestServer::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
-    let mut con = server.connection();
-    let granted = grant_locks(&mut con);
-    rewrite_aof(&mut con);
-    let base = aof_base(&server);
-    assert!(base.starts_with(b"*"), "base is not a plain AOF");
-    assert!(
-        base.windows(9).any(|w| w == b"LOCK._SET"),
-        "the rewrite emitted no LOCK._SET"
-    );
-    server.restart();
-    assert_locks_survived(&mut server.connection(), &granted);
+    assert_locks_survive_a_restart(TestServer::with_args(&PURE_AOF), |server, _| {
+        rewrite_aof(&mut server.connection());
+        let base = aof_files(server, "type b");
+        assert!(base.starts_with(b"*"), "base is not a plain AOF");
+        assert!(
+            contains(&base, b"LOCK._SET"),
+            "the rewrite emitted no LOCK._SET"
+        );
+    });
 }
 
 #[test]
 fn an_aof_with_rdb_preamble_keeps_token_fence_grant_time_and_expiry() {
-    let mut server = TestServer::with_args(&["--appendonly", "yes"]);
-    let mut con = server.connection();
-    let mut granted = grant_locks(&mut con);
-    rewrite_aof(&mut con);
-    assert!(
-        aof_base(&server).starts_with(b"REDIS"),
-        "base is not an RDB"
-    );
-    // A change after the rewrite lands in the incremental file, after the preamble.
-    let extended: i64 = redis::cmd("LOCK.EXTEND")
-        .arg("made")
-        .arg(&granted.held[0].token)
-        .arg(1_200_000)
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(extended, 1);
-    granted.held[0].before = snapshot(&mut con, "made");
-    server.restart();
-    assert_locks_survived(&mut server.connection(), &granted);
+    let server = TestServer::with_args(&["--appendonly", "yes"]);
+    assert_locks_survive_a_restart(server, |server, granted| {
+        let mut con = server.connection();
+        rewrite_aof(&mut con);
+        assert!(
+            aof_files(server, "type b").starts_with(b"REDIS"),
+            "base is not an RDB"
+        );
+        // A change after the rewrite lands in the incremental file, after the preamble.
+        assert_eq!(
+            extend(&mut con, "made", &granted.held[0].token, 1_200_000),
+            1
+        );
+        granted.held[0].before = snapshot(&mut con, "made");
+    });
 }
 
 #[test]
 fn an_aof_with_rdb_preamble_keeps_the_high_water_mark_of_released_locks() {
-    let (mut server, future) = server_with_future_fence("future", "holder", &[]);
-    let mut con = server.connection();
-    assert_eq!(release(&mut con, "future", b"holder"), 1);
-    // The rewrite drops the LOCK._SET and DEL: only the preamble's high-water mark
-    // still knows the fence.
-    rewrite_aof(&mut con);
-    assert!(
-        aof_base(&server).starts_with(b"REDIS"),
-        "base is not an RDB"
+    assert_a_released_fence_survives(
+        &[],
+        |server| {
+            // The rewrite drops the LOCK._SET and DEL: only the preamble's high-water mark
+            // still knows the fence.
+            rewrite_aof(&mut server.connection());
+            assert!(
+                aof_files(server, "type b").starts_with(b"REDIS"),
+                "base is not an RDB"
+            );
+        },
+        TestServer::restart,
     );
-    server.restart();
-    let (_, next) = acquire(&mut server.connection(), "future", 1_000, &[]).expect("free");
-    assert!(next > future, "{next} after {future}");
 }
 
 #[test]
 fn an_aof_replay_raises_the_clock_to_the_fences_it_replays() {
-    let (mut server, future) =
-        server_with_future_fence("future", "holder", &["--aof-use-rdb-preamble", "no"]);
-    let mut con = server.connection();
-    assert_eq!(release(&mut con, "future", b"holder"), 1);
     // No rewrite: the replay sets the lock with its fence, then deletes it.
-    server.restart();
-    let (_, next) = acquire(&mut server.connection(), "future", 1_000, &[]).expect("free");
-    assert!(next > future, "{next} after {future}");
+    assert_a_released_fence_survives(
+        &["--aof-use-rdb-preamble", "no"],
+        |_| {},
+        TestServer::restart,
+    );
 }
 
 #[test]
 fn a_rewritten_pure_aof_without_locks_still_restarts_with_higher_fences() {
     // No preamble and no lock key left: the AOF carries no fence at all, and the wall
     // clock alone must put the next fence above the old ones.
-    let mut server =
-        TestServer::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
+    let mut server = TestServer::with_args(&PURE_AOF);
     let mut con = server.connection();
     let (token, before) = acquire(&mut con, "k", 600_000, &[]).expect("free");
     assert_eq!(release(&mut con, "k", &token), 1);
@@ -325,18 +224,8 @@ fn a_rewritten_pure_aof_without_locks_still_restarts_with_higher_fences() {
 
 #[test]
 fn an_aof_with_fsync_always_keeps_the_locks_through_a_crash() {
-    let mut server = TestServer::with_args(&[
-        "--appendonly",
-        "yes",
-        "--aof-use-rdb-preamble",
-        "no",
-        "--appendfsync",
-        "always",
-    ]);
-    let granted = grant_locks(&mut server.connection());
-    server.kill();
-    server.restart();
-    assert_locks_survived(&mut server.connection(), &granted);
+    let server = TestServer::with_args(&[&PURE_AOF[..], &["--appendfsync", "always"]].concat());
+    assert_locks_survive_a_restart(server, |server, _| server.kill());
 }
 
 /// Grants a short lock, persists with `persist`, stops the server, waits until the
@@ -344,10 +233,7 @@ fn an_aof_with_fsync_always_keeps_the_locks_through_a_crash() {
 fn assert_expired_while_down_is_gone(mut server: TestServer, persist: fn(&mut TestServer)) {
     let mut con = server.connection();
     let (_, before) = acquire(&mut con, "short", 1_500, &[]).expect("free");
-    let expire_at: i64 = redis::cmd("PEXPIRETIME")
-        .arg("short")
-        .query(&mut con)
-        .unwrap();
+    let expire_at = pexpiretime(&mut con, "short");
     persist(&mut server);
     server.stop();
     assert!(
@@ -360,8 +246,7 @@ fn assert_expired_while_down_is_gone(mut server: TestServer, persist: fn(&mut Te
     server.restart();
     let mut con = server.connection();
     assert_eq!(info(&mut con, "short"), None);
-    let exists: i64 = redis::cmd("EXISTS").arg("short").query(&mut con).unwrap();
-    assert_eq!(exists, 0);
+    assert!(!exists(&mut con, "short"));
     let (_, after) = acquire(&mut con, "short", 1_000, &[]).expect("free after restart");
     assert!(after > before, "{after} after {before}");
 }
@@ -373,10 +258,7 @@ fn a_lock_that_expired_while_the_server_was_down_is_gone_after_an_rdb_restart() 
 
 #[test]
 fn a_lock_that_expired_while_the_server_was_down_is_gone_after_an_aof_restart() {
-    assert_expired_while_down_is_gone(
-        TestServer::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]),
-        |_| {},
-    );
+    assert_expired_while_down_is_gone(TestServer::with_args(&PURE_AOF), |_| {});
 }
 
 /// Grants a lock, removes its expiry with `PERSIST`, persists with `persist`, restarts,
@@ -396,8 +278,7 @@ fn assert_persisted_lock_survives(mut server: TestServer, persist: fn(&mut TestS
     let mut con = server.connection();
     assert_eq!(snapshot(&mut con, "forever"), before);
     assert_eq!(info_field(&mut con, "forever", "ttl"), Some(-1));
-    let ttl: i64 = redis::cmd("PTTL").arg("forever").query(&mut con).unwrap();
-    assert_eq!(ttl, -1);
+    assert_eq!(pttl(&mut con, "forever"), -1);
     assert_eq!(release(&mut con, "forever", &token), 1);
 }
 
@@ -408,18 +289,14 @@ fn a_lock_without_expiry_survives_an_rdb_restart_without_expiry() {
 
 #[test]
 fn a_lock_without_expiry_survives_an_aof_restart_without_expiry() {
-    assert_persisted_lock_survives(
-        TestServer::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]),
-        |_| {},
-    );
+    assert_persisted_lock_survives(TestServer::with_args(&PURE_AOF), |_| {});
 }
 
 #[test]
 fn a_lock_without_expiry_survives_an_aof_rewrite_and_restart_without_expiry() {
-    assert_persisted_lock_survives(
-        TestServer::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]),
-        |server| rewrite_aof(&mut server.connection()),
-    );
+    assert_persisted_lock_survives(TestServer::with_args(&PURE_AOF), |server| {
+        rewrite_aof(&mut server.connection())
+    });
 }
 
 #[test]

@@ -4,98 +4,9 @@
 
 mod common;
 
-use std::fs;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use common::*;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
-}
-
-/// A lock's state, without the token: the digest covers token, fence and grant time;
-/// the expiry is absolute.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    fence: i64,
-    acquired: i64,
-    expire_at: i64,
-    digest: String,
-}
-
-fn snapshot(con: &mut redis::Connection, key: &str) -> Snapshot {
-    let digest: Vec<String> = redis::cmd("DEBUG")
-        .arg("DIGEST-VALUE")
-        .arg(key)
-        .query(con)
-        .unwrap();
-    Snapshot {
-        fence: info_field(con, key, "fence").unwrap_or_else(|| panic!("{key} is not a lock")),
-        acquired: info_field(con, key, "acquired").expect("acquired"),
-        expire_at: pexpiretime(con, key),
-        digest: digest.into_iter().next().expect("one digest"),
-    }
-}
-
-fn pexpiretime(con: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
-}
-
-/// Keys physically present (a replica hides logically expired keys from reads, but
-/// keeps them until the master's `DEL` arrives).
-fn dbsize(con: &mut redis::Connection) -> i64 {
-    redis::cmd("DBSIZE").query(con).unwrap()
-}
-
-/// One RESP command, as the AOF stores it.
-fn resp(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for arg in args {
-        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
-        out.extend_from_slice(arg);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// A master (AOF on) that holds lock `key` (token `token`, no expiry) with a fence a
-/// year ahead of what the wall clock gives, loaded from a hand-written AOF. A fence above
-/// it on another server proves that the fence was carried there, not re-derived from the
-/// wall clock.
-fn master_with_future_fence(key: &str, token: &str) -> (TestServer, i64) {
-    let year_ms = 365 * 24 * 3_600_000;
-    let fence = (now_ms() + year_ms) << 10;
-    let mut server = TestServer::start();
-    server.stop();
-    let aof = resp(&[
-        b"LOCK._SET",
-        key.as_bytes(),
-        token.as_bytes(),
-        fence.to_string().as_bytes(),
-        now_ms().to_string().as_bytes(),
-        b"-1",
-    ]);
-    fs::write(server.dir.join("appendonly.aof"), aof).expect("write AOF");
-    server.restart_with(&["--appendonly", "yes", MASTER_ARGS[0], MASTER_ARGS[1]]);
-    let mut con = server.connection();
-    assert_eq!(
-        info_field(&mut con, key, "fence"),
-        Some(fence),
-        "the hand-written AOF was not loaded; log:\n{}",
-        server.log()
-    );
-    (server, fence)
-}
-
-/// Full syncs start at once (the default waits 5 s for more replicas to join).
-const MASTER_ARGS: [&str; 2] = ["--repl-diskless-sync-delay", "0"];
-
-fn master() -> TestServer {
-    TestServer::with_args(&MASTER_ARGS)
-}
 
 fn promote(replica: &TestServer) {
     let _: () = redis::cmd("REPLICAOF")
@@ -111,37 +22,9 @@ fn assert_same_lock(master: &mut redis::Connection, replica: &mut redis::Connect
     assert!(on_master.expire_at > 0 || on_master.expire_at == -1);
 }
 
-/// Waits until no AOF rewrite runs or is scheduled (a replica rewrites its AOF after
-/// each full sync, and refuses to shut down while writing its first one).
-fn wait_for_aof_rewrite(con: &mut redis::Connection) {
-    poll_until(Duration::from_secs(20), "AOF rewrite done", || {
-        let info: String = redis::cmd("INFO").arg("persistence").query(con).unwrap();
-        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
-    });
-}
-
-/// The concatenated contents of the AOF files of one type (`type b` or `type i`) named
-/// in `server`'s manifest.
-fn aof_files(server: &TestServer, kind: &str) -> Vec<u8> {
-    let dir = server.dir.join("appendonlydir");
-    let manifest =
-        fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("AOF manifest exists");
-    manifest
-        .lines()
-        .filter(|line| line.ends_with(kind))
-        .flat_map(|line| {
-            let name = line
-                .split(' ')
-                .nth(1)
-                .expect("manifest line: file <name> ...");
-            fs::read(dir.join(name)).expect("read AOF file")
-        })
-        .collect()
-}
-
 #[test]
 fn a_grant_with_a_server_made_token_reaches_the_replica_with_the_same_state() {
-    let master = master();
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let (mut m, mut r) = (master.connection(), replica.connection());
     let (token, fence) = acquire(&mut m, "made", 600_000, &[]).expect("free");
@@ -153,17 +36,11 @@ fn a_grant_with_a_server_made_token_reaches_the_replica_with_the_same_state() {
 
 #[test]
 fn a_grant_with_an_own_token_reaches_the_replica_with_the_same_state() {
-    let master = master();
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let (mut m, mut r) = (master.connection(), replica.connection());
     let token: &[u8] = b"own\x00\xff token\r\n";
-    let (granted, _): (Vec<u8>, i64) = redis::cmd("LOCK.ACQUIRE")
-        .arg("own")
-        .arg(600_000)
-        .arg("TOKEN")
-        .arg(token)
-        .query(&mut m)
-        .unwrap();
+    let (granted, _) = acquire_as(&mut m, "own", 600_000, token).expect("free");
     assert_eq!(granted, token);
     sync_replicas(&mut m, 1);
     assert_same_lock(&mut m, &mut r, "own");
@@ -173,7 +50,7 @@ fn a_grant_with_an_own_token_reaches_the_replica_with_the_same_state() {
 fn the_replica_state_differs_when_the_token_differs() {
     // Guards the digest comparison itself: two grants with different tokens at the same
     // fence and time would be a different state, and the digest must see the token.
-    let master = master();
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let (mut m, mut r) = (master.connection(), replica.connection());
     acquire(&mut m, "a", 600_000, &["TOKEN", "one"]).expect("free");
@@ -184,7 +61,7 @@ fn the_replica_state_differs_when_the_token_differs() {
 
 #[test]
 fn a_release_removes_the_lock_on_the_replica() {
-    let master = master();
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let (mut m, mut r) = (master.connection(), replica.connection());
     let (token, _) = acquire(&mut m, "k", 600_000, &[]).expect("free");
@@ -196,50 +73,48 @@ fn a_release_removes_the_lock_on_the_replica() {
     assert_eq!(dbsize(&mut r), 0);
 }
 
-#[test]
-fn an_extend_replicates_the_new_absolute_expiry() {
-    let master = master();
+/// Grants `k` for a minute on a master (with `acquire_args`), lets `renew` renew it for
+/// an hour there, and checks that the replica got the master's state: the same lock
+/// with an expiry about an hour later. Returns the replica's state before and after.
+fn renewal_on_the_replica(
+    acquire_args: &[&str],
+    renew: impl FnOnce(&mut redis::Connection, &[u8], i64),
+) -> (Snapshot, Snapshot) {
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let (mut m, mut r) = (master.connection(), replica.connection());
-    let (token, _) = acquire(&mut m, "k", 60_000, &[]).expect("free");
+    let (token, fence) = acquire(&mut m, "k", 60_000, acquire_args).expect("free");
     sync_replicas(&mut m, 1);
     let before = snapshot(&mut r, "k");
-    let extended: i64 = redis::cmd("LOCK.EXTEND")
-        .arg("k")
-        .arg(&token)
-        .arg(3_600_000)
-        .query(&mut m)
-        .unwrap();
-    assert_eq!(extended, 1);
+    renew(&mut m, &token, fence);
     sync_replicas(&mut m, 1);
     assert_same_lock(&mut m, &mut r, "k");
     let after = snapshot(&mut r, "k");
     assert!(after.expire_at > before.expire_at + 3_000_000, "{after:?}");
-    assert_eq!(after.fence, before.fence);
     assert_eq!(after.digest, before.digest);
+    (before, after)
+}
+
+#[test]
+fn an_extend_replicates_the_new_absolute_expiry() {
+    let (before, after) = renewal_on_the_replica(&[], |m, token, _| {
+        assert_eq!(extend(m, "k", token, 3_600_000), 1);
+    });
+    assert_eq!(after.fence, before.fence);
 }
 
 #[test]
 fn an_idempotent_reacquire_replicates_the_new_absolute_expiry() {
-    let master = master();
-    let replica = start_replica(&master, &[]);
-    let (mut m, mut r) = (master.connection(), replica.connection());
-    let (_, fence) = acquire(&mut m, "k", 60_000, &["TOKEN", "mine"]).expect("free");
-    sync_replicas(&mut m, 1);
-    let before = snapshot(&mut r, "k");
-    let (_, again) = acquire(&mut m, "k", 3_600_000, &["TOKEN", "mine"]).expect("renewed");
-    assert_eq!(again, fence);
-    sync_replicas(&mut m, 1);
-    assert_same_lock(&mut m, &mut r, "k");
-    let after = snapshot(&mut r, "k");
-    assert!(after.expire_at > before.expire_at + 3_000_000, "{after:?}");
+    let (before, after) = renewal_on_the_replica(&["TOKEN", "mine"], |m, _, fence| {
+        let (_, again) = acquire(m, "k", 3_600_000, &["TOKEN", "mine"]).expect("renewed");
+        assert_eq!(again, fence);
+    });
     assert_eq!(after.acquired, before.acquired);
-    assert_eq!(after.digest, before.digest);
 }
 
 #[test]
 fn a_replica_added_later_gets_the_locks_and_the_high_water_mark() {
-    let (master, future) = master_with_future_fence("future", "holder");
+    let (master, future) = server_with_future_fence("future", "holder", &[]);
     let mut m = master.connection();
     assert_eq!(release(&mut m, "future", b"holder"), 1);
     acquire(&mut m, "made", 600_000, &[]).expect("free");
@@ -260,7 +135,7 @@ fn a_replica_added_later_gets_the_locks_and_the_high_water_mark() {
 
 #[test]
 fn the_replica_refuses_acquire_release_and_extend_as_readonly() {
-    let master = master();
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let mut m = master.connection();
     let (token, _) = acquire(&mut m, "k", 600_000, &[]).expect("free");
@@ -292,7 +167,7 @@ fn the_replica_refuses_acquire_release_and_extend_as_readonly() {
 
 #[test]
 fn a_promoted_replica_grants_fences_above_every_fence_it_has_seen() {
-    let (master, future) = master_with_future_fence("future", "holder");
+    let (master, future) = server_with_future_fence("future", "holder", &[]);
     let replica = start_replica(&master, &[]);
     let mut m = master.connection();
     // After the full sync, grants above the loaded fence reach the replica only as
@@ -316,7 +191,7 @@ fn a_promoted_replica_grants_fences_above_every_fence_it_has_seen() {
 
 #[test]
 fn a_promoted_replica_grants_fences_above_the_locks_it_holds() {
-    let master = master();
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let mut m = master.connection();
     let (token, fence) = acquire(&mut m, "k", 600_000, &[]).expect("free");
@@ -330,7 +205,7 @@ fn a_promoted_replica_grants_fences_above_the_locks_it_holds() {
 
 #[test]
 fn expiry_on_the_master_removes_the_lock_on_the_replica() {
-    let master = master();
+    let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let mut m = master.connection();
     acquire(&mut m, "short", 100, &[]).expect("free");
@@ -347,7 +222,7 @@ fn expiry_on_the_master_removes_the_lock_on_the_replica() {
 
 #[test]
 fn a_replica_with_aof_restarted_standalone_keeps_the_locks() {
-    let master = master();
+    let master = TestServer::start();
     let mut m = master.connection();
     // One lock reaches the replica by the full sync (its AOF base), the other by the
     // stream after the replica's AOF rewrite (its incremental AOF file).
@@ -360,7 +235,7 @@ fn a_replica_with_aof_restarted_standalone_keeps_the_locks() {
     drop(r);
     let incremental = aof_files(&replica, "type i");
     assert!(
-        incremental.windows(9).any(|w| w == b"LOCK._SET"),
+        contains(&incremental, b"LOCK._SET"),
         "the replica's AOF did not get the replicated LOCK._SET"
     );
 

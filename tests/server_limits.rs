@@ -11,45 +11,6 @@ use std::time::Duration;
 use common::*;
 use redis::Value;
 
-fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
-    redis::cmd("PTTL").arg(key).query(con).unwrap()
-}
-
-fn dump(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
-    redis::cmd("DUMP").arg(key).query(con).unwrap()
-}
-
-fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS").arg(key).query::<i64>(con).unwrap() == 1
-}
-
-fn config_set(con: &mut redis::Connection, name: &str, value: &str) {
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(name)
-        .arg(value)
-        .query(con)
-        .unwrap();
-}
-
-fn extend(con: &mut redis::Connection, key: &str, token: &[u8], ttl_ms: i64) -> i64 {
-    redis::cmd("LOCK.EXTEND")
-        .arg(key)
-        .arg(token)
-        .arg(ttl_ms)
-        .query(con)
-        .unwrap()
-}
-
-fn ping(con: &mut redis::Connection) {
-    let pong: String = redis::cmd("PING").query(con).unwrap();
-    assert_eq!(pong, "PONG");
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle)
-}
-
 fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
@@ -93,7 +54,7 @@ fn a_read_only_replica_refuses_every_command_but_lock_info() {
         &["LOCK.EXTEND", "held", "t", "1000"],
     ];
     for case in cases {
-        let err = error_of(redis::cmd(case[0]).arg(&case[1..]).query(&mut con));
+        let err = error_of_command(&mut con, case);
         assert!(err.starts_with("READONLY "), "{case:?}: {err}");
         assert_eq!(dump(&mut con, "held"), before, "{case:?}");
         assert!(!exists(&mut con, "absent"), "{case:?}");
@@ -119,7 +80,7 @@ fn without_memory_acquire_is_refused_with_oom_while_release_extend_and_info_work
         &["LOCK.ACQUIRE", "a", "600000", "TOKEN", "ta"],
     ];
     for case in cases {
-        let err = error_of(redis::cmd(case[0]).arg(&case[1..]).query(&mut con));
+        let err = error_of_command(&mut con, case);
         assert!(err.starts_with("OOM "), "{case:?}: {err}");
     }
     assert!(!exists(&mut con, "new"));
@@ -158,10 +119,10 @@ fn a_lock_is_evicted_like_any_key_with_an_expiry() {
     config_set(&mut con, "maxmemory", "1");
     poll_until(Duration::from_secs(10), "the lock is evicted", || {
         ping(&mut con);
-        redis::cmd("DBSIZE").query::<i64>(&mut con).unwrap() == 1
+        dbsize(&mut con) == 1
     });
     config_set(&mut con, "maxmemory", "0");
-    let info: String = redis::cmd("INFO").arg("stats").query(&mut con).unwrap();
+    let info = server_info(&mut con, "stats");
     assert!(info.contains("evicted_keys:1"), "{info}");
     assert!(exists(&mut con, "plain"));
     assert!(!exists(&mut con, "lk"));
@@ -189,7 +150,7 @@ fn a_panicking_command_answers_err_and_the_server_keeps_running() {
     assert!(next > fence);
     assert_eq!(release(&mut fresh, "kept", &token), 1);
     // The same process answers: it neither died nor was restarted.
-    let about: String = redis::cmd("INFO").arg("server").query(&mut fresh).unwrap();
+    let about = server_info(&mut fresh, "server");
     let pid = server.pid().expect("running");
     assert!(about.contains(&format!("process_id:{pid}\r\n")), "{about}");
 }
@@ -290,11 +251,7 @@ fn commands_with_tokens(con: &mut redis::Connection) -> Vec<Vec<u8>> {
         vec![b"LOCK._SET", b"r", &internal, b"5", b"0", b"-1"],
     ];
     for argv in refusals {
-        let mut cmd = redis::cmd(std::str::from_utf8(argv[0]).unwrap());
-        for arg in &argv[1..] {
-            cmd.arg(*arg);
-        }
-        let err = error_of(cmd.query(con));
+        let err = error_of_command(con, &argv);
         assert!(err.starts_with("ERR "), "{err}");
     }
     vec![
@@ -323,11 +280,8 @@ fn slowlog_bytes(con: &mut redis::Connection) -> Vec<u8> {
 
 /// Opens a MONITOR session on a raw socket.
 fn monitor(port: u16) -> TcpStream {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    stream.write_all(b"*1\r\n$7\r\nMONITOR\r\n").unwrap();
+    let mut stream = raw_connection(port);
+    stream.write_all(&resp(&[b"MONITOR"])).unwrap();
     let mut ok = [0u8; 5];
     stream.read_exact(&mut ok).unwrap();
     assert_eq!(&ok, b"+OK\r\n");
@@ -339,13 +293,32 @@ fn monitor_until_marker(stream: &mut TcpStream, con: &mut redis::Connection) -> 
     const MARKER: &[u8] = b"monitor-end-marker-e81f";
     let _: Vec<u8> = redis::cmd("ECHO").arg(MARKER).query(con).unwrap();
     let mut seen = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !contains(&seen, MARKER) {
-        let n = stream.read(&mut buf).expect("read MONITOR");
-        assert!(n > 0, "MONITOR connection closed");
-        seen.extend_from_slice(&buf[..n]);
-    }
+    read_until(stream, &mut seen, |seen| contains(seen, MARKER));
     seen
+}
+
+/// Fails unless `seen`, what `source` showed after `commands_with_tokens`, shows each of
+/// `commands` and the server's `(redacted)` mark, and none of `tokens`.
+fn assert_commands_shown_with_tokens_redacted(
+    source: &str,
+    seen: &[u8],
+    commands: &[&str],
+    tokens: &[Vec<u8>],
+) {
+    for command in commands {
+        assert!(
+            contains_ignore_case(seen, command.as_bytes()),
+            "{source} did not show {command}: {}",
+            String::from_utf8_lossy(seen)
+        );
+    }
+    // The server's redaction API marks what it hid.
+    assert!(
+        contains(seen, b"(redacted)"),
+        "{}",
+        String::from_utf8_lossy(seen)
+    );
+    assert_no_token_in(source, seen, tokens);
 }
 
 #[test]
@@ -356,27 +329,12 @@ fn slowlog_never_shows_a_token() {
     config_set(&mut con, "slowlog-max-len", "10000");
     let tokens = commands_with_tokens(&mut con);
     let log = slowlog_bytes(&mut con);
-    for command in ["lock.acquire", "lock.release", "lock.extend", "lock._set"] {
-        assert!(
-            contains_ignore_case(&log, command.as_bytes()),
-            "SLOWLOG did not record {command}: {}",
-            String::from_utf8_lossy(&log)
-        );
-    }
-    // The server's redaction API marks what it hid.
-    assert!(
-        contains(&log, b"(redacted)"),
-        "{}",
-        String::from_utf8_lossy(&log)
+    assert_commands_shown_with_tokens_redacted(
+        "SLOWLOG",
+        &log,
+        &["lock.acquire", "lock.release", "lock.extend", "lock._set"],
+        &tokens,
     );
-    for token in &tokens {
-        assert!(
-            !contains(&log, token),
-            "SLOWLOG shows {}: {}",
-            String::from_utf8_lossy(token),
-            String::from_utf8_lossy(&log)
-        );
-    }
 }
 
 #[test]
@@ -386,26 +344,12 @@ fn monitor_never_shows_a_token() {
     let mut stream = monitor(server.port);
     let tokens = commands_with_tokens(&mut con);
     let seen = monitor_until_marker(&mut stream, &mut con);
-    for command in ["lock.acquire", "lock.release", "lock.extend"] {
-        assert!(
-            contains_ignore_case(&seen, command.as_bytes()),
-            "MONITOR did not show {command}: {}",
-            String::from_utf8_lossy(&seen)
-        );
-    }
-    assert!(
-        contains(&seen, b"(redacted)"),
-        "{}",
-        String::from_utf8_lossy(&seen)
+    assert_commands_shown_with_tokens_redacted(
+        "MONITOR",
+        &seen,
+        &["lock.acquire", "lock.release", "lock.extend"],
+        &tokens,
     );
-    for token in &tokens {
-        assert!(
-            !contains(&seen, token),
-            "MONITOR shows {}: {}",
-            String::from_utf8_lossy(token),
-            String::from_utf8_lossy(&seen)
-        );
-    }
 }
 
 /// Acquires whose options are malformed still carry the caller's token right after the
@@ -435,28 +379,14 @@ fn a_malformed_acquire_shows_its_token_neither_in_slowlog_nor_in_monitor() {
         vec![b"LOCK.ACQUIRE", b"k", b"TOKEN", &no_ttl],
     ];
     for argv in cases {
-        let mut cmd = redis::cmd("LOCK.ACQUIRE");
-        for arg in &argv[1..] {
-            cmd.arg(*arg);
-        }
-        let err = error_of(cmd.query(&mut con));
+        let err = error_of_command(&mut con, &argv);
         assert!(err.starts_with("ERR "), "{err}");
     }
     let seen = monitor_until_marker(&mut stream, &mut con);
     let log = slowlog_bytes(&mut con);
-    for token in [&misplaced, &no_ttl] {
-        let token_text = String::from_utf8_lossy(token);
-        assert!(
-            !contains(&log, token),
-            "SLOWLOG shows {token_text}: {}",
-            String::from_utf8_lossy(&log)
-        );
-        assert!(
-            !contains(&seen, token),
-            "MONITOR shows {token_text}: {}",
-            String::from_utf8_lossy(&seen)
-        );
-    }
+    let tokens = [&misplaced, &no_ttl];
+    assert_no_token_in("SLOWLOG", &log, &tokens);
+    assert_no_token_in("MONITOR", &seen, &tokens);
 }
 
 #[test]
@@ -473,13 +403,7 @@ fn the_server_log_never_contains_a_token() {
     assert_eq!(release(&mut con, "through-reload", &held), 1);
     let log = server.log();
     assert!(log.contains("Module 'lock' loaded"), "{log}");
-    for token in &tokens {
-        assert!(
-            !contains(log.as_bytes(), token),
-            "the log shows {}: {log}",
-            String::from_utf8_lossy(token)
-        );
-    }
+    assert_no_token_in("the log", log.as_bytes(), &tokens);
 }
 
 #[test]
@@ -499,7 +423,7 @@ fn lock_set_from_a_normal_client_is_refused_and_changes_nothing() {
         &["LOCK._SET", "held"],
     ];
     for case in cases {
-        let err = error_of(redis::cmd(case[0]).arg(&case[1..]).query(&mut con));
+        let err = error_of_command(&mut con, case);
         assert!(err.starts_with("ERR "), "{case:?}: {err}");
     }
     // Nor from a transaction or a script.

@@ -364,3 +364,271 @@ pub fn error_of(result: redis::RedisResult<redis::Value>) -> String {
 pub fn port_open(port: u16) -> bool {
     TcpStream::connect(("127.0.0.1", port)).is_ok()
 }
+
+/// The wall clock in unix ms (what the fence clock's wall-clock half reads).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+/// The server's clock in unix ms (`TIME`).
+pub fn server_now_ms(con: &mut redis::Connection) -> i64 {
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
+    secs * 1000 + micros / 1000
+}
+
+/// `LOCK.ACQUIRE key ttl TOKEN token` with a binary token: `Some((token, fence))`, or
+/// `None` for nil.
+pub fn acquire_as(
+    con: &mut redis::Connection,
+    key: &str,
+    ttl_ms: i64,
+    token: &[u8],
+) -> Option<(Vec<u8>, i64)> {
+    redis::cmd("LOCK.ACQUIRE")
+        .arg(key)
+        .arg(ttl_ms)
+        .arg("TOKEN")
+        .arg(token)
+        .query(con)
+        .expect("LOCK.ACQUIRE")
+}
+
+/// `LOCK.EXTEND key token ttl`: 1 or 0.
+pub fn extend(con: &mut redis::Connection, key: &str, token: &[u8], ttl_ms: i64) -> i64 {
+    redis::cmd("LOCK.EXTEND")
+        .arg(key)
+        .arg(token)
+        .arg(ttl_ms)
+        .query(con)
+        .expect("LOCK.EXTEND")
+}
+
+/// `PTTL key`: ms left, -1 without an expiry, -2 for a missing key.
+pub fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
+}
+
+/// `PEXPIRETIME key`: the absolute expiry in unix ms, -1 without an expiry, -2 for a
+/// missing key.
+pub fn pexpiretime(con: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .expect("PEXPIRETIME")
+}
+
+/// Whether `key` exists (`EXISTS`, a lookup: a key past its expiry does not).
+pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(con)
+        .expect("EXISTS")
+        == 1
+}
+
+/// `DUMP key`: the serialized value (of a lock: token, fence and grant time), read without
+/// touching it; `None` for a missing key.
+pub fn dump(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
+}
+
+/// `DBSIZE`: the keys physically present, counted without looking any up (a replica
+/// hides logically expired keys from reads, but keeps them until the master's `DEL`
+/// arrives).
+pub fn dbsize(con: &mut redis::Connection) -> i64 {
+    redis::cmd("DBSIZE").query(con).expect("DBSIZE")
+}
+
+/// `DEBUG DIGEST-VALUE key`: the digest of the value (of a lock: token, fence and grant
+/// time), 40 hex characters.
+pub fn digest_value(con: &mut redis::Connection, key: &str) -> String {
+    let digests: Vec<String> = redis::cmd("DEBUG")
+        .arg("DIGEST-VALUE")
+        .arg(key)
+        .query(con)
+        .expect("DEBUG DIGEST-VALUE");
+    assert_eq!(digests.len(), 1, "one digest for one key: {digests:?}");
+    digests.into_iter().next().unwrap()
+}
+
+/// `CONFIG SET name value`.
+pub fn config_set(con: &mut redis::Connection, name: &str, value: &str) {
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query(con)
+        .expect("CONFIG SET");
+}
+
+/// `PING`, which must answer `PONG`.
+pub fn ping(con: &mut redis::Connection) {
+    let pong: String = redis::cmd("PING").query(con).expect("PING");
+    assert_eq!(pong, "PONG");
+}
+
+/// `INFO section`, as text.
+pub fn server_info(con: &mut redis::Connection, section: &str) -> String {
+    redis::cmd("INFO").arg(section).query(con).expect("INFO")
+}
+
+/// The integer field `field` (a `field:value` line) of an `INFO` text.
+pub fn info_int(info: &str, field: &str) -> i64 {
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in:\n{info}"))
+        .trim()
+        .parse()
+        .expect("integer field")
+}
+
+/// A lock's state, without reading its token: the digest covers token, fence and grant
+/// time; the expiry is absolute. Equal snapshots on two servers, or before and after a
+/// restart, mean the same lock.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub fence: i64,
+    pub acquired: i64,
+    pub expire_at: i64,
+    pub digest: String,
+}
+
+/// The state of the lock `key` (which must exist).
+pub fn snapshot(con: &mut redis::Connection, key: &str) -> Snapshot {
+    let digest = digest_value(con, key);
+    Snapshot {
+        fence: info_field(con, key, "fence").unwrap_or_else(|| panic!("{key} is not a lock")),
+        acquired: info_field(con, key, "acquired").expect("acquired"),
+        expire_at: pexpiretime(con, key),
+        digest,
+    }
+}
+
+/// Whether `needle` occurs in `haystack`.
+pub fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Fails if any of `tokens` occurs in `seen`, what `source` (a reply, SLOWLOG, MONITOR,
+/// the log) showed.
+pub fn assert_no_token_in<T: AsRef<[u8]>>(source: &str, seen: &[u8], tokens: &[T]) {
+    for token in tokens {
+        assert!(
+            !contains(seen, token.as_ref()),
+            "{source} shows {}: {}",
+            String::from_utf8_lossy(token.as_ref()),
+            String::from_utf8_lossy(seen)
+        );
+    }
+}
+
+/// Runs `argv` (the command name first, then its arguments as bytes) and returns its
+/// error text, as `error_of` does; fails if the command succeeds.
+pub fn error_of_command<A: AsRef<[u8]>>(con: &mut redis::Connection, argv: &[A]) -> String {
+    let name = std::str::from_utf8(argv[0].as_ref()).expect("a command name is text");
+    let mut cmd = redis::cmd(name);
+    for arg in &argv[1..] {
+        cmd.arg(arg.as_ref());
+    }
+    error_of(cmd.query(con))
+}
+
+/// One command in RESP, as a client sends it and the AOF stores it.
+pub fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for arg in args {
+        out.extend_from_slice(format!("${}\r\n", arg.len()).as_bytes());
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// A plain TCP connection to the server on `port` (10 s read timeout), for bytes exactly
+/// as they go over the wire.
+pub fn raw_connection(port: u16) -> TcpStream {
+    let stream = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("set read timeout");
+    stream
+}
+
+/// Reads from `stream`, appending to `seen`, until `done(seen)` holds; fails if the
+/// server closes the connection first (or the read times out).
+pub fn read_until(stream: &mut TcpStream, seen: &mut Vec<u8>, done: impl Fn(&[u8]) -> bool) {
+    use std::io::Read;
+    let mut buf = [0u8; 4096];
+    while !done(seen) {
+        let n = stream.read(&mut buf).expect("read from the raw connection");
+        assert!(n > 0, "the server closed the raw connection");
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Waits until no AOF rewrite runs or is scheduled (a replica rewrites its AOF after each
+/// full sync, and refuses to shut down while writing its first one).
+pub fn wait_for_aof_rewrite(con: &mut redis::Connection) {
+    poll_until(Duration::from_secs(20), "AOF rewrite done", || {
+        let info = server_info(con, "persistence");
+        info.contains("aof_rewrite_in_progress:0") && info.contains("aof_rewrite_scheduled:0")
+    });
+}
+
+/// The concatenated contents of the AOF files of one type (`type b` for the base,
+/// `type i` for the incremental files) named in `server`'s manifest; fails if there is
+/// none.
+pub fn aof_files(server: &TestServer, kind: &str) -> Vec<u8> {
+    let dir = server.dir.join("appendonlydir");
+    let manifest =
+        fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("AOF manifest exists");
+    let names: Vec<&str> = manifest
+        .lines()
+        .filter(|line| line.ends_with(kind))
+        .map(|line| {
+            line.split(' ')
+                .nth(1)
+                .expect("manifest line: file <name> seq <n> type <kind>")
+        })
+        .collect();
+    assert!(!names.is_empty(), "no {kind} file in manifest:\n{manifest}");
+    names
+        .into_iter()
+        .flat_map(|name| fs::read(dir.join(name)).expect("read AOF file"))
+        .collect()
+}
+
+/// A server (AOF on, plus `extra` arguments) that holds lock `key` (token `token`, no
+/// expiry) with a fence a year ahead of what the wall clock gives, loaded from a
+/// hand-written AOF (`LOCK._SET` is accepted while loading). A later fence above it, on
+/// this server or another, proves that the fence was carried, not re-derived from the
+/// wall clock. Returns the server and that fence.
+pub fn server_with_future_fence(key: &str, token: &str, extra: &[&str]) -> (TestServer, i64) {
+    let year_ms = 365 * 24 * 3_600_000;
+    let fence = (now_ms() + year_ms) << 10;
+    let mut server = TestServer::start();
+    server.stop();
+    let aof = resp(&[
+        b"LOCK._SET",
+        key.as_bytes(),
+        token.as_bytes(),
+        fence.to_string().as_bytes(),
+        now_ms().to_string().as_bytes(),
+        b"-1",
+    ]);
+    fs::write(server.dir.join("appendonly.aof"), aof).expect("write AOF");
+    let mut args = vec!["--appendonly", "yes"];
+    args.extend_from_slice(extra);
+    server.restart_with(&args);
+    let mut con = server.connection();
+    assert_eq!(
+        info_field(&mut con, key, "fence"),
+        Some(fence),
+        "the hand-written AOF was not loaded; log:\n{}",
+        server.log()
+    );
+    (server, fence)
+}
