@@ -75,9 +75,9 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let expire_at = key.expire_at();
             drop(key);
             if free {
-                // Free but waiters are queued and nobody was promised it (a change the
-                // server sent no event for): hand it to the oldest waiter now.
-                waiters::lock_freed(db, argv[1]);
+                // Free, yet waiters are queued (its grant is due from a timer, or came
+                // from a change the server sent no event for): theirs first, now.
+                waiters::grant_next(ctx, db, argv[1]);
             }
             let can_block = !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING);
             match options.wait_ms {
@@ -181,7 +181,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_RELEASE, key.name());
     stats::RELEASES.bump();
     drop(key);
-    waiters::lock_freed(ffi::selected_db(ctx), args[1].as_slice());
+    waiters::grant_next(ctx, ffi::selected_db(ctx), args[1].as_slice());
     Ok(RedisValue::Integer(1))
 }
 

@@ -1,19 +1,26 @@
 //! Blocking waits: the only home of the server's blocking-client and timer calls.
 //!
 //! `LOCK.ACQUIRE ... WAIT` on a busy lock blocks the client with `BlockClient` and puts
-//! it in its key's first-come-first-served queue (`queue.rs`). When the lock becomes free
-//! (a release, `DEL`/`UNLINK`, expiry, eviction, `RENAME`/`MOVE` away, a flush) the oldest
-//! waiter is promised the lock and unblocked; its reply callback, which runs on the main
-//! thread before the server reads more commands from anyone, makes the grant: a new
-//! fence, its own token, replicated like any grant. Until then the key counts as busy for
-//! newcomers. A timer at the lock's deadline hands an expired lock over on time, rather
-//! than when the server's background expiry cycle happens to find it.
+//! it in its key's first-come-first-served queue (`queue.rs`). When the lock is freed,
+//! the oldest waiter is granted it at once, inside the same command: the module unblocks
+//! that client with `CLIENT UNBLOCK`, which runs the blocked client's timeout callback
+//! synchronously, in that client's context; the callback sees that the client is being
+//! granted, makes the grant (a new fence, its own token, replicated like any grant) and
+//! replies `[token, fence]`. So the lock goes from the old holder to the waiter with no
+//! moment in between, and a waiter is either queued or answered, never half-way.
 //!
-//! Clients that time out, disconnect, are killed or `CLIENT UNBLOCK`ed leave the queue;
-//! a promise to a client that went away before its grant passes to the next waiter, so
-//! no lock is ever granted to a client that cannot use it.
+//! A release frees the lock inside a command, where the grant can be made on the spot.
+//! Deletion, expiry, eviction, `RENAME`/`MOVE` away, flushes and `SWAPDB` are reported
+//! by events, inside which the server forbids writes: those grants are made from a timer
+//! that fires as soon as the event's command is over (newcomers find the queue busy in
+//! between). A timer at the lock's deadline hands an expiring lock over on time, rather
+//! than when the background expiry cycle finds it.
+//!
+//! Waiters that time out, disconnect, are killed or `CLIENT UNBLOCK`ed by someone else
+//! leave the queue from their timeout or disconnect callback.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
@@ -21,18 +28,33 @@ use redis_module::{Context, NotifyEvent, RedisError, RedisResult, RedisString, R
 
 use crate::cluster;
 use crate::commands;
+use crate::error;
 use crate::ffi::{self, Key, KeyKind};
 use crate::guard;
 use crate::queue::{KeyId, Queues, Waiter};
 use crate::stats;
 
+/// How the attempt to grant a key's oldest waiter ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// The waiter was not reached (not blocked any more): try the next one.
+    NotReached,
+    /// The waiter holds the lock now.
+    Granted,
+    /// The key lives on another cluster node now: the waiter was redirected there.
+    Redirected,
+    /// The key is taken (written by someone else meanwhile): waiters keep waiting.
+    Taken,
+}
+
 thread_local! {
     /// Every waiter of the server. The server calls the module only from its main
-    /// thread, so a thread-local is the whole synchronisation needed.
+    /// thread, so a thread-local is all the synchronisation needed.
     static QUEUES: RefCell<Queues> = RefCell::new(Queues::default());
     /// The pending timer of each key with waiters: `(timer id, fires at ms)`.
-    static TIMERS: RefCell<std::collections::HashMap<KeyId, (u64, i64)>> =
-        RefCell::new(std::collections::HashMap::new());
+    static TIMERS: RefCell<HashMap<KeyId, (u64, i64)>> = RefCell::new(HashMap::new());
+    /// The waiter being granted by the `CLIENT UNBLOCK` under way, and how it ended.
+    static GRANTING: Cell<Option<(u64, Outcome)>> = const { Cell::new(None) };
 }
 
 fn with_queues<T>(f: impl FnOnce(&mut Queues) -> T) -> T {
@@ -71,21 +93,19 @@ pub fn wait(
     expire_at: Option<i64>,
 ) -> RedisResult {
     // SAFETY: ctx is the live context of a command that may block (the caller checked
-    // DENY_BLOCKING); the callbacks match the server's signatures and stay valid for
-    // the life of the module.
+    // DENY_BLOCKING); the callbacks match the server's signatures and live as long as
+    // the module.
     let bc = unsafe {
         raw::RedisModule_BlockClient.expect("RedisModule_BlockClient")(
             ctx.get_raw(),
             Some(on_reply),
             Some(on_timeout),
-            Some(on_free),
+            None,
             timeout_ms,
         )
     };
     if bc.is_null() {
-        return Err(redis_module::RedisError::Str(
-            "ERR the client could not be blocked",
-        ));
+        return Err(RedisError::Str("ERR the client could not be blocked"));
     }
     // SAFETY: bc was just returned by BlockClient and is live until UnblockClient.
     unsafe {
@@ -94,10 +114,14 @@ pub fn wait(
             Some(on_disconnect),
         )
     };
+    // SAFETY: ctx is the live context of the calling client.
+    let client_id =
+        unsafe { raw::RedisModule_GetClientId.expect("RedisModule_GetClientId")(ctx.get_raw()) };
     let id = key_id(db, key.as_slice());
     with_queues(|q| {
         q.push(Waiter {
             handle: bc as usize,
+            client_id,
             key: id.clone(),
             token,
             ttl_ms,
@@ -110,48 +134,89 @@ pub fn wait(
     Ok(RedisValue::NoReply)
 }
 
-/// The lock on `key` is free: promise it to the oldest waiter, if any, and unblock it
-/// so its reply callback makes the grant.
-pub fn lock_freed(db: i32, key: &[u8]) {
+/// The lock on `key` is free: grant it to the oldest waiter that can take it. Runs
+/// where the server allows writes (a command, a timer).
+pub fn grant_next(ctx: &Context, db: i32, key: &[u8]) {
     let id = key_id(db, key);
-    let Some((waiter, handle)) = with_queues(|q| q.promise_next(&id)) else {
-        return;
-    };
-    let privdata = Box::into_raw(Box::new(waiter)).cast::<c_void>();
-    // SAFETY: handle is the address of a blocked client that is still blocked (it is in
-    // the queue, and leaves it before any path unblocks it); privdata is freed by
-    // on_free, which the server always calls after an unblock with private data.
-    unsafe {
-        raw::RedisModule_UnblockClient.expect("RedisModule_UnblockClient")(
-            handle as *mut raw::RedisModuleBlockedClient,
-            privdata,
-        )
-    };
+    while let Some((waiter, client_id)) =
+        with_queues(|q| q.head(&id).map(|(w, h)| (w, h.client_id)))
+    {
+        GRANTING.with(|g| g.set(Some((waiter, Outcome::NotReached))));
+        // Runs on_timeout for the waiter, synchronously, in its own context.
+        let unblocked = unblock_for_grant(ctx, client_id);
+        let outcome = GRANTING
+            .with(|g| g.take())
+            .map_or(Outcome::NotReached, |(_, o)| o);
+        match outcome {
+            Outcome::Granted | Outcome::Taken => return,
+            Outcome::Redirected => {}
+            Outcome::NotReached => {
+                // Not blocked any more (never expected): drop it so the queue moves on.
+                ctx.log_warning(&format!(
+                    "lock: waiter client {client_id} could not be unblocked (CLIENT UNBLOCK: {unblocked})"
+                ));
+                with_queues(|q| q.remove(waiter));
+            }
+        }
+    }
 }
 
-/// Keyspace events from the server: a lock key that disappears frees the lock.
+/// `CLIENT UNBLOCK client-id`, which runs the client's timeout callback right away.
+/// Returns the command's integer reply (1: unblocked).
+///
+/// Called with `!AR`: `!` keeps replication on for what the callback does (the grant's
+/// `LOCK._SET`; without it the server drops effects nested in a module's call), while
+/// `A` and `R` keep `CLIENT UNBLOCK` itself out of the AOF and off the replicas, where a
+/// client id means nothing.
+fn unblock_for_grant(ctx: &Context, client_id: u64) -> i64 {
+    let id = std::ffi::CString::new(client_id.to_string()).expect("digits");
+    // SAFETY: ctx is live and allows writes (a command or a timer); the format names
+    // flags `!AR` and two C strings, and both strings outlive the call; the reply is
+    // freed before returning.
+    unsafe {
+        let reply = raw::RedisModule_Call.expect("RedisModule_Call")(
+            ctx.get_raw(),
+            c"CLIENT".as_ptr(),
+            c"!ARcc".as_ptr(),
+            c"UNBLOCK".as_ptr(),
+            id.as_ptr(),
+        );
+        if reply.is_null() {
+            return 0;
+        }
+        let unblocked = raw::RedisModule_CallReplyInteger.expect("CallReplyInteger")(reply);
+        raw::RedisModule_FreeCallReply.expect("FreeCallReply")(reply);
+        unblocked
+    }
+}
+
+/// Keyspace events from the server: a lock key that disappears frees the lock. Writes
+/// are not allowed inside an event, so the grant is made from a timer right after.
 pub fn on_keyspace_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
     guard::callback((), || {
         let was_lock = stats::take_unlinked_lock(key);
         if event == "expired" && was_lock {
             stats::EXPIRED.bump();
         }
-        if matches!(
+        let frees = matches!(
             event,
             "del" | "expired" | "evicted" | "rename_from" | "move_from"
-        ) && !with_queues(|q| q.is_empty())
-        {
-            lock_freed(ffi::selected_db(ctx), key);
+        );
+        if frees {
+            let id = key_id(ffi::selected_db(ctx), key);
+            if with_queues(|q| q.busy(&id)) {
+                arm_timer(ctx, &id, ffi::now_ms());
+            }
         }
     })
 }
 
-/// `FLUSHDB`/`FLUSHALL` and `SWAPDB` change many keys without a keyspace event per key:
-/// look again at every key that has waiters.
-pub fn recheck_all(ctx: &Context) {
-    let keys = with_queues(|q| q.queued_keys());
-    for id in keys {
-        arm_timer(ctx, &id, ffi::now_ms());
+/// `FLUSHDB`/`FLUSHALL` and `SWAPDB` change many keys without an event per key: look
+/// again at every key that has waiters.
+fn recheck_all(ctx: &Context) {
+    let now = ffi::now_ms();
+    for id in with_queues(|q| q.keys()) {
+        arm_timer(ctx, &id, now);
     }
 }
 
@@ -163,13 +228,12 @@ fn recheck(ctx: &Context, id: &KeyId) {
         return;
     }
     let name = ctx.create_string(name.as_slice());
-    // Opening the key expires it if its time has passed; the `expired` event then
-    // promises the lock, and the check below finds nothing left to do.
+    // Opening the key expires it if its time has passed.
     let key = Key::open_read(ctx, &name);
     match key.kind() {
         KeyKind::Empty => {
             drop(key);
-            lock_freed(*db, name.as_slice());
+            grant_next(ctx, *db, name.as_slice());
         }
         KeyKind::Lock | KeyKind::Other => rearm(ctx, id, key.expire_at()),
     }
@@ -214,6 +278,12 @@ fn cancel_idle_timer(ctx: &Context, id: &KeyId) {
     if let Some((timer, _)) = TIMERS.with(|t| t.borrow_mut().remove(id)) {
         stop_timer(ctx, timer);
     }
+    TIMERS.with(|t| {
+        let mut timers = t.borrow_mut();
+        if timers.capacity() > 64 && timers.len() * 4 < timers.capacity() {
+            timers.shrink_to_fit();
+        }
+    });
 }
 
 fn stop_timer(ctx: &Context, timer: u64) {
@@ -234,117 +304,102 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     let id = unsafe { Box::from_raw(data.cast::<KeyId>()) };
     guard::callback((), || {
         TIMERS.with(|t| t.borrow_mut().remove(&*id));
-        recheck(&Context::new(ctx), &id);
+        let ctx = Context::new(ctx);
+        recheck(&ctx, &id);
+        cancel_idle_timer(&ctx, &id);
     })
 }
 
-/// Runs in the unblocked waiter's context: make the promised grant and reply.
-extern "C" fn on_reply(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let context = Context::new(ctx);
-    let result = guard::callback(Err(crate::error::internal_panic()), || {
-        // SAFETY: ctx is the reply context of a client unblocked with private data.
-        let privdata = unsafe {
-            raw::RedisModule_GetBlockedClientPrivateData
-                .expect("RedisModule_GetBlockedClientPrivateData")(ctx)
-        };
-        // SAFETY: the private data is the Box<u64> that lock_freed gave; on_free
-        // frees it, so it is only read here.
-        let waiter_id = unsafe { *privdata.cast::<u64>() };
-        let Some(waiter) = with_queues(|q| q.fulfil(waiter_id)) else {
-            return Ok(RedisValue::Null);
-        };
-        if let Some(redirect) = cluster::route(&context, &waiter.key.1).redirect() {
-            // The key left this node: send this waiter, then the next, where it went.
-            lock_freed(waiter.key.0, &waiter.key.1);
-            return Err(RedisError::String(redirect));
-        }
-        let name = context.create_string(waiter.key.1.as_slice());
-        let key = Key::open_write(&context, &name);
-        let reply = match key.kind() {
-            KeyKind::Empty => commands::grant(&context, &key, waiter.token, waiter.ttl_ms),
-            // Written by an admin between the promise and now: the waiter does not get it.
-            KeyKind::Lock => Ok(RedisValue::Null),
-            KeyKind::Other => Err(crate::error::wrong_type()),
-        };
-        let expire_at = key.expire_at();
-        drop(key);
-        rearm(&context, &waiter.key, expire_at);
-        reply
-    });
-    context.reply(result) as c_int
+/// Grants the lock on the waiter's key to it, in its own context.
+fn grant_to(ctx: &Context, waiter: Waiter) -> (RedisResult, Outcome) {
+    if let Some(redirect) = cluster::route(ctx, &waiter.key.1).redirect() {
+        return (Err(RedisError::String(redirect)), Outcome::Redirected);
+    }
+    let name = ctx.create_string(waiter.key.1.as_slice());
+    let key = Key::open_write(ctx, &name);
+    let result = match key.kind() {
+        KeyKind::Empty => match commands::grant(ctx, &key, waiter.token, waiter.ttl_ms) {
+            Ok(reply) => (Ok(reply), Outcome::Granted),
+            Err(err) => (Err(err), Outcome::Taken),
+        },
+        KeyKind::Lock => (Ok(RedisValue::Null), Outcome::Taken),
+        KeyKind::Other => (Err(error::wrong_type()), Outcome::Taken),
+    };
+    let expire_at = key.expire_at();
+    drop(key);
+    rearm(ctx, &waiter.key, expire_at);
+    result
 }
 
-/// The timeout passed (or `CLIENT UNBLOCK`): leave the queue, answer nil.
+/// Every blocked client is unblocked once by the module, or its handle leaks.
+fn release_handle(bc: *mut raw::RedisModuleBlockedClient) {
+    // SAFETY: bc is a blocked client of this module that left its queue just now; it is
+    // unblocked exactly once, here, with no private data.
+    unsafe {
+        raw::RedisModule_UnblockClient.expect("RedisModule_UnblockClient")(bc, ptr::null_mut())
+    };
+}
+
+/// The waiter's timeout callback: runs when its timeout passes, when someone sends
+/// `CLIENT UNBLOCK`, and when `grant_next` unblocks it for its grant.
 extern "C" fn on_timeout(
     ctx: *mut raw::RedisModuleCtx,
     _argv: *mut *mut raw::RedisModuleString,
     _argc: c_int,
 ) -> c_int {
     let context = Context::new(ctx);
-    guard::callback((), || {
-        // SAFETY: ctx is the timeout context of a blocked client.
+    let reply = guard::callback(Err(error::internal_panic()), || {
+        // SAFETY: ctx is the timeout context of a client this module blocked.
         let bc = unsafe {
             raw::RedisModule_GetBlockedClientHandle.expect("RedisModule_GetBlockedClientHandle")(
                 ctx,
             )
         };
-        let removed = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove_queued(id)));
-        if let Some(waiter) = removed {
+        let Some((id, waiter)) = with_queues(|q| {
+            q.id_of(bc as usize)
+                .and_then(|id| q.remove(id).map(|w| (id, w)))
+        }) else {
+            return Ok(RedisValue::Null);
+        };
+        release_handle(bc);
+        let granting = GRANTING.with(|g| g.get()).is_some_and(|(g, _)| g == id);
+        if granting {
+            let (reply, outcome) = grant_to(&context, waiter);
+            GRANTING.with(|g| g.set(Some((id, outcome))));
+            reply
+        } else {
             stats::WAIT_TIMEOUTS.bump();
             cancel_idle_timer(&context, &waiter.key);
-            // SAFETY: the waiter was queued, so nothing unblocked it yet; every blocked
-            // client must be unblocked once, or its handle leaks.
-            unsafe {
-                raw::RedisModule_UnblockClient.expect("RedisModule_UnblockClient")(
-                    bc,
-                    ptr::null_mut(),
-                )
-            };
+            Ok(RedisValue::Null)
         }
     });
-    context.reply(Ok(RedisValue::Null)) as c_int
+    context.reply(reply) as c_int
 }
 
-/// The client disconnected or was killed while blocked.
+/// Never expected: the module unblocks its clients only from their timeout or
+/// disconnect callbacks, after which the server does not call this. If it ever runs,
+/// the client still gets an answer.
+extern "C" fn on_reply(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    Context::new(ctx).reply(Ok(RedisValue::Null)) as c_int
+}
+
+/// The client disconnected, was killed, or the server unblocked it (`REPLICAOF`).
 extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
     guard::callback((), || {
-        let removed = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove_queued(id)));
+        let removed = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove(id)));
         if let Some(waiter) = removed {
+            release_handle(bc);
             cancel_idle_timer(&Context::new(ctx), &waiter.key);
-            // SAFETY: the waiter was queued, so nothing unblocked it yet. A promised
-            // waiter was unblocked already; on_free passes its promise on.
-            unsafe {
-                raw::RedisModule_UnblockClient.expect("RedisModule_UnblockClient")(
-                    bc,
-                    ptr::null_mut(),
-                )
-            };
-        }
-    })
-}
-
-/// Frees the private data of an unblocked waiter. If its grant was never made (the
-/// client went away first), the promise passes to the next waiter.
-extern "C" fn on_free(ctx: *mut raw::RedisModuleCtx, privdata: *mut c_void) {
-    if privdata.is_null() {
-        return;
-    }
-    // SAFETY: the private data is the Box<u64> that lock_freed gave; freed once, here.
-    let waiter_id = unsafe { Box::from_raw(privdata.cast::<u64>()) };
-    guard::callback((), || {
-        if let Some(id) = with_queues(|q| q.withdraw(*waiter_id)) {
-            // This context may have no client to open keys with: look from a timer.
-            arm_timer(&Context::new(ctx), &id, ffi::now_ms());
         }
     })
 }
 
 /// Server events: flushes and database swaps.
-pub extern "C" fn on_server_event(
+extern "C" fn on_server_event(
     ctx: *mut raw::RedisModuleCtx,
     event: raw::RedisModuleEvent,
     subevent: u64,

@@ -466,3 +466,37 @@ fn a_grant_to_a_waiter_survives_debug_reload() {
     assert_eq!(info_field(&mut con, "job", "fence"), Some(fence));
     assert_eq!(release(&mut con, "job", &token), 1, "by the waiter's token");
 }
+
+#[test]
+fn the_grant_to_a_waiter_is_made_inside_the_release_so_no_command_sees_the_lock_free() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (holder, old_fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
+    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "0", "TOKEN", "next"]);
+
+    // One read: the commands right behind the release already see the waiter's lock.
+    type Info = Option<Vec<(String, i64)>>;
+    type Granted = Option<(Vec<u8>, i64)>;
+    let (released, fence, newcomer): (i64, Info, Granted) = redis::pipe()
+        .cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg(&holder)
+        .cmd("LOCK.INFO")
+        .arg("job")
+        .cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg(1000)
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(released, 1);
+    let fence = fence
+        .expect("the lock is held right after the release")
+        .into_iter()
+        .find(|(name, _)| name == "fence")
+        .map(|(_, value)| value)
+        .expect("fence");
+    assert!(fence > old_fence);
+    assert_eq!(newcomer, None, "the newcomer finds it held");
+    let (token, granted_fence) = waiter.reply().expect("the waiter got it");
+    assert_eq!((token.as_slice(), granted_fence), (&b"next"[..], fence));
+}
