@@ -5,9 +5,9 @@
 //! chose, `PEXPIREAT` with an absolute time, `DEL`), never as the command itself: a
 //! replica or an AOF replay must not invent its own token, fence or clock reading.
 
-use redis_module::{
-    Context, ContextFlags, NotifyEvent, RedisError, RedisResult, RedisString, RedisValue,
-};
+use std::ffi::CStr;
+
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
 use crate::error;
@@ -18,11 +18,11 @@ use crate::stats;
 use crate::waiters;
 
 /// Keyspace events, in the module class (`notify-keyspace-events` with `d`).
-pub const EVENT_ACQUIRE: &str = "lock.acquire";
+pub const EVENT_ACQUIRE: &CStr = c"lock.acquire";
 /// Fired when the holder releases the lock.
-pub const EVENT_RELEASE: &str = "lock.release";
+pub const EVENT_RELEASE: &CStr = c"lock.release";
 /// Fired when the holder extends the lock.
-pub const EVENT_EXTEND: &str = "lock.extend";
+pub const EVENT_EXTEND: &CStr = c"lock.extend";
 
 fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
     args.iter().map(RedisString::as_slice).collect()
@@ -60,14 +60,14 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     match lock::decide(held, options.token, queued) {
         AcquireDecision::Grant => {
             let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
-            grant(ctx, &key, token, options.ttl_ms)
+            grant(ctx, &key, token.into_boxed_slice(), options.ttl_ms)
         }
         AcquireDecision::Renew => {
             let lock = held.ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
-            let reply = granted_reply(&lock.token, lock.fence);
             set_ttl(ctx, &key, options.ttl_ms)?;
-            ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_ACQUIRE, key.name());
-            Ok(reply)
+            ffi::notify(ctx, EVENT_ACQUIRE, key.name());
+            ffi::reply_granted(ctx, &lock.token, lock.fence);
+            Ok(RedisValue::NoReply)
         }
         AcquireDecision::Busy => {
             stats::CONTENDED.bump();
@@ -93,60 +93,28 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 }
 
 /// Grants the free lock `key` to `token` for `ttl_ms`: a new fence, the key's expiry,
-/// replication of the absolute state, the `lock.acquire` event. Used by a direct acquire
-/// and by the grant to a waiter.
-pub fn grant(ctx: &Context, key: &Key, token: Vec<u8>, ttl_ms: i64) -> RedisResult {
+/// replication of the absolute state, the `lock.acquire` event, the `[token, fence]`
+/// reply. Used by a direct acquire and by the grant to a waiter.
+pub fn grant(ctx: &Context, key: &Key, token: Box<[u8]>, ttl_ms: i64) -> RedisResult {
     let now = ffi::now_ms();
     let fence = fence::clock()
         .next(now)
         .ok_or_else(error::fence_exhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
-    let reply = granted_reply(&token, fence);
     key.set_lock(LockState {
         token,
         fence,
         acquired_ms: now,
     })?;
     key.set_expire_at(Some(expire_at))?;
-    replicate_state(ctx, key, fence, now, expire_at)?;
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_ACQUIRE, key.name());
-    stats::GRANTS.bump();
-    Ok(reply)
-}
-
-fn granted_reply(token: &[u8], fence: u64) -> RedisValue {
-    RedisValue::Array(vec![
-        RedisValue::StringBuffer(token.to_vec()),
-        RedisValue::Integer(fence as i64),
-    ])
-}
-
-/// Replicates the lock on `key` as `LOCK._SET key token fence acquired expire-at`.
-fn replicate_state(
-    ctx: &Context,
-    key: &Key,
-    fence: u64,
-    acquired_ms: i64,
-    expire_at: i64,
-) -> Result<(), RedisError> {
-    let token = key
+    let lock = key
         .lock()?
-        .map(|lock| lock.token.clone())
-        .ok_or(RedisError::Str("ERR lock vanished while replicating"))?;
-    let (fence, acquired, expire) = (
-        fence.to_string(),
-        acquired_ms.to_string(),
-        expire_at.to_string(),
-    );
-    let argv: [&[u8]; 5] = [
-        key.name().as_slice(),
-        &token,
-        fence.as_bytes(),
-        acquired.as_bytes(),
-        expire.as_bytes(),
-    ];
-    ctx.replicate("LOCK._SET", &argv);
-    Ok(())
+        .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
+    ffi::replicate_lock_set(ctx, key.name(), &lock.token, fence, now, expire_at);
+    ffi::notify(ctx, EVENT_ACQUIRE, key.name());
+    stats::GRANTS.bump();
+    ffi::reply_granted(ctx, &lock.token, fence);
+    Ok(RedisValue::NoReply)
 }
 
 /// Sets the lock's remaining time to `ttl_ms` from now and replicates the absolute
@@ -154,8 +122,7 @@ fn replicate_state(
 fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
-    let at = expire_at.to_string();
-    ctx.replicate("PEXPIREAT", &[key.name().as_slice(), at.as_bytes()]);
+    ffi::replicate_pexpireat(ctx, key.name(), expire_at);
     Ok(())
 }
 
@@ -177,8 +144,8 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     key.delete();
-    ctx.replicate("DEL", &[args[1].as_slice()]);
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_RELEASE, key.name());
+    ffi::replicate_del(ctx, key.name());
+    ffi::notify(ctx, EVENT_RELEASE, key.name());
     stats::RELEASES.bump();
     drop(key);
     waiters::grant_next(ctx, ffi::selected_db(ctx), args[1].as_slice());
@@ -204,7 +171,7 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Ok(RedisValue::Integer(0));
     }
     set_ttl(ctx, &key, ttl_ms)?;
-    ctx.notify_keyspace_event(NotifyEvent::MODULE, EVENT_EXTEND, key.name());
+    ffi::notify(ctx, EVENT_EXTEND, key.name());
     stats::EXTENDS.bump();
     Ok(RedisValue::Integer(1))
 }
@@ -253,7 +220,7 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 6 {
         return Err(RedisError::WrongArity);
     }
-    let token = args::token(args[2].as_slice())?.to_vec();
+    let token: Box<[u8]> = args::token(args[2].as_slice())?.into();
     let number = |i: usize, what: &str| -> Result<i64, RedisError> {
         args[i]
             .parse_integer()

@@ -59,7 +59,7 @@ unsafe fn state<'a>(value: *mut c_void) -> &'a LockState {
 }
 
 fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
-    let token = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
+    let token: Box<[u8]> = raw::load_string_buffer(rdb).ok()?.as_ref().into();
     let fence = raw::load_unsigned(rdb).ok()?;
     let acquired_ms = raw::load_signed(rdb).ok()?;
     if token.is_empty() || fence == 0 || fence > fence::MAX_FENCE {
@@ -139,7 +139,7 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(0, || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value.cast_mut()) };
-        std::mem::size_of::<LockState>() + lock.token.capacity()
+        std::mem::size_of::<LockState>() + lock.token.len()
     })
 }
 

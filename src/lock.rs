@@ -3,13 +3,12 @@
 //! The key's expiry is the server's own; it is not stored here. What a key holds is the
 //! token that proves ownership, the fence granted with it and when it was granted.
 
-use std::fmt::Write;
-
 /// The value of a lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
-    /// The secret that proves ownership; never shown to anyone but the holder.
-    pub token: Vec<u8>,
+    /// The secret that proves ownership; never shown to anyone but the holder. A boxed
+    /// slice, not a `Vec`: no spare capacity, and 16 bytes less per lock.
+    pub token: Box<[u8]>,
     /// The fencing token of this grant.
     pub fence: u64,
     /// Unix time in ms when the lock was granted.
@@ -32,7 +31,7 @@ pub enum AcquireDecision {
 /// (a newcomer never jumps the queue, even onto a key that has just expired).
 pub fn decide(held: Option<&LockState>, token: Option<&[u8]>, queued: bool) -> AcquireDecision {
     match held {
-        Some(lock) if token == Some(lock.token.as_slice()) => AcquireDecision::Renew,
+        Some(lock) if token == Some(&*lock.token) => AcquireDecision::Renew,
         Some(_) => AcquireDecision::Busy,
         None if queued => AcquireDecision::Busy,
         None => AcquireDecision::Grant,
@@ -41,20 +40,20 @@ pub fn decide(held: Option<&LockState>, token: Option<&[u8]>, queued: bool) -> A
 
 /// Whether `token` holds `held`: the only test that release and extend apply.
 pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
-    held.is_some_and(|lock| lock.token == token)
+    held.is_some_and(|lock| *lock.token == *token)
 }
 
 /// A server-made token: 128 bits from a cryptographically secure generator (the
 /// thread-local ChaCha12 generator, seeded and reseeded from the operating system),
 /// written as 32 lowercase hexadecimal characters.
 pub fn new_token() -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut bytes = [0u8; 16];
     rand::fill(&mut bytes);
-    let mut hex = String::with_capacity(32);
-    for byte in bytes {
-        let _ = write!(hex, "{byte:02x}");
-    }
-    hex.into_bytes()
+    bytes
+        .iter()
+        .flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]])
+        .collect()
 }
 
 #[cfg(test)]
@@ -63,7 +62,7 @@ mod tests {
 
     fn held(token: &[u8]) -> LockState {
         LockState {
-            token: token.to_vec(),
+            token: token.into(),
             fence: 7,
             acquired_ms: 1,
         }

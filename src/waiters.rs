@@ -65,14 +65,21 @@ fn key_id(db: i32, key: &[u8]) -> KeyId {
     (db, key.to_vec())
 }
 
-/// Whether a newcomer on `key` must stand back for waiters that came first.
+/// Whether a newcomer on `key` must stand back for waiters that came first. (The
+/// common case, nobody waiting anywhere, costs no allocation.)
 pub fn queued(db: i32, key: &[u8]) -> bool {
-    with_queues(|q| q.busy(&key_id(db, key)))
+    with_queues(|q| !q.is_empty() && q.busy(&key_id(db, key)))
 }
 
 /// Clients blocked on `key`.
 pub fn count(db: i32, key: &[u8]) -> usize {
-    with_queues(|q| q.waiting(&key_id(db, key)))
+    with_queues(|q| {
+        if q.is_empty() {
+            0
+        } else {
+            q.waiting(&key_id(db, key))
+        }
+    })
 }
 
 /// Clients blocked on any key.
@@ -318,10 +325,12 @@ fn grant_to(ctx: &Context, waiter: Waiter) -> (RedisResult, Outcome) {
     let name = ctx.create_string(waiter.key.1.as_slice());
     let key = Key::open_write(ctx, &name);
     let result = match key.kind() {
-        KeyKind::Empty => match commands::grant(ctx, &key, waiter.token, waiter.ttl_ms) {
-            Ok(reply) => (Ok(reply), Outcome::Granted),
-            Err(err) => (Err(err), Outcome::Taken),
-        },
+        KeyKind::Empty => {
+            match commands::grant(ctx, &key, waiter.token.into_boxed_slice(), waiter.ttl_ms) {
+                Ok(reply) => (Ok(reply), Outcome::Granted),
+                Err(err) => (Err(err), Outcome::Taken),
+            }
+        }
         KeyKind::Lock => (Ok(RedisValue::Null), Outcome::Taken),
         KeyKind::Other => (Err(error::wrong_type()), Outcome::Taken),
     };
