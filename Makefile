@@ -4,13 +4,16 @@ CARGO ?= cargo
 PORT ?= 7379
 MODULE := target/release/libredis_lock.so
 
-.PHONY: help deps build run test test-cluster test-unit lint fmt clean
+.PHONY: help deps deps-test build run test test-cluster lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 deps: ## install missing system packages (redis-server, libclang for the binding)
 	@scripts/install-deps.sh
+
+deps-test: ## also what the tests need (php-cli, php-redis, redis-py)
+	@scripts/install-deps.sh --test
 
 build: deps ## build the module in release mode (target/release/libredis_lock.so)
 	$(CARGO) build --release
@@ -19,7 +22,7 @@ run: build ## build, then start redis-server with the module (port 7379, or PORT
 	@mkdir -p target/run
 	redis-server redis.conf --port $(PORT)
 
-test: build ## run every test: unit tests and real-server tests
+test: build deps-test ## run every test: unit tests and real-server tests
 	$(CARGO) test --release --workspace
 
 test-cluster: build ## run only the Redis Cluster and failover tests (real 6-node clusters)

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Installs what building and testing the module needs on a Debian machine, skipping
-# what is already there: redis-server and redis-cli (7.0+), libclang with its
-# headers for the binding's bindgen step, and for the other-language client checks
-# PHP with phpredis and redis-py for the python3 on PATH. Safe to run again.
+# Installs what building and running the module needs on a Debian machine, skipping
+# what is already there: redis-server and redis-cli (7.0+), libclang with its headers
+# for the binding's bindgen step. With --test, also what the tests need beyond that:
+# PHP with phpredis and redis-py for the python3 on PATH (the other-language client
+# checks). Safe to run again.
 set -euo pipefail
+
+with_test_deps=0
+if [ "${1:-}" = --test ]; then
+  with_test_deps=1
+fi
 
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
@@ -16,9 +22,11 @@ if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
   missing+=(libclang)
 fi
 # client/tests/other_languages.rs runs PHP with phpredis and Python with redis-py.
-command -v php >/dev/null 2>&1 || missing+=(php-cli)
-php -m 2>/dev/null | grep -qx redis || missing+=(php-redis)
-command -v python3 >/dev/null 2>&1 || missing+=(python3)
+if [ "$with_test_deps" = 1 ]; then
+  command -v php >/dev/null 2>&1 || missing+=(php-cli)
+  php -m 2>/dev/null | grep -x redis >/dev/null || missing+=(php-redis)
+  command -v python3 >/dev/null 2>&1 || missing+=(python3)
+fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then
@@ -54,7 +62,7 @@ install_redis_py() {
 }
 
 if [ "${#missing[@]}" -eq 0 ]; then
-  install_redis_py
+  [ "$with_test_deps" = 0 ] || install_redis_py
   exit 0
 fi
 
@@ -79,4 +87,4 @@ for name in "${missing[@]}"; do
   fi
 done
 $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"
-install_redis_py
+[ "$with_test_deps" = 0 ] || install_redis_py
