@@ -143,7 +143,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !lock::is_held_by(key.lock()?, token) {
         return Ok(RedisValue::Integer(0));
     }
-    key.delete();
+    waiters::releasing(|| key.delete());
     ffi::replicate_del(ctx, key.name());
     ffi::notify(ctx, EVENT_RELEASE, key.name());
     stats::RELEASES.bump();

@@ -16,6 +16,7 @@ use crate::fence;
 use crate::guard;
 use crate::lock::LockState;
 use crate::stats;
+use crate::waiters;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
@@ -38,12 +39,12 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save: Some(aux_save),
         aux_save_triggers: raw::Aux::Before as c_int,
         free_effort: None,
-        unlink: Some(unlink),
+        unlink: None,
         copy: Some(copy),
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
-        unlink2: None,
+        unlink2: Some(unlink2),
         copy2: None,
         aux_save2: None,
     },
@@ -179,9 +180,22 @@ extern "C" fn copy(
     })
 }
 
-extern "C" fn unlink(key: *mut raw::RedisModuleString, _value: *const c_void) {
+/// The server is removing a lock key from its keyspace, for whatever reason (release,
+/// `DEL`, expiry, eviction, `RENAME`/`MOVE` away, overwrite). Called for lock keys only,
+/// so the module hears of freed locks without listening to every key's events.
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
     guard::callback((), || {
-        stats::note_unlinked_lock(RedisString::string_as_slice(key));
+        // SAFETY: ctx is the live key context of this callback; the name it returns is
+        // the server's and is only read here.
+        let (db, name) = unsafe {
+            (
+                raw::RedisModule_GetDbIdFromOptCtx.expect("GetDbIdFromOptCtx")(ctx),
+                raw::RedisModule_GetKeyNameFromOptCtx.expect("GetKeyNameFromOptCtx")(ctx),
+            )
+        };
+        let key = RedisString::string_as_slice(name);
+        stats::note_unlinked_lock(key);
+        waiters::lock_removed(db, key);
     })
 }
 

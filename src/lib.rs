@@ -71,8 +71,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     );
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(stats::info));
-    if !waiters::subscribe(ctx) {
-        ctx.log_warning("lock: could not subscribe to flush and swapdb events");
+    if !waiters::init(ctx) {
+        ctx.log_warning("lock: could not set up blocking waits (flush/swapdb events, timers)");
         return Status::Err;
     }
     Status::Ok
@@ -94,7 +94,8 @@ redis_module! {
         ["lock.debug", debug, "admin", 0, 0, 0, ""],
     ],
     event_handlers: [
-        // A lock key that disappears frees the lock for the next waiter.
-        [@GENERIC @EXPIRED @EVICTED: waiters::on_keyspace_event],
+        // Counts held locks that expire. (Freed locks are noticed by the type's unlink
+        // callback, which runs for lock keys only.)
+        [@EXPIRED: waiters::on_keyspace_event],
     ],
 }

@@ -40,21 +40,35 @@ pub static WAITS: Counter = Counter::new();
 /// Waits that ended with the timeout.
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
 
+/// How soon after a lock key's unlink its `expired` event must come to be counted as the
+/// expiry of that lock. The server fires the event right after the unlink, in the same
+/// function (microseconds); a stale note from a lock deleted by other means would need a
+/// key of the same name to be created and to expire within this time (1 ms is the
+/// shortest TTL), so it cannot be mistaken for one.
+const UNLINK_TO_EVENT_US: u64 = 1_000;
+
 thread_local! {
-    /// The name of the lock key the server unlinked last, until the keyspace event that
-    /// follows the unlink reads it: the `expired` event comes after the key is gone, so
-    /// this is how it learns that what expired was a lock.
-    static UNLINKED_LOCK: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    /// The lock key the server unlinked last, and when (monotonic µs): the `expired`
+    /// event comes after the key is gone, so this is how the module learns that what
+    /// expired was a lock, without listening to every key's events.
+    static UNLINKED_LOCK: RefCell<Option<(Vec<u8>, u64)>> = const { RefCell::new(None) };
 }
 
 /// The server is removing lock key `key` from its keyspace (type's unlink callback).
 pub fn note_unlinked_lock(key: &[u8]) {
-    UNLINKED_LOCK.with(|last| *last.borrow_mut() = Some(key.to_vec()));
+    let now = crate::ffi::monotonic_us();
+    UNLINKED_LOCK.with(|last| *last.borrow_mut() = Some((key.to_vec(), now)));
 }
 
-/// Whether the key of the event being handled was a lock; forgets the note either way.
+/// Whether the key of the `expired` event being handled was a lock that the server
+/// unlinked just now; forgets the note either way.
 pub fn take_unlinked_lock(key: &[u8]) -> bool {
-    UNLINKED_LOCK.with(|last| last.borrow_mut().take().is_some_and(|name| name == key))
+    let now = crate::ffi::monotonic_us();
+    UNLINKED_LOCK.with(|last| {
+        last.borrow_mut()
+            .take()
+            .is_some_and(|(name, at)| name == key && now.saturating_sub(at) <= UNLINK_TO_EVENT_US)
+    })
 }
 
 /// Adds section `lock_stats` to `INFO lock` / `INFO everything`.

@@ -10,9 +10,10 @@
 //! moment in between, and a waiter is either queued or answered, never half-way.
 //!
 //! A release frees the lock inside a command, where the grant can be made on the spot.
-//! Deletion, expiry, eviction, `RENAME`/`MOVE` away, flushes and `SWAPDB` are reported
-//! by events, inside which the server forbids writes: those grants are made from a timer
-//! that fires as soon as the event's command is over (newcomers find the queue busy in
+//! Deletion, expiry, eviction, `RENAME`/`MOVE` away reach the module through the type's
+//! unlink callback (which runs for lock keys only), flushes and `SWAPDB` through server
+//! events; the server forbids writes there, so those grants are made from a timer that
+//! fires as soon as the command or cycle is over (newcomers find the queue busy in
 //! between). A timer at the lock's deadline hands an expiring lock over on time, rather
 //! than when the background expiry cycle finds it.
 //!
@@ -33,6 +34,10 @@ use crate::ffi::{self, Key, KeyKind};
 use crate::guard;
 use crate::queue::{KeyId, Queues, Waiter};
 use crate::stats;
+
+/// How often waiters look at their key while a key of another type has taken the lock's
+/// place.
+const FOREIGN_KEY_POLL_MS: i64 = 100;
 
 /// How the attempt to grant a key's oldest waiter ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +60,10 @@ thread_local! {
     static TIMERS: RefCell<HashMap<KeyId, (u64, i64)>> = RefCell::new(HashMap::new());
     /// The waiter being granted by the `CLIENT UNBLOCK` under way, and how it ended.
     static GRANTING: Cell<Option<(u64, Outcome)>> = const { Cell::new(None) };
+    /// Set while a release deletes its key: its grant is made on the spot.
+    static RELEASING: Cell<bool> = const { Cell::new(false) };
+    /// A context that outlives every callback, for timers created outside one.
+    static DETACHED: Cell<*mut raw::RedisModuleCtx> = const { Cell::new(ptr::null_mut()) };
 }
 
 fn with_queues<T>(f: impl FnOnce(&mut Queues) -> T) -> T {
@@ -197,25 +206,55 @@ fn unblock_for_grant(ctx: &Context, client_id: u64) -> i64 {
     }
 }
 
-/// Keyspace events from the server: a lock key that disappears frees the lock. Writes
-/// are not allowed inside an event, so the grant is made from a timer right after.
-pub fn on_keyspace_event(ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
+/// A lock key left the keyspace (the type's unlink callback): if clients wait for it,
+/// grant it from a timer as soon as the command or cycle that removed it is over (the
+/// server forbids writes where it reports removals). A release grants on the spot, so
+/// its own deletion schedules nothing.
+pub fn lock_removed(db: i32, key: &[u8]) {
+    if RELEASING.with(Cell::get) || with_queues(|q| q.is_empty()) {
+        return;
+    }
+    let id = key_id(db, key);
+    if with_queues(|q| q.busy(&id)) {
+        arm_timer(&detached(), &id, ffi::now_ms());
+    }
+}
+
+/// Runs `delete`, a removal of a lock key whose grant the caller makes itself right
+/// after (a release; a recheck that expires the key), without scheduling one.
+pub fn releasing<T>(delete: impl FnOnce() -> T) -> T {
+    RELEASING.with(|r| r.set(true));
+    let result = delete();
+    RELEASING.with(|r| r.set(false));
+    result
+}
+
+/// The `expired` keyspace event: counts held locks that expired (the unlink callback,
+/// just before, noted that the key was a lock).
+pub fn on_keyspace_event(_ctx: &Context, _class: NotifyEvent, event: &str, key: &[u8]) {
     guard::callback((), || {
-        let was_lock = stats::take_unlinked_lock(key);
-        if event == "expired" && was_lock {
+        if event == "expired" && stats::take_unlinked_lock(key) {
             stats::EXPIRED.bump();
         }
-        let frees = matches!(
-            event,
-            "del" | "expired" | "evicted" | "rename_from" | "move_from"
-        );
-        if frees {
-            let id = key_id(ffi::selected_db(ctx), key);
-            if with_queues(|q| q.busy(&id)) {
-                arm_timer(ctx, &id, ffi::now_ms());
-            }
-        }
     })
+}
+
+/// A context for creating timers where the server gives none (the unlink callback).
+fn detached() -> Context {
+    Context::new(DETACHED.with(Cell::get))
+}
+
+/// Keeps a detached context for the life of the module (called once, at load).
+pub fn init(ctx: &Context) -> bool {
+    // SAFETY: ctx is the load context; the detached context lives until the server
+    // exits and is only used on the main thread.
+    let detached = unsafe {
+        raw::RedisModule_GetDetachedThreadSafeContext.expect("GetDetachedThreadSafeContext")(
+            ctx.get_raw(),
+        )
+    };
+    DETACHED.with(|d| d.set(detached));
+    !detached.is_null() && subscribe(ctx)
 }
 
 /// `FLUSHDB`/`FLUSHALL` and `SWAPDB` change many keys without an event per key: look
@@ -235,14 +274,21 @@ fn recheck(ctx: &Context, id: &KeyId) {
         return;
     }
     let name = ctx.create_string(name.as_slice());
-    // Opening the key expires it if its time has passed.
-    let key = Key::open_read(ctx, &name);
+    // Opening the key expires it if its time has passed; the grant follows below.
+    let key = releasing(|| Key::open_read(ctx, &name));
     match key.kind() {
         KeyKind::Empty => {
             drop(key);
             grant_next(ctx, *db, name.as_slice());
         }
-        KeyKind::Lock | KeyKind::Other => rearm(ctx, id, key.expire_at()),
+        KeyKind::Lock => rearm(ctx, id, key.expire_at()),
+        KeyKind::Other => {
+            // A key of another type took the lock's place (`SET`, `SWAPDB`): its removal
+            // reaches no unlink callback of this module, so look again now and then.
+            let soon = ffi::now_ms().saturating_add(FOREIGN_KEY_POLL_MS);
+            let at = key.expire_at().map_or(soon, |at| at.min(soon));
+            rearm(ctx, id, Some(at));
+        }
     }
 }
 
@@ -424,7 +470,7 @@ extern "C" fn on_server_event(
 }
 
 /// Subscribes to the server events that free many locks at once.
-pub fn subscribe(ctx: &Context) -> bool {
+fn subscribe(ctx: &Context) -> bool {
     [
         raw::REDISMODULE_EVENT_FLUSHDB,
         raw::REDISMODULE_EVENT_SWAPDB,
