@@ -1,11 +1,12 @@
 //! Where a key lives in a Redis Cluster, for grants made outside a command.
 //!
-//! The server redirects commands itself (`MOVED`, `ASK`), but a waiter's grant runs in
-//! its reply callback, after the server's checks. When its key has just left this node
-//! (`MIGRATE` during a reshard deletes the key here and fires `del`), granting here would
-//! create a second lock beside the migrated one. So in cluster mode the grant first asks
-//! where the key's slot is served, and a waiter whose key moved is redirected the way
-//! the server redirects any command: `ASK` while the slot migrates, `MOVED` once it has.
+//! The server redirects commands itself (`MOVED`, `ASK`), but a waiter's grant is made
+//! long after its command passed the server's checks: when the lock is freed. When the
+//! key has just left this node (`MIGRATE` during a reshard deletes it here), granting
+//! here would create a second lock beside the migrated one. So in cluster mode the grant
+//! first asks where the key's slot is served, and a waiter whose key moved is redirected
+//! the way the server redirects any command: `ASK` while the slot migrates, `MOVED` once
+//! it has.
 
 use redis_module::{Context, ContextFlags, RedisValue};
 

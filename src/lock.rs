@@ -22,7 +22,7 @@ pub enum AcquireDecision {
     Grant,
     /// The caller's token already holds the lock: reset its TTL, keep its fence.
     Renew,
-    /// Held by another token, or promised to a waiter that came first.
+    /// Held by another token, or free while waiters that came first are queued.
     Busy,
 }
 

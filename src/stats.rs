@@ -27,7 +27,7 @@ impl Counter {
 
 /// Every lock granted, directly or to a waiter (an idempotent re-acquire is not a grant).
 pub static GRANTS: Counter = Counter::new();
-/// Acquires that found the lock held by another token (or promised to a waiter).
+/// Acquires that found the lock held by another token, or free with waiters queued.
 pub static CONTENDED: Counter = Counter::new();
 /// Successful releases.
 pub static RELEASES: Counter = Counter::new();
