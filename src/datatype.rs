@@ -194,7 +194,9 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
             )
         };
         let key = RedisString::string_as_slice(name);
-        stats::note_unlinked_lock(key);
+        if stats::note_unlinked_lock(key) {
+            waiters::after_this_command(stats::forget_unlinked_lock);
+        }
         waiters::lock_removed(db, key);
     })
 }

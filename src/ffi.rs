@@ -20,17 +20,6 @@ pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.expect("RedisModule_Milliseconds")() }
 }
 
-/// A monotonic clock in µs (the server's), for measuring short gaps.
-pub fn monotonic_us() -> u64 {
-    // SAFETY: both functions take no arguments and only read a clock.
-    unsafe {
-        match raw::RedisModule_MonotonicMicroseconds {
-            Some(monotonic) => monotonic(),
-            None => u64::try_from(now_ms()).unwrap_or(0).saturating_mul(1000),
-        }
-    }
-}
-
 /// The database the client of `ctx` has selected.
 pub fn selected_db(ctx: &Context) -> i32 {
     // SAFETY: ctx is the live context of the current command or callback.

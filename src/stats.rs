@@ -40,35 +40,32 @@ pub static WAITS: Counter = Counter::new();
 /// Waits that ended with the timeout.
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
 
-/// How soon after a lock key's unlink its `expired` event must come to be counted as the
-/// expiry of that lock. The server fires the event right after the unlink, in the same
-/// function (microseconds); a stale note from a lock deleted by other means would need a
-/// key of the same name to be created and to expire within this time (1 ms is the
-/// shortest TTL), so it cannot be mistaken for one.
-const UNLINK_TO_EVENT_US: u64 = 1_000;
-
 thread_local! {
-    /// The lock key the server unlinked last, and when (monotonic µs): the `expired`
-    /// event comes after the key is gone, so this is how the module learns that what
-    /// expired was a lock, without listening to every key's events.
-    static UNLINKED_LOCK: RefCell<Option<(Vec<u8>, u64)>> = const { RefCell::new(None) };
+    /// The lock key the server unlinked last. The `expired` event comes right after the
+    /// key is gone, so this is how the module learns that what expired was a lock,
+    /// without listening to every key's events. Any `expired` event takes the note, and
+    /// a timer forgets it as soon as the current command or cycle is over, so a lock
+    /// removed otherwise (`DEL`, overwrite) is never taken for a later expiry of a key
+    /// of the same name.
+    static UNLINKED_LOCK: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
 }
 
 /// The server is removing lock key `key` from its keyspace (type's unlink callback).
-pub fn note_unlinked_lock(key: &[u8]) {
-    let now = crate::ffi::monotonic_us();
-    UNLINKED_LOCK.with(|last| *last.borrow_mut() = Some((key.to_vec(), now)));
+/// Returns whether this is a new note, which the caller must have forgotten right after
+/// the current command or cycle (`forget_unlinked_lock`).
+pub fn note_unlinked_lock(key: &[u8]) -> bool {
+    UNLINKED_LOCK.with(|last| last.borrow_mut().replace(key.to_vec()).is_none())
 }
 
-/// Whether the key of the `expired` event being handled was a lock that the server
-/// unlinked just now; forgets the note either way.
+/// Whether the key of the `expired` event being handled is the lock the server just
+/// unlinked; forgets the note either way.
 pub fn take_unlinked_lock(key: &[u8]) -> bool {
-    let now = crate::ffi::monotonic_us();
-    UNLINKED_LOCK.with(|last| {
-        last.borrow_mut()
-            .take()
-            .is_some_and(|(name, at)| name == key && now.saturating_sub(at) <= UNLINK_TO_EVENT_US)
-    })
+    UNLINKED_LOCK.with(|last| last.borrow_mut().take().is_some_and(|name| name == key))
+}
+
+/// Forgets the note: the command or cycle that unlinked the lock is over.
+pub fn forget_unlinked_lock() {
+    UNLINKED_LOCK.with(|last| last.borrow_mut().take());
 }
 
 /// Adds section `lock_stats` to `INFO lock` / `INFO everything`.

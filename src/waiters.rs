@@ -239,6 +239,26 @@ pub fn on_keyspace_event(_ctx: &Context, _class: NotifyEvent, event: &str, key: 
     })
 }
 
+/// Runs `task` from a timer as soon as the current command or cycle is over.
+pub fn after_this_command(task: fn()) {
+    // SAFETY: the detached context lives as long as the module; the data is a plain
+    // function pointer, which on_task reads back.
+    unsafe {
+        raw::RedisModule_CreateTimer.expect("RedisModule_CreateTimer")(
+            detached().get_raw(),
+            0,
+            Some(on_task),
+            task as *mut c_void,
+        )
+    };
+}
+
+extern "C" fn on_task(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the `fn()` that after_this_command passed.
+    let task: fn() = unsafe { std::mem::transmute::<*mut c_void, fn()>(data) };
+    guard::callback((), task);
+}
+
 /// A context for creating timers where the server gives none (the unlink callback).
 fn detached() -> Context {
     Context::new(DETACHED.with(Cell::get))

@@ -182,3 +182,32 @@ fn the_former_holder_reacquiring_after_expiry_gets_a_new_grant() {
     let ms = pttl(&mut con, "again");
     assert!(ms > 0 && ms <= 60_000, "PTTL {ms}");
 }
+
+#[test]
+fn only_held_locks_that_expire_count_as_expired_not_deleted_ones_nor_strings() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+
+    // A lock deleted, then a string of the same name that expires: no lock expired.
+    acquire(&mut con, "job", 60_000, &[]).expect("granted");
+    let deleted: i64 = redis::cmd("DEL").arg("job").query(&mut con).unwrap();
+    assert_eq!(deleted, 1);
+    let _: () = redis::cmd("SET")
+        .arg("job")
+        .arg("plain")
+        .arg("PX")
+        .arg(50)
+        .query(&mut con)
+        .unwrap();
+    poll_until(Duration::from_secs(5), "the string to expire", || {
+        dbsize(&mut con) == 0
+    });
+    assert_eq!(lock_stat(&mut con, "lock_expired"), 0);
+
+    // A lock that expires on its own counts once.
+    acquire(&mut con, "job", 50, &[]).expect("granted");
+    poll_until(Duration::from_secs(5), "the lock to expire", || {
+        dbsize(&mut con) == 0
+    });
+    assert_eq!(lock_stat(&mut con, "lock_expired"), 1);
+}
