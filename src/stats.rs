@@ -3,7 +3,7 @@
 //! Atomics, because the server reads them from its main thread while it may also fork;
 //! relaxed ordering is enough for counters that are only ever added to and read.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// One counter of `lock_stats`.
@@ -48,13 +48,16 @@ thread_local! {
     /// removed otherwise (`DEL`, overwrite) is never taken for a later expiry of a key
     /// of the same name.
     static UNLINKED_LOCK: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    /// Whether the timer that forgets the note is already set.
+    static FORGET_SCHEDULED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The server is removing lock key `key` from its keyspace (type's unlink callback).
-/// Returns whether this is a new note, which the caller must have forgotten right after
-/// the current command or cycle (`forget_unlinked_lock`).
+/// Returns true when the caller must schedule `forget_unlinked_lock` for right after the
+/// current command or cycle (once, however many locks it unlinks).
 pub fn note_unlinked_lock(key: &[u8]) -> bool {
-    UNLINKED_LOCK.with(|last| last.borrow_mut().replace(key.to_vec()).is_none())
+    UNLINKED_LOCK.with(|last| *last.borrow_mut() = Some(key.to_vec()));
+    !FORGET_SCHEDULED.with(|scheduled| scheduled.replace(true))
 }
 
 /// Whether the key of the `expired` event being handled is the lock the server just
@@ -66,6 +69,7 @@ pub fn take_unlinked_lock(key: &[u8]) -> bool {
 /// Forgets the note: the command or cycle that unlinked the lock is over.
 pub fn forget_unlinked_lock() {
     UNLINKED_LOCK.with(|last| last.borrow_mut().take());
+    FORGET_SCHEDULED.with(|scheduled| scheduled.set(false));
 }
 
 /// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
