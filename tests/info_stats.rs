@@ -5,8 +5,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::net::Shutdown;
-use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use common::*;
@@ -25,8 +23,8 @@ const FIELDS: [&str; 8] = [
 
 /// Every `field:value` line of `INFO section`.
 fn info_fields(con: &mut redis::Connection, section: &str) -> BTreeMap<String, i64> {
-    let info: String = redis::cmd("INFO").arg(section).query(con).expect("INFO");
-    info.lines()
+    server_info(con, section)
+        .lines()
         .filter_map(|line| line.trim().split_once(':'))
         .filter_map(|(name, value)| Some((name.to_string(), value.parse().ok()?)))
         .collect()
@@ -54,60 +52,15 @@ fn expected(values: [i64; 8]) -> BTreeMap<String, i64> {
         .collect()
 }
 
-fn blocked(con: &mut redis::Connection) -> i64 {
-    stats(con)["lock_waiters"]
-}
-
-fn acquire_as(
-    con: &mut redis::Connection,
-    key: &str,
-    ttl_ms: u64,
-    token: &str,
-) -> Option<(Vec<u8>, i64)> {
-    acquire(con, key, ttl_ms, &["TOKEN", token])
-}
-
-fn extend(con: &mut redis::Connection, key: &str, token: &str, ttl_ms: u64) -> i64 {
-    redis::cmd("LOCK.EXTEND")
-        .arg(key)
-        .arg(token)
-        .arg(ttl_ms)
-        .query(con)
-        .expect("LOCK.EXTEND")
-}
-
-fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(con)
-        .expect("EXISTS")
-        == 1
-}
-
-/// Starts `LOCK.ACQUIRE key 30000 TOKEN token WAIT timeout` on a new connection and
-/// thread; returns once the server counts it as blocked.
-fn start_waiter(
-    server: &TestServer,
-    key: &str,
-    token: &str,
-    timeout_ms: u64,
-) -> JoinHandle<Option<(Vec<u8>, i64)>> {
-    let mut observer = server.connection();
-    let before = blocked(&mut observer);
-    let mut con = server.connection();
-    let (key, token) = (key.to_string(), token.to_string());
-    let waiter = thread::spawn(move || {
-        acquire(
-            &mut con,
-            &key,
-            30_000,
-            &["TOKEN", &token, "WAIT", &timeout_ms.to_string()],
-        )
-    });
-    poll_until(Duration::from_secs(10), "the waiter to block", || {
-        blocked(&mut observer) == before + 1
-    });
-    waiter
+/// Starts `LOCK.ACQUIRE key 30000 TOKEN token WAIT timeout` on a new connection;
+/// returns once the server counts it as blocked.
+fn start_waiter(server: &TestServer, key: &str, token: &str, timeout_ms: u64) -> Waiter {
+    Waiter::start(
+        server,
+        key,
+        30_000,
+        &["TOKEN", token, "WAIT", &timeout_ms.to_string()],
+    )
 }
 
 #[test]
@@ -124,17 +77,17 @@ fn the_counters_are_exact_after_a_known_sequence_of_commands() {
 
     // Three direct grants, then a renew, which is not a grant (nor contended).
     for (key, token) in [("a", "ta"), ("b", "tb"), ("c", "tc")] {
-        acquire_as(&mut con, key, 30_000, token).expect("granted");
+        acquire_as(&mut con, key, 30_000, token.as_bytes()).expect("granted");
     }
-    acquire_as(&mut con, "a", 30_000, "ta").expect("renewed");
+    acquire_as(&mut con, "a", 30_000, b"ta").expect("renewed");
     assert_eq!(stats(&mut con), expected([3, 0, 0, 0, 0, 0, 0, 0]));
 
     // Two contended attempts without WAIT.
-    assert_eq!(acquire_as(&mut con, "a", 30_000, "x"), None);
-    assert_eq!(acquire_as(&mut con, "b", 30_000, "x"), None);
+    assert_eq!(acquire_as(&mut con, "a", 30_000, b"x"), None);
+    assert_eq!(acquire_as(&mut con, "b", 30_000, b"x"), None);
     // One extend; an extend and a release by the wrong token count nothing.
-    assert_eq!(extend(&mut con, "a", "ta", 60_000), 1);
-    assert_eq!(extend(&mut con, "a", "x", 60_000), 0);
+    assert_eq!(extend(&mut con, "a", b"ta", 60_000), 1);
+    assert_eq!(extend(&mut con, "a", b"x", 60_000), 0);
     assert_eq!(release(&mut con, "a", b"x"), 0);
     // One release; releasing again counts nothing.
     assert_eq!(release(&mut con, "b", b"tb"), 1);
@@ -143,19 +96,19 @@ fn the_counters_are_exact_after_a_known_sequence_of_commands() {
 
     // A held lock that expires; a lock deleted by an admin is neither released nor
     // expired.
-    acquire_as(&mut con, "d", 50, "td").expect("granted");
+    acquire_as(&mut con, "d", 50, b"td").expect("granted");
     poll_until(Duration::from_secs(10), "d to expire", || {
         !exists(&mut con, "d")
     });
-    acquire_as(&mut con, "e", 30_000, "te").expect("granted");
+    acquire_as(&mut con, "e", 30_000, b"te").expect("granted");
     let _: i64 = redis::cmd("DEL").arg("e").query(&mut con).unwrap();
     assert_eq!(stats(&mut con), expected([5, 2, 1, 1, 1, 0, 0, 0]));
 
     // A waiter: contended, a wait, blocked now; then granted on release.
-    let waiter = start_waiter(&server, "c", "w", 10_000);
+    let mut waiter = start_waiter(&server, "c", "w", 10_000);
     assert_eq!(stats(&mut con), expected([5, 3, 1, 1, 1, 1, 0, 1]));
     assert_eq!(release(&mut con, "c", b"tc"), 1);
-    assert!(waiter.join().expect("waiter thread").is_some());
+    assert!(waiter.granted().is_some());
     assert_eq!(stats(&mut con), expected([6, 3, 2, 1, 1, 1, 0, 0]));
 
     // A wait that times out: contended, a wait, a timeout.
@@ -170,10 +123,10 @@ fn the_counters_are_exact_after_a_known_sequence_of_commands() {
 fn an_expired_lock_handed_to_a_waiter_counts_one_expiry_and_one_grant() {
     let server = TestServer::start();
     let mut con = server.connection();
-    acquire_as(&mut con, "job", 1_000, "holder").expect("granted");
-    let waiter = start_waiter(&server, "job", "w", 10_000);
+    acquire_as(&mut con, "job", 1_000, b"holder").expect("granted");
+    let mut waiter = start_waiter(&server, "job", "w", 10_000);
 
-    assert!(waiter.join().expect("waiter thread").is_some());
+    assert!(waiter.granted().is_some());
 
     assert_eq!(stats(&mut con), expected([2, 1, 0, 0, 1, 1, 0, 0]));
 }
@@ -182,38 +135,30 @@ fn an_expired_lock_handed_to_a_waiter_counts_one_expiry_and_one_grant() {
 fn lock_waiters_is_the_number_of_clients_blocked_now() {
     let server = TestServer::start();
     let mut con = server.connection();
-    acquire_as(&mut con, "x", 30_000, "hx").expect("granted");
-    acquire_as(&mut con, "y", 30_000, "hy").expect("granted");
-    let first_x = start_waiter(&server, "x", "w1", 10_000);
-    // A raw client, so that the test can drop its connection while it waits.
-    let mut leaving = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
-    let command = redis::cmd("LOCK.ACQUIRE")
-        .arg("x")
-        .arg(30_000)
-        .arg("WAIT")
-        .arg(0)
-        .get_packed_command();
-    std::io::Write::write_all(&mut leaving, &command).unwrap();
-    poll_until(Duration::from_secs(10), "the raw waiter to block", || {
-        blocked(&mut con) == 2
-    });
-    let on_y = start_waiter(&server, "y", "w3", 300);
-    assert_eq!(blocked(&mut con), 3);
+    acquire_as(&mut con, "x", 30_000, b"hx").expect("granted");
+    acquire_as(&mut con, "y", 30_000, b"hy").expect("granted");
+    let mut first_x = start_waiter(&server, "x", "w1", 10_000);
+    let leaving = Waiter::start(&server, "x", 30_000, &["WAIT", "0"]);
+    assert_eq!(lock_waiters(&mut con), 2);
+    let mut on_y = start_waiter(&server, "y", "w3", 300);
+    assert_eq!(lock_waiters(&mut con), 3);
 
     // The waiter on y times out.
-    assert_eq!(on_y.join().expect("waiter thread"), None);
-    assert_eq!(blocked(&mut con), 2);
+    assert_eq!(on_y.granted(), None);
+    assert_eq!(lock_waiters(&mut con), 2);
 
-    // The raw waiter disconnects.
-    leaving.shutdown(Shutdown::Both).unwrap();
-    poll_until(Duration::from_secs(10), "the raw waiter to leave", || {
-        blocked(&mut con) == 1
-    });
+    // The second waiter on x disconnects.
+    drop(leaving);
+    poll_until(
+        Duration::from_secs(10),
+        "the second waiter on x to leave",
+        || lock_waiters(&mut con) == 1,
+    );
 
     // The first waiter on x is granted the lock.
     assert_eq!(release(&mut con, "x", b"hx"), 1);
-    assert!(first_x.join().expect("waiter thread").is_some());
-    assert_eq!(blocked(&mut con), 0);
+    assert!(first_x.granted().is_some());
+    assert_eq!(lock_waiters(&mut con), 0);
     let counts = stats(&mut con);
     assert_eq!(
         (counts["lock_waits"], counts["lock_wait_timeouts"]),
@@ -226,10 +171,10 @@ fn lock_waiters_is_the_number_of_clients_blocked_now() {
 fn info_lock_and_info_everything_show_the_lock_stats_section() {
     let server = TestServer::start();
     let mut con = server.connection();
-    acquire_as(&mut con, "job", 30_000, "t").expect("granted");
+    acquire_as(&mut con, "job", 30_000, b"t").expect("granted");
 
     for section in ["lock", "everything"] {
-        let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
+        let info = server_info(&mut con, section);
         let body: Vec<&str> = info
             .lines()
             .map(str::trim)

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::thread;
 use std::time::Duration;
 
 use common::*;
@@ -15,13 +14,12 @@ const CHANNEL: &str = "__keyspace@0__:lock";
 /// Published after the commands under test: every event they fired came before it.
 const END: &str = "end-of-events";
 
-fn notify(con: &mut redis::Connection, classes: &str) {
-    let _: () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("notify-keyspace-events")
-        .arg(classes)
-        .query(con)
-        .expect("CONFIG SET notify-keyspace-events");
+/// A server with `notify-keyspace-events` set to `classes`, and a connection to it.
+fn server_notifying(classes: &str) -> (TestServer, redis::Connection) {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    config_set(&mut con, "notify-keyspace-events", classes);
+    (server, con)
 }
 
 /// Subscribes to `pattern`, runs `commands` on `con`, then publishes the end marker on
@@ -58,35 +56,26 @@ fn events_during(
     }
 }
 
-fn extend(con: &mut redis::Connection, key: &str, token: &[u8], ttl_ms: u64) -> i64 {
-    redis::cmd("LOCK.EXTEND")
-        .arg(key)
-        .arg(token)
-        .arg(ttl_ms)
-        .query(con)
-        .expect("LOCK.EXTEND")
+/// Acquires `lock`, extends it and releases it, each of them succeeding: the three
+/// commands whose events the tests expect.
+fn acquire_extend_release(con: &mut redis::Connection) {
+    let (token, _) = acquire(con, "lock", 30_000, &[]).expect("granted");
+    assert_eq!(extend(con, "lock", &token, 60_000), 1);
+    assert_eq!(release(con, "lock", &token), 1);
 }
 
 #[test]
 fn acquire_extend_and_release_fire_their_events_in_order_with_the_module_class() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    notify(&mut con, "Kd");
+    let (server, mut con) = server_notifying("Kd");
 
-    let events = events_during(&server, &mut con, CHANNEL, CHANNEL, |con| {
-        let (token, _) = acquire(con, "lock", 30_000, &[]).expect("granted");
-        assert_eq!(extend(con, "lock", &token, 60_000), 1);
-        assert_eq!(release(con, "lock", &token), 1);
-    });
+    let events = events_during(&server, &mut con, CHANNEL, CHANNEL, acquire_extend_release);
 
     assert_eq!(events, ["lock.acquire", "lock.extend", "lock.release"]);
 }
 
 #[test]
 fn an_idempotent_renew_fires_lock_acquire_again() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    notify(&mut con, "Kd");
+    let (server, mut con) = server_notifying("Kd");
 
     let events = events_during(&server, &mut con, CHANNEL, CHANNEL, |con| {
         acquire(con, "lock", 30_000, &["TOKEN", "me"]).expect("granted");
@@ -98,9 +87,7 @@ fn an_idempotent_renew_fires_lock_acquire_again() {
 
 #[test]
 fn commands_that_change_nothing_fire_no_event() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    notify(&mut con, "Kd");
+    let (server, mut con) = server_notifying("Kd");
     acquire(&mut con, "lock", 30_000, &["TOKEN", "holder"]).expect("granted");
 
     let events = events_during(&server, &mut con, CHANNEL, CHANNEL, |con| {
@@ -115,24 +102,13 @@ fn commands_that_change_nothing_fire_no_event() {
 
 #[test]
 fn a_grant_to_a_waiter_fires_lock_acquire() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    notify(&mut con, "Kd");
-    let mut waiter_con = server.connection();
-    let mut observer = server.connection();
+    let (server, mut con) = server_notifying("Kd");
 
     let events = events_during(&server, &mut con, CHANNEL, CHANNEL, |con| {
-        let (holder, _) = acquire(con, "lock", 30_000, &[]).expect("granted");
-        let waiter =
-            thread::spawn(move || acquire(&mut waiter_con, "lock", 30_000, &["WAIT", "10000"]));
-        poll_until(Duration::from_secs(10), "the waiter to block", || {
-            info_field(&mut observer, "lock", "waiters") == Some(1)
-        });
+        let (holder, _, mut waiter) =
+            held_with_a_waiter(&server, con, "lock", 30_000, &["WAIT", "10000"]);
         assert_eq!(release(con, "lock", &holder), 1);
-        waiter
-            .join()
-            .expect("waiter thread")
-            .expect("the waiter is granted the lock");
+        waiter.granted().expect("the waiter is granted the lock");
     });
 
     assert_eq!(events, ["lock.acquire", "lock.release", "lock.acquire"]);
@@ -140,14 +116,10 @@ fn a_grant_to_a_waiter_fires_lock_acquire() {
 
 #[test]
 fn with_kea_the_lock_events_arrive_alongside_the_generic_ones() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    notify(&mut con, "KEA");
+    let (server, mut con) = server_notifying("KEA");
 
     let events = events_during(&server, &mut con, CHANNEL, CHANNEL, |con| {
-        let (token, _) = acquire(con, "lock", 30_000, &[]).expect("granted");
-        assert_eq!(extend(con, "lock", &token, 60_000), 1);
-        assert_eq!(release(con, "lock", &token), 1);
+        acquire_extend_release(con);
         acquire(con, "lock", 30_000, &[]).expect("granted");
         let _: i64 = redis::cmd("DEL").arg("lock").query(con).unwrap();
     });
@@ -166,9 +138,7 @@ fn with_kea_the_lock_events_arrive_alongside_the_generic_ones() {
 
 #[test]
 fn keyevent_channels_name_the_lock_that_was_acquired() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    notify(&mut con, "Ed");
+    let (server, mut con) = server_notifying("Ed");
 
     let keys = events_during(
         &server,
@@ -186,15 +156,15 @@ fn keyevent_channels_name_the_lock_that_was_acquired() {
 
 #[test]
 fn with_notifications_off_no_lock_event_arrives() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    notify(&mut con, "");
+    let (server, mut con) = server_notifying("");
 
-    let events = events_during(&server, &mut con, "__key*__:*", CHANNEL, |con| {
-        let (token, _) = acquire(con, "lock", 30_000, &[]).expect("granted");
-        assert_eq!(extend(con, "lock", &token, 60_000), 1);
-        assert_eq!(release(con, "lock", &token), 1);
-    });
+    let events = events_during(
+        &server,
+        &mut con,
+        "__key*__:*",
+        CHANNEL,
+        acquire_extend_release,
+    );
 
     assert_eq!(events, Vec::<String>::new());
 }

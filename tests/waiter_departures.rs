@@ -9,100 +9,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redis::Value;
-
-/// `INFO lock` field `lock_waiters`: clients blocked on any key.
-fn blocked(con: &mut redis::Connection) -> i64 {
-    info_stat(con, "lock_waiters")
-}
-
-/// One integer field of `INFO lock`.
-fn info_stat(con: &mut redis::Connection, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("lock")
-        .query(con)
-        .expect("INFO lock");
-    let prefix = format!("{field}:");
-    info.lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("{field} in INFO lock:\n{info}"))
-        .trim()
-        .parse()
-        .expect("an integer")
-}
 
 /// `INFO memory` field `used_memory`.
 fn used_memory(con: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query(con)
-        .expect("INFO memory");
-    info.lines()
-        .find_map(|line| line.strip_prefix("used_memory:"))
-        .expect("used_memory")
-        .trim()
-        .parse()
-        .expect("an integer")
-}
-
-/// A client that sent `LOCK.ACQUIRE ... WAIT` and has not read the reply yet.
-struct Waiter {
-    con: redis::Connection,
-    id: i64,
-}
-
-impl Waiter {
-    /// Connects and sends `LOCK.ACQUIRE key ttl [extra...]` without reading the reply.
-    fn send(server: &TestServer, key: &str, ttl_ms: u64, extra: &[&str]) -> Self {
-        let mut con = server.connection();
-        let id: i64 = redis::cmd("CLIENT").arg("ID").query(&mut con).unwrap();
-        let mut command = redis::cmd("LOCK.ACQUIRE");
-        command.arg(key).arg(ttl_ms).arg(extra);
-        con.send_packed_command(&command.get_packed_command())
-            .expect("send LOCK.ACQUIRE");
-        Self { con, id }
-    }
-
-    /// Sends the command and returns once the server counts the client as blocked.
-    fn start(
-        server: &TestServer,
-        observer: &mut redis::Connection,
-        key: &str,
-        ttl_ms: u64,
-        extra: &[&str],
-    ) -> Self {
-        let before = blocked(observer);
-        let waiter = Self::send(server, key, ttl_ms, extra);
-        poll_until(Duration::from_secs(10), "the waiter to block", || {
-            blocked(observer) == before + 1
-        });
-        waiter
-    }
-
-    /// The reply to the blocked command (an error if the connection was closed).
-    fn reply(&mut self) -> redis::RedisResult<Value> {
-        self.reply_within(Duration::from_secs(10))
-    }
-
-    /// The reply, or an error if none comes within `limit`.
-    fn reply_within(&mut self, limit: Duration) -> redis::RedisResult<Value> {
-        self.con.set_read_timeout(Some(limit))?;
-        self.con.recv_response().and_then(Value::extract_error)
-    }
-
-    /// The reply, expected to be `[token, fence]` or nil.
-    fn granted(&mut self) -> Option<(Vec<u8>, i64)> {
-        let reply = self.reply().expect("a reply");
-        redis::from_redis_value(reply).expect("[token, fence] or nil")
-    }
-}
-
-fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(con)
-        .expect("EXISTS")
-        == 1
+    info_int(&server_info(con, "memory"), "used_memory")
 }
 
 fn client_kill(con: &mut redis::Connection, id: i64) {
@@ -115,73 +25,110 @@ fn client_kill(con: &mut redis::Connection, id: i64) {
     assert_eq!(killed, 1, "client {id} killed");
 }
 
-/// After the waiters left and the holder released, nobody holds the lock: the key is
-/// gone and a newcomer is granted it at once.
-fn assert_free_for_a_newcomer(con: &mut redis::Connection, key: &str) {
-    assert!(!exists(con, key), "no grant to a client that left");
-    assert_eq!(info(con, key), None);
+/// `job` held by a holder, with waiters of tokens `a` (the head) and `b` (next) queued
+/// behind it (`WAIT 0`): the holder's token and the two waiters.
+fn held_with_two_waiters(
+    server: &TestServer,
+    con: &mut redis::Connection,
+) -> (Vec<u8>, Waiter, Waiter) {
+    let (holder, _, head) =
+        held_with_a_waiter(server, con, "job", 30_000, &["WAIT", "0", "TOKEN", "a"]);
+    let next = Waiter::start(server, "job", 30_000, &["WAIT", "0", "TOKEN", "b"]);
+    (holder, head, next)
+}
+
+/// After the only waiter left: nobody is blocked or queued on `job`; once the holder
+/// releases, nobody holds it (no grant went to the client that left) and a newcomer is
+/// granted it at once.
+fn assert_the_waiter_left_and_the_lock_is_free_after_the_release(
+    con: &mut redis::Connection,
+    holder: &[u8],
+) {
+    assert_eq!(lock_waiters(con), 0);
+    assert_eq!(info_field(con, "job", "waiters"), Some(0));
+    assert_eq!(release(con, "job", holder), 1);
+    assert!(!exists(con, "job"), "no grant to a client that left");
+    assert_eq!(info(con, "job"), None);
     assert!(
-        acquire(con, key, 1_000, &[]).is_some(),
+        acquire(con, "job", 1_000, &[]).is_some(),
         "a newcomer gets it"
     );
+}
+
+/// After the head waiter `a` left and the holder released: the next waiter `b` is
+/// granted `job`, and `a` holds nothing.
+fn assert_the_next_waiter_holds_it(con: &mut redis::Connection, next: &mut Waiter) {
+    let (token, _) = next.granted().expect("the next waiter is granted the lock");
+    assert_eq!(token, b"b");
+    assert_eq!(release(con, "job", b"a"), 0);
+    assert_eq!(release(con, "job", b"b"), 1);
+}
+
+/// `LOCK.RELEASE job holder`, then `CLIENT client_args... id` in the same read, so that
+/// the second command runs right after the release: both replies.
+fn release_then_in_the_same_read(
+    con: &mut redis::Connection,
+    holder: &[u8],
+    client_args: &[&str],
+    id: i64,
+) -> (i64, i64) {
+    redis::pipe()
+        .cmd("LOCK.RELEASE")
+        .arg("job")
+        .arg(holder)
+        .cmd("CLIENT")
+        .arg(client_args)
+        .arg(id)
+        .query(con)
+        .unwrap()
+}
+
+/// `CLIENT UNBLOCK id [extra...]`: 1 if the client was blocked and is now unblocked.
+fn client_unblock(con: &mut redis::Connection, id: i64, extra: &[&str]) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("UNBLOCK")
+        .arg(id)
+        .arg(extra)
+        .query(con)
+        .expect("CLIENT UNBLOCK")
 }
 
 #[test]
 fn a_waiter_that_disconnects_leaves_the_queue_and_is_never_granted_the_lock() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = Waiter::start(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
+    let (holder, _, waiter) = held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
 
     drop(waiter);
     poll_until(Duration::from_secs(10), "the waiter to leave", || {
-        blocked(&mut con) == 0
+        lock_waiters(&mut con) == 0
     });
 
-    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
-    assert_eq!(release(&mut con, "job", &holder), 1);
-    assert_free_for_a_newcomer(&mut con, "job");
+    assert_the_waiter_left_and_the_lock_is_free_after_the_release(&mut con, &holder);
 }
 
 #[test]
 fn the_waiter_behind_one_that_disconnected_is_granted_the_lock() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let gone = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
-    let mut next = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "b"],
-    );
+    let (holder, gone, mut next) = held_with_two_waiters(&server, &mut con);
 
     drop(gone);
     poll_until(Duration::from_secs(10), "the first waiter to leave", || {
-        blocked(&mut con) == 1
+        lock_waiters(&mut con) == 1
     });
     assert_eq!(release(&mut con, "job", &holder), 1);
 
-    let (token, _) = next.granted().expect("the live waiter is granted the lock");
-    assert_eq!(token, b"b");
-    assert_eq!(release(&mut con, "job", b"a"), 0);
-    assert_eq!(release(&mut con, "job", b"b"), 1);
+    assert_the_next_waiter_holds_it(&mut con, &mut next);
 }
 
 #[test]
 fn a_waiter_killed_with_client_kill_leaves_the_queue_and_is_never_granted_the_lock() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let mut waiter = Waiter::start(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
+    let (holder, _, mut waiter) =
+        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
 
     client_kill(&mut con, waiter.id);
 
@@ -189,79 +136,37 @@ fn a_waiter_killed_with_client_kill_leaves_the_queue_and_is_never_granted_the_lo
         waiter.reply().is_err(),
         "the killed client's connection is closed"
     );
-    assert_eq!(blocked(&mut con), 0);
-    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
-    assert_eq!(release(&mut con, "job", &holder), 1);
-    assert_free_for_a_newcomer(&mut con, "job");
+    assert_the_waiter_left_and_the_lock_is_free_after_the_release(&mut con, &holder);
 }
 
 #[test]
 fn a_killed_waiter_at_the_head_of_the_queue_is_skipped_for_the_next_waiter() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let head = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
-    let mut next = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "b"],
-    );
+    let (holder, head, mut next) = held_with_two_waiters(&server, &mut con);
 
     client_kill(&mut con, head.id);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
     assert_eq!(release(&mut con, "job", &holder), 1);
 
-    let (token, _) = next.granted().expect("the next waiter is granted the lock");
-    assert_eq!(token, b"b");
-    assert_eq!(release(&mut con, "job", b"a"), 0);
-    assert_eq!(release(&mut con, "job", b"b"), 1);
+    assert_the_next_waiter_holds_it(&mut con, &mut next);
 }
 
 #[test]
 fn a_waiter_killed_right_after_its_grant_holds_the_lock_like_any_holder_that_dies() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let mut head = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
-    let mut next = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "b"],
-    );
+    let (holder, mut head, mut next) = held_with_two_waiters(&server, &mut con);
 
     // One read: the release grants the lock to the head inside the release itself,
     // while the head is connected; the kill comes after, as any holder may die.
-    let (released, killed): (i64, i64) = redis::pipe()
-        .cmd("LOCK.RELEASE")
-        .arg("job")
-        .arg(&holder)
-        .cmd("CLIENT")
-        .arg("KILL")
-        .arg("ID")
-        .arg(head.id)
-        .query(&mut con)
-        .unwrap();
+    let (released, killed) =
+        release_then_in_the_same_read(&mut con, &holder, &["KILL", "ID"], head.id);
     assert_eq!((released, killed), (1, 1));
 
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
     assert_eq!(
-        blocked(&mut con),
+        lock_waiters(&mut con),
         1,
         "the next waiter waits for the head's lock"
     );
@@ -270,86 +175,47 @@ fn a_waiter_killed_right_after_its_grant_holds_the_lock_like_any_holder_that_die
     let (token, _) = next.granted().expect("then the next waiter gets it");
     assert_eq!(token, b"b");
     assert_eq!(release(&mut con, "job", b"b"), 1);
-    assert_eq!(blocked(&mut con), 0);
+    assert_eq!(lock_waiters(&mut con), 0);
 }
 
 #[test]
 fn a_waiter_unblocked_with_client_unblock_answers_nil_and_leaves_the_queue() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let mut waiter = Waiter::start(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
+    let (holder, _, mut waiter) =
+        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
 
-    let unblocked: i64 = redis::cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(waiter.id)
-        .query(&mut con)
-        .unwrap();
+    assert_eq!(client_unblock(&mut con, waiter.id, &[]), 1);
 
-    assert_eq!(unblocked, 1);
     assert_eq!(waiter.granted(), None);
-    assert_eq!(blocked(&mut con), 0);
-    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
-    let pong: String = redis::cmd("PING").query(&mut waiter.con).unwrap();
-    assert_eq!(pong, "PONG", "the unblocked client goes on");
-    assert_eq!(release(&mut con, "job", &holder), 1);
-    assert_free_for_a_newcomer(&mut con, "job");
+    assert_eq!(waiter.ping(), "PONG", "the unblocked client goes on");
+    assert_the_waiter_left_and_the_lock_is_free_after_the_release(&mut con, &holder);
 }
 
 #[test]
 fn a_waiter_unblocked_with_client_unblock_error_gets_an_error_and_leaves_the_queue() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let mut waiter = Waiter::start(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
+    let (holder, _, mut waiter) =
+        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
 
-    let unblocked: i64 = redis::cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(waiter.id)
-        .arg("ERROR")
-        .query(&mut con)
-        .unwrap();
+    assert_eq!(client_unblock(&mut con, waiter.id, &["ERROR"]), 1);
 
-    assert_eq!(unblocked, 1);
     let err = error_of(waiter.reply());
     assert!(err.starts_with("UNBLOCKED"), "{err}");
-    assert_eq!(blocked(&mut con), 0);
-    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
-    assert_eq!(release(&mut con, "job", &holder), 1);
-    assert_free_for_a_newcomer(&mut con, "job");
+    assert_the_waiter_left_and_the_lock_is_free_after_the_release(&mut con, &holder);
 }
 
 #[test]
 fn a_waiter_unblocked_right_after_its_grant_keeps_it_and_gets_exactly_one_reply() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let mut head = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
-    let mut next = Waiter::start(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "b"],
-    );
+    let (holder, mut head, mut next) = held_with_two_waiters(&server, &mut con);
 
     // One read: the release grants the lock to the head at once, so the unblock that
     // follows finds nobody blocked to unblock.
-    let (released, unblocked): (i64, i64) = redis::pipe()
-        .cmd("LOCK.RELEASE")
-        .arg("job")
-        .arg(&holder)
-        .cmd("CLIENT")
-        .arg("UNBLOCK")
-        .arg(head.id)
-        .query(&mut con)
-        .unwrap();
+    let (released, unblocked) =
+        release_then_in_the_same_read(&mut con, &holder, &["UNBLOCK"], head.id);
     assert_eq!((released, unblocked), (1, 0));
 
     let reply = head
@@ -357,16 +223,16 @@ fn a_waiter_unblocked_right_after_its_grant_keeps_it_and_gets_exactly_one_reply(
         .expect("the head gets its grant");
     let granted: Option<(Vec<u8>, i64)> = redis::from_redis_value(reply).expect("[token, fence]");
     assert_eq!(granted.map(|g| g.0), Some(b"a".to_vec()));
-    let pong: String = redis::cmd("PING").query(&mut head.con).unwrap();
     assert_eq!(
-        pong, "PONG",
+        head.ping(),
+        "PONG",
         "exactly one reply: the next one answers the PING"
     );
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
     assert_eq!(release(&mut con, "job", b"a"), 1);
     assert_eq!(next.granted().map(|g| g.0), Some(b"b".to_vec()));
     assert_eq!(release(&mut con, "job", b"b"), 1);
-    assert_eq!(blocked(&mut con), 0);
+    assert_eq!(lock_waiters(&mut con), 0);
 }
 
 /// Opens `count` connections that each send `LOCK.ACQUIRE key-of(i) ... WAIT 0` and
@@ -381,7 +247,7 @@ fn many_waiters(
         .map(|i| Waiter::send(server, &key_of(i), 30_000, &["WAIT", "0"]))
         .collect();
     poll_until(Duration::from_secs(60), "every waiter to block", || {
-        blocked(observer) == count as i64
+        lock_waiters(observer) == count as i64
     });
     waiters
 }
@@ -445,7 +311,7 @@ fn two_thousand_waiters_on_one_key_come_and_go_without_leaving_memory_behind() {
         let (token, _) = waiters[0].granted().expect("the head is granted the lock");
         drop(waiters);
         poll_until(Duration::from_secs(30), "every waiter to leave", || {
-            blocked(&mut con) == 0
+            lock_waiters(&mut con) == 0
         });
         assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
         assert_eq!(release(&mut con, "job", &token), 1);
@@ -482,7 +348,7 @@ fn two_thousand_keys_with_a_waiter_each_come_and_go_without_leaving_memory_behin
         for waiter in &mut waiters {
             assert!(waiter.granted().is_some(), "each waiter gets its key");
         }
-        assert_eq!(blocked(&mut con), 0);
+        assert_eq!(lock_waiters(&mut con), 0);
         drop(waiters);
         let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
         after_round.push(settled_memory(&mut con, baseline));

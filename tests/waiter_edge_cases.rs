@@ -6,56 +6,8 @@
 
 mod common;
 
-use std::thread::{self, JoinHandle};
-use std::time::Duration;
-
 use common::*;
 use redis::Value;
-
-/// A client blocked in `LOCK.ACQUIRE ... WAIT` on its own connection and thread.
-struct Waiter {
-    thread: JoinHandle<redis::RedisResult<Value>>,
-}
-
-impl Waiter {
-    /// The reply: `Ok(Some((token, fence)))`, `Ok(None)` for nil, or the error.
-    fn reply(self) -> redis::RedisResult<Option<(Vec<u8>, i64)>> {
-        let reply = self.thread.join().expect("waiter thread")?;
-        Ok(redis::from_redis_value(reply.extract_error()?)?)
-    }
-
-    /// The reply, expected to be a grant: the token.
-    fn granted_token(self) -> Vec<u8> {
-        self.reply()
-            .expect("LOCK.ACQUIRE ... WAIT")
-            .expect("the waiter is granted the lock")
-            .0
-    }
-
-    fn is_blocked(&self) -> bool {
-        !self.thread.is_finished()
-    }
-}
-
-/// One integer field of `INFO lock`.
-fn info_stat(con: &mut redis::Connection, field: &str) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("lock")
-        .query(con)
-        .expect("INFO lock");
-    let prefix = format!("{field}:");
-    info.lines()
-        .find_map(|line| line.strip_prefix(prefix.as_str()))
-        .unwrap_or_else(|| panic!("{field} in INFO lock:\n{info}"))
-        .trim()
-        .parse()
-        .expect("an integer")
-}
-
-/// Clients blocked on any key of the server.
-fn blocked(con: &mut redis::Connection) -> i64 {
-    info_stat(con, "lock_waiters")
-}
 
 /// A connection to database `db`.
 fn connection_to(server: &TestServer, db: i64) -> redis::Connection {
@@ -64,28 +16,39 @@ fn connection_to(server: &TestServer, db: i64) -> redis::Connection {
 }
 
 /// Starts `LOCK.ACQUIRE key 30000 TOKEN token WAIT 20000` in database `db` on a new
-/// connection and thread, and returns once the server counts it as blocked.
+/// connection, and returns once the server counts it as blocked.
 fn start_waiter(server: &TestServer, db: i64, key: &str, token: &str) -> Waiter {
-    let mut observer = server.connection();
-    let before = blocked(&mut observer);
-    let mut con = connection_to(server, db);
-    let mut command = redis::cmd("LOCK.ACQUIRE");
-    command
-        .arg(key)
-        .arg(30_000)
-        .arg("TOKEN")
-        .arg(token)
-        .arg("WAIT")
-        .arg(20_000);
-    let thread = thread::spawn(move || command.query::<Value>(&mut con));
-    poll_until(Duration::from_secs(10), "the waiter to block", || {
-        blocked(&mut observer) == before + 1
-    });
-    Waiter { thread }
+    Waiter::start_in(server, db, key, 30_000, &["TOKEN", token, "WAIT", "20000"])
 }
 
-fn acquire_as(con: &mut redis::Connection, key: &str, token: &str) -> Option<i64> {
-    acquire(con, key, 30_000, &["TOKEN", token]).map(|(_, fence)| fence)
+/// `LOCK.ACQUIRE key 30000 TOKEN token`: the fence, `None` if another token holds it.
+fn take(con: &mut redis::Connection, key: &str, token: &str) -> Option<i64> {
+    acquire_as(con, key, 30_000, token.as_bytes()).map(|(_, fence)| fence)
+}
+
+/// `job` held by token `holder`, with waiters of tokens `a` (the head) and `b` (next)
+/// queued behind it in database 0: the holder's fence and the two waiters.
+fn held_with_two_waiters(
+    server: &TestServer,
+    con: &mut redis::Connection,
+) -> (i64, Waiter, Waiter) {
+    let fence = take(con, "job", "holder").expect("granted");
+    let head = start_waiter(server, 0, "job", "a");
+    let next = start_waiter(server, 0, "job", "b");
+    (fence, head, next)
+}
+
+/// Once `job` is free, the head waiter `a` is granted it alone, and the next waiter `b`
+/// only after `a` releases.
+fn assert_the_head_and_then_the_next_waiter_are_granted(
+    con: &mut redis::Connection,
+    head: &mut Waiter,
+    next: &mut Waiter,
+) {
+    assert_eq!(head.granted_token(), b"a");
+    assert!(next.is_blocked(), "one grant at a time");
+    assert_eq!(release(con, "job", b"a"), 1);
+    assert_eq!(next.granted_token(), b"b");
 }
 
 fn run(con: &mut redis::Connection, command: &[&str]) -> Value {
@@ -99,9 +62,7 @@ fn run(con: &mut redis::Connection, command: &[&str]) -> Value {
 fn flushall_grants_the_freed_lock_to_the_head_waiter_while_the_others_keep_waiting() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let fence = acquire_as(&mut con, "job", "holder").expect("granted");
-    let head = start_waiter(&server, 0, "job", "a");
-    let next = start_waiter(&server, 0, "job", "b");
+    let (fence, mut head, mut next) = held_with_two_waiters(&server, &mut con);
 
     run(&mut con, &["FLUSHALL"]);
 
@@ -109,7 +70,7 @@ fn flushall_grants_the_freed_lock_to_the_head_waiter_while_the_others_keep_waiti
     assert!(info_field(&mut con, "job", "fence").unwrap() > fence);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
     assert!(next.is_blocked(), "one grant at a time");
-    assert_eq!(acquire_as(&mut con, "job", "newcomer"), None);
+    assert_eq!(take(&mut con, "job", "newcomer"), None);
     assert_eq!(release(&mut con, "job", b"a"), 1);
     assert_eq!(next.granted_token(), b"b");
     assert_eq!(release(&mut con, "job", b"b"), 1);
@@ -120,10 +81,10 @@ fn flushdb_grants_the_freed_lock_to_the_head_waiter_and_leaves_other_databases_a
     let server = TestServer::start();
     let mut con = server.connection();
     let mut con1 = connection_to(&server, 1);
-    acquire_as(&mut con, "job", "holder").expect("granted");
-    acquire_as(&mut con1, "job", "holder-1").expect("granted in db 1");
-    let waiter = start_waiter(&server, 0, "job", "a");
-    let waiter1 = start_waiter(&server, 1, "job", "a1");
+    take(&mut con, "job", "holder").expect("granted");
+    take(&mut con1, "job", "holder-1").expect("granted in db 1");
+    let mut waiter = start_waiter(&server, 0, "job", "a");
+    let mut waiter1 = start_waiter(&server, 1, "job", "a1");
 
     run(&mut con, &["FLUSHDB"]);
 
@@ -140,8 +101,8 @@ fn swapdb_grants_the_lock_to_a_waiter_whose_database_now_has_none() {
     let server = TestServer::start();
     let mut con = server.connection();
     let mut con1 = connection_to(&server, 1);
-    let fence = acquire_as(&mut con, "job", "holder").expect("granted");
-    let waiter = start_waiter(&server, 0, "job", "a");
+    let fence = take(&mut con, "job", "holder").expect("granted");
+    let mut waiter = start_waiter(&server, 0, "job", "a");
 
     run(&mut con, &["SWAPDB", "0", "1"]);
 
@@ -157,14 +118,14 @@ fn swapdb_makes_a_waiter_wait_for_the_lock_swapped_into_its_database() {
     let server = TestServer::start();
     let mut con = server.connection();
     let mut con1 = connection_to(&server, 1);
-    acquire_as(&mut con, "job", "holder-0").expect("granted");
-    acquire_as(&mut con1, "job", "holder-1").expect("granted in db 1");
-    let waiter = start_waiter(&server, 0, "job", "a");
+    take(&mut con, "job", "holder-0").expect("granted");
+    take(&mut con1, "job", "holder-1").expect("granted in db 1");
+    let mut waiter = start_waiter(&server, 0, "job", "a");
 
     run(&mut con, &["SWAPDB", "0", "1"]);
 
     // Db 0 now holds db 1's lock: the waiter waits for that one.
-    assert_eq!(acquire_as(&mut con, "job", "newcomer"), None);
+    assert_eq!(take(&mut con, "job", "newcomer"), None);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
     assert_eq!(release(&mut con, "job", b"holder-0"), 0);
     assert!(waiter.is_blocked());
@@ -177,9 +138,7 @@ fn swapdb_makes_a_waiter_wait_for_the_lock_swapped_into_its_database() {
 fn renaming_a_lock_with_waiters_grants_the_old_name_to_the_head_waiter() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let fence = acquire_as(&mut con, "job", "holder").expect("granted");
-    let head = start_waiter(&server, 0, "job", "a");
-    let next = start_waiter(&server, 0, "job", "b");
+    let (fence, mut head, mut next) = held_with_two_waiters(&server, &mut con);
 
     run(&mut con, &["RENAME", "job", "job:renamed"]);
 
@@ -197,9 +156,9 @@ fn renaming_a_lock_with_waiters_grants_the_old_name_to_the_head_waiter() {
 fn renaming_another_lock_onto_a_key_with_waiters_makes_them_wait_for_it() {
     let server = TestServer::start();
     let mut con = server.connection();
-    acquire_as(&mut con, "job", "holder").expect("granted");
-    let moved_fence = acquire_as(&mut con, "other", "mover").expect("granted");
-    let waiter = start_waiter(&server, 0, "job", "a");
+    take(&mut con, "job", "holder").expect("granted");
+    let moved_fence = take(&mut con, "other", "mover").expect("granted");
+    let mut waiter = start_waiter(&server, 0, "job", "a");
 
     run(&mut con, &["RENAME", "other", "job"]);
 
@@ -216,8 +175,8 @@ fn moving_a_lock_with_waiters_to_another_database_grants_it_to_the_head_waiter()
     let server = TestServer::start();
     let mut con = server.connection();
     let mut con1 = connection_to(&server, 1);
-    let fence = acquire_as(&mut con, "job", "holder").expect("granted");
-    let waiter = start_waiter(&server, 0, "job", "a");
+    let fence = take(&mut con, "job", "holder").expect("granted");
+    let mut waiter = start_waiter(&server, 0, "job", "a");
 
     let moved: i64 = redis::cmd("MOVE")
         .arg("job")
@@ -236,11 +195,9 @@ fn moving_a_lock_with_waiters_to_another_database_grants_it_to_the_head_waiter()
 fn restore_replace_over_a_lock_with_waiters_makes_them_wait_for_the_restored_lock() {
     let server = TestServer::start();
     let mut con = server.connection();
-    acquire_as(&mut con, "job", "holder").expect("granted");
-    let restored_fence = acquire_as(&mut con, "other", "restorer").expect("granted");
-    let payload: Vec<u8> = redis::cmd("DUMP").arg("other").query(&mut con).unwrap();
-    let head = start_waiter(&server, 0, "job", "a");
-    let next = start_waiter(&server, 0, "job", "b");
+    let (_, mut head, mut next) = held_with_two_waiters(&server, &mut con);
+    let restored_fence = take(&mut con, "other", "restorer").expect("granted");
+    let payload = dump(&mut con, "other").expect("other exists");
 
     let _: () = redis::cmd("RESTORE")
         .arg("job")
@@ -254,27 +211,22 @@ fn restore_replace_over_a_lock_with_waiters_makes_them_wait_for_the_restored_loc
     assert_eq!(info_field(&mut con, "job", "fence"), Some(restored_fence));
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(2));
     assert!(head.is_blocked() && next.is_blocked());
-    assert_eq!(acquire_as(&mut con, "job", "newcomer"), None);
+    assert_eq!(take(&mut con, "job", "newcomer"), None);
     assert_eq!(release(&mut con, "job", b"holder"), 0);
     assert_eq!(release(&mut con, "job", b"restorer"), 1);
-    assert_eq!(head.granted_token(), b"a");
-    assert!(next.is_blocked(), "one grant at a time");
-    assert_eq!(release(&mut con, "job", b"a"), 1);
-    assert_eq!(next.granted_token(), b"b");
+    assert_the_head_and_then_the_next_waiter_are_granted(&mut con, &mut head, &mut next);
 }
 
 #[test]
 fn a_plain_set_over_a_lock_with_waiters_keeps_them_waiting_until_the_key_is_deleted() {
     let server = TestServer::start();
     let mut con = server.connection();
-    acquire_as(&mut con, "job", "holder").expect("granted");
-    let head = start_waiter(&server, 0, "job", "a");
-    let next = start_waiter(&server, 0, "job", "b");
+    let (_, mut head, mut next) = held_with_two_waiters(&server, &mut con);
 
     run(&mut con, &["SET", "job", "not a lock"]);
 
     // The key is not free: the waiters keep waiting, a newcomer is told its type.
-    assert_eq!(blocked(&mut con), 2);
+    assert_eq!(lock_waiters(&mut con), 2);
     let err = error_of(
         redis::cmd("LOCK.ACQUIRE")
             .arg("job")
@@ -286,10 +238,22 @@ fn a_plain_set_over_a_lock_with_waiters_keeps_them_waiting_until_the_key_is_dele
 
     run(&mut con, &["DEL", "job"]);
 
-    assert_eq!(head.granted_token(), b"a");
-    assert!(next.is_blocked(), "one grant at a time");
-    assert_eq!(release(&mut con, "job", b"a"), 1);
-    assert_eq!(next.granted_token(), b"b");
+    assert_the_head_and_then_the_next_waiter_are_granted(&mut con, &mut head, &mut next);
+}
+
+/// `LOCK.ACQUIRE job 30000 WAIT 0` on a replica is refused with `READONLY`, and nobody
+/// is left blocked.
+fn assert_a_replica_refuses_to_queue_a_waiter(con: &mut redis::Connection) {
+    let err = error_of(
+        redis::cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg(30_000)
+            .arg("WAIT")
+            .arg(0)
+            .query(con),
+    );
+    assert!(err.starts_with("READONLY"), "{err}");
+    assert_eq!(lock_waiters(con), 0);
 }
 
 #[test]
@@ -297,36 +261,25 @@ fn replicaof_on_a_master_with_waiters_unblocks_them_with_an_error() {
     let master = TestServer::start();
     let other = TestServer::start();
     let mut con = master.connection();
-    acquire_as(&mut con, "job", "holder").expect("granted");
-    let head = start_waiter(&master, 0, "job", "a");
-    let next = start_waiter(&master, 0, "job", "b");
+    let (_, head, next) = held_with_two_waiters(&master, &mut con);
 
     run(
         &mut con,
         &["REPLICAOF", "127.0.0.1", &other.port.to_string()],
     );
 
-    for waiter in [head, next] {
-        let err = error_of(waiter.reply().map(|_| Value::Nil));
+    for mut waiter in [head, next] {
+        let err = error_of(waiter.reply());
         assert!(err.starts_with("UNBLOCKED"), "{err}");
     }
-    assert_eq!(blocked(&mut con), 0);
+    assert_eq!(lock_waiters(&mut con), 0);
     assert_eq!(
-        info_stat(&mut con, "lock_grants"),
+        lock_stat(&mut con, "lock_grants"),
         1,
         "only the holder's grant"
     );
     // Now a replica: it queues no new waiters.
-    let err = error_of(
-        redis::cmd("LOCK.ACQUIRE")
-            .arg("job")
-            .arg(30_000)
-            .arg("WAIT")
-            .arg(0)
-            .query(&mut con),
-    );
-    assert!(err.starts_with("READONLY"), "{err}");
-    assert_eq!(blocked(&mut con), 0);
+    assert_a_replica_refuses_to_queue_a_waiter(&mut con);
 }
 
 #[test]
@@ -334,24 +287,15 @@ fn a_replica_refuses_to_queue_waiters_so_a_promotion_finds_none_and_then_serves_
     let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let mut con = master.connection();
-    let fence = acquire_as(&mut con, "job", "holder").expect("granted");
+    let fence = take(&mut con, "job", "holder").expect("granted");
     sync_replicas(&mut con, 1);
     let mut replica_con = replica.connection();
 
-    let err = error_of(
-        redis::cmd("LOCK.ACQUIRE")
-            .arg("job")
-            .arg(30_000)
-            .arg("WAIT")
-            .arg(0)
-            .query(&mut replica_con),
-    );
-    assert!(err.starts_with("READONLY"), "{err}");
-    assert_eq!(blocked(&mut replica_con), 0);
+    assert_a_replica_refuses_to_queue_a_waiter(&mut replica_con);
 
     run(&mut replica_con, &["REPLICAOF", "NO", "ONE"]);
 
-    let waiter = start_waiter(&replica, 0, "job", "a");
+    let mut waiter = start_waiter(&replica, 0, "job", "a");
     assert_eq!(release(&mut replica_con, "job", b"holder"), 1);
     assert_eq!(waiter.granted_token(), b"a");
     assert!(info_field(&mut replica_con, "job", "fence").unwrap() > fence);

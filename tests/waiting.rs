@@ -5,83 +5,15 @@
 
 mod common;
 
-use std::thread::{self, JoinHandle};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
-use redis::Value;
-
-/// A client blocked in `LOCK.ACQUIRE ... WAIT` on its own connection and thread.
-struct Waiter {
-    thread: JoinHandle<(redis::RedisResult<Value>, Instant)>,
-}
-
-impl Waiter {
-    /// The reply (`Some((token, fence))` or `None` for nil) and when it arrived.
-    fn outcome(self) -> (Option<(Vec<u8>, i64)>, Instant) {
-        let (reply, at) = self.thread.join().expect("waiter thread");
-        let reply = reply.expect("LOCK.ACQUIRE ... WAIT");
-        (
-            redis::from_redis_value(reply).expect("[token, fence] or nil"),
-            at,
-        )
-    }
-
-    /// The reply, `Some((token, fence))` or `None` for nil.
-    fn reply(self) -> Option<(Vec<u8>, i64)> {
-        self.outcome().0
-    }
-
-    fn is_blocked(&self) -> bool {
-        !self.thread.is_finished()
-    }
-}
-
-/// `INFO lock` field `lock_waiters`: clients blocked on any key. Reading it touches no
-/// key, so it cannot expire one as a side effect.
-fn blocked(con: &mut redis::Connection) -> i64 {
-    let info: String = redis::cmd("INFO")
-        .arg("lock")
-        .query(con)
-        .expect("INFO lock");
-    info.lines()
-        .find_map(|line| line.strip_prefix("lock_waiters:"))
-        .expect("lock_waiters in INFO lock")
-        .trim()
-        .parse()
-        .expect("lock_waiters is an integer")
-}
-
-/// Starts `LOCK.ACQUIRE key ttl [extra...]` on a new connection in its own thread and
-/// returns once the server counts it as blocked.
-fn start_waiter(server: &TestServer, key: &str, ttl_ms: u64, extra: &[&str]) -> Waiter {
-    let mut observer = server.connection();
-    let before = blocked(&mut observer);
-    let mut con = server.connection();
-    let mut command = redis::cmd("LOCK.ACQUIRE");
-    command.arg(key).arg(ttl_ms).arg(extra);
-    let thread = thread::spawn(move || {
-        let reply = command.query::<Value>(&mut con);
-        (reply, Instant::now())
-    });
-    poll_until(Duration::from_secs(10), "the waiter to block", || {
-        blocked(&mut observer) == before + 1
-    });
-    Waiter { thread }
-}
 
 fn is_lower_hex(token: &[u8]) -> bool {
     token
         .iter()
         .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
-}
-
-fn exists(con: &mut redis::Connection, key: &str) -> bool {
-    redis::cmd("EXISTS")
-        .arg(key)
-        .query::<i64>(con)
-        .expect("EXISTS")
-        == 1
 }
 
 /// A waiter with a server-made token was granted `key`: the token is 32 lowercase hex
@@ -105,13 +37,13 @@ fn a_waiter_is_granted_the_lock_with_a_larger_fence_and_a_server_made_token_when
  {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
+    let (holder, fence, mut waiter) =
+        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "10000"]);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
 
     assert_eq!(release(&mut con, "job", &holder), 1);
 
-    let granted = waiter.reply();
+    let granted = waiter.granted();
     assert_ne!(granted.as_ref().map(|g| g.0.clone()), Some(holder));
     assert_granted_with_server_token(&mut con, "job", granted, fence);
 }
@@ -120,9 +52,9 @@ fn a_waiter_is_granted_the_lock_with_a_larger_fence_and_a_server_made_token_when
 fn a_waiter_with_its_own_token_is_granted_the_lock_with_that_token() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(
+    let (holder, fence, mut waiter) = held_with_a_waiter(
         &server,
+        &mut con,
         "job",
         30_000,
         &["WAIT", "10000", "TOKEN", "worker-2"],
@@ -130,10 +62,10 @@ fn a_waiter_with_its_own_token_is_granted_the_lock_with_that_token() {
 
     assert_eq!(release(&mut con, "job", &holder), 1);
 
-    let (token, new_fence) = waiter.reply().expect("granted");
+    let (token, new_fence) = waiter.granted().expect("granted");
     assert_eq!(token, b"worker-2");
     assert!(new_fence > fence, "{new_fence} > {fence}");
-    let pttl: i64 = redis::cmd("PTTL").arg("job").query(&mut con).unwrap();
+    let pttl = pttl(&mut con, "job");
     assert!(
         (25_000..=30_000).contains(&pttl),
         "the waiter's own ttl: {pttl}"
@@ -141,30 +73,28 @@ fn a_waiter_with_its_own_token_is_granted_the_lock_with_that_token() {
     assert_eq!(release(&mut con, "job", b"worker-2"), 1);
 }
 
-#[test]
-fn a_waiter_is_granted_the_lock_when_the_key_is_deleted() {
+/// A waiter is granted the lock, with a server-made token and a larger fence, when
+/// `command` (`DEL` or `UNLINK`) removes the key under its holder.
+fn assert_a_waiter_is_granted_the_lock_when_the_key_is_removed_by(command: &str) {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (_, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
+    let (_, fence, mut waiter) =
+        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "10000"]);
 
-    let deleted: i64 = redis::cmd("DEL").arg("job").query(&mut con).unwrap();
-    assert_eq!(deleted, 1);
+    let removed: i64 = redis::cmd(command).arg("job").query(&mut con).unwrap();
+    assert_eq!(removed, 1, "{command}");
 
-    assert_granted_with_server_token(&mut con, "job", waiter.reply(), fence);
+    assert_granted_with_server_token(&mut con, "job", waiter.granted(), fence);
+}
+
+#[test]
+fn a_waiter_is_granted_the_lock_when_the_key_is_deleted() {
+    assert_a_waiter_is_granted_the_lock_when_the_key_is_removed_by("DEL");
 }
 
 #[test]
 fn a_waiter_is_granted_the_lock_when_the_key_is_unlinked() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let (_, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
-
-    let unlinked: i64 = redis::cmd("UNLINK").arg("job").query(&mut con).unwrap();
-    assert_eq!(unlinked, 1);
-
-    assert_granted_with_server_token(&mut con, "job", waiter.reply(), fence);
+    assert_a_waiter_is_granted_the_lock_when_the_key_is_removed_by("UNLINK");
 }
 
 #[test]
@@ -173,10 +103,10 @@ fn a_waiter_is_granted_an_expired_lock_on_time_with_no_command_touching_the_key(
     let server = TestServer::start();
     let mut con = server.connection();
     let (_, fence) = acquire(&mut con, "job", TTL_MS, &[]).expect("granted");
-    let pttl: u64 = redis::cmd("PTTL").arg("job").query(&mut con).unwrap();
+    let pttl = u64::try_from(pttl(&mut con, "job")).expect("job expires");
     // The server's deadline, seen from here no earlier than it really is.
     let deadline = Instant::now() + Duration::from_millis(pttl);
-    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "10000"]);
+    let mut waiter = Waiter::start(&server, "job", 30_000, &["WAIT", "10000"]);
     assert!(
         Instant::now() < deadline,
         "the waiter queued before the lock expired (machine too slow for this TTL)"
@@ -202,9 +132,9 @@ fn a_waiter_is_granted_an_expired_lock_on_time_with_no_command_touching_the_key(
 fn a_newcomer_pipelined_right_after_the_release_cannot_jump_the_queue() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(
+    let (holder, _, mut waiter) = held_with_a_waiter(
         &server,
+        &mut con,
         "job",
         30_000,
         &["WAIT", "10000", "TOKEN", "waiter"],
@@ -225,7 +155,7 @@ fn a_newcomer_pipelined_right_after_the_release_cannot_jump_the_queue() {
 
     assert_eq!(released, 1);
     assert_eq!(newcomer, None, "the newcomer must stand back");
-    let (token, _) = waiter.reply().expect("the waiter is granted the lock");
+    let (token, _) = waiter.granted().expect("the waiter is granted the lock");
     assert_eq!(token, b"waiter");
     assert_eq!(release(&mut con, "job", b"newcomer"), 0);
     assert_eq!(release(&mut con, "job", b"waiter"), 1);
@@ -236,9 +166,9 @@ fn a_newcomer_on_another_connection_after_the_release_cannot_jump_the_queue() {
     let server = TestServer::start();
     let mut con = server.connection();
     let mut newcomer_con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(
+    let (holder, _, mut waiter) = held_with_a_waiter(
         &server,
+        &mut con,
         "job",
         30_000,
         &["WAIT", "10000", "TOKEN", "waiter"],
@@ -248,7 +178,7 @@ fn a_newcomer_on_another_connection_after_the_release_cannot_jump_the_queue() {
     let newcomer = acquire(&mut newcomer_con, "job", 30_000, &["TOKEN", "newcomer"]);
 
     assert_eq!(newcomer, None, "the newcomer must stand back");
-    let (token, _) = waiter.reply().expect("the waiter is granted the lock");
+    let (token, _) = waiter.granted().expect("the waiter is granted the lock");
     assert_eq!(token, b"waiter");
     assert_eq!(release(&mut con, "job", b"waiter"), 1);
 }
@@ -262,7 +192,7 @@ fn waiters_are_granted_the_lock_one_at_a_time_in_the_order_they_started_waiting(
     let mut waiters = Vec::new();
     for i in 0..WAITERS {
         let token = format!("waiter-{i}");
-        waiters.push(start_waiter(
+        waiters.push(Waiter::start(
             &server,
             "job",
             30_000,
@@ -275,9 +205,9 @@ fn waiters_are_granted_the_lock_one_at_a_time_in_the_order_they_started_waiting(
         );
     }
 
-    for (i, waiter) in waiters.into_iter().enumerate() {
+    for (i, mut waiter) in waiters.into_iter().enumerate() {
         assert_eq!(release(&mut con, "job", &holder), 1);
-        let (token, new_fence) = waiter.reply().expect("granted in turn");
+        let (token, new_fence) = waiter.granted().expect("granted in turn");
         assert_eq!(token, format!("waiter-{i}").into_bytes(), "grant {i}");
         assert!(new_fence > fence, "{new_fence} > {fence}");
         assert_eq!(
@@ -321,16 +251,16 @@ fn a_wait_that_times_out_answers_nil_after_the_timeout() {
 fn wait_zero_waits_without_limit_until_the_lock_is_released() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "0"]);
+    let (holder, fence, mut waiter) =
+        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
 
     // Proving "no limit" takes some waiting: a second is well beyond any rounding.
     thread::sleep(Duration::from_secs(1));
     assert!(waiter.is_blocked(), "WAIT 0 must not time out");
-    assert_eq!(blocked(&mut con), 1);
+    assert_eq!(lock_waiters(&mut con), 1);
 
     assert_eq!(release(&mut con, "job", &holder), 1);
-    assert_granted_with_server_token(&mut con, "job", waiter.reply(), fence);
+    assert_granted_with_server_token(&mut con, "job", waiter.granted(), fence);
 }
 
 #[test]
@@ -353,7 +283,7 @@ fn wait_inside_multi_exec_answers_nil_at_once() {
 
     assert_eq!(reply, None);
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(blocked(&mut con), 0);
+    assert_eq!(lock_waiters(&mut con), 0);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
 }
 
@@ -374,13 +304,21 @@ fn wait_inside_a_script_answers_nil_at_once() {
 
     assert_eq!(reply, None);
     assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(blocked(&mut con), 0);
+    assert_eq!(lock_waiters(&mut con), 0);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
 }
 
-/// The serialized lock: token, fence, grant time.
-fn dump(con: &mut redis::Connection, key: &str) -> Option<Vec<u8>> {
-    redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
+/// Has `job` (ttl `ttl_ms`) granted to a waiter: a holder takes it, a waiter queues, the
+/// holder releases. The waiter's `(token, fence)`.
+fn grant_to_a_waiter(
+    server: &TestServer,
+    con: &mut redis::Connection,
+    ttl_ms: u64,
+) -> (Vec<u8>, i64) {
+    let (holder, _, mut waiter) =
+        held_with_a_waiter(server, con, "job", ttl_ms, &["WAIT", "10000"]);
+    assert_eq!(release(con, "job", &holder), 1);
+    waiter.granted().expect("granted")
 }
 
 #[test]
@@ -389,11 +327,7 @@ fn a_grant_to_a_waiter_replicates_exactly() {
     let replica = start_replica(&master, &[]);
     let mut con = master.connection();
     let mut replica_con = replica.connection();
-    let (holder, _) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(&master, "job", 30_000, &["WAIT", "10000"]);
-
-    assert_eq!(release(&mut con, "job", &holder), 1);
-    let (token, fence) = waiter.reply().expect("granted");
+    let (token, fence) = grant_to_a_waiter(&master, &mut con, 30_000);
     sync_replicas(&mut con, 1);
 
     assert_eq!(info_field(&mut replica_con, "job", "fence"), Some(fence));
@@ -402,20 +336,12 @@ fn a_grant_to_a_waiter_replicates_exactly() {
         info_field(&mut con, "job", "acquired")
     );
     assert_eq!(dump(&mut replica_con, "job"), dump(&mut con, "job"));
-    let digest = |con: &mut redis::Connection| -> String {
-        redis::cmd("DEBUG")
-            .arg("DIGEST-VALUE")
-            .arg("job")
-            .query::<Vec<String>>(con)
-            .unwrap()
-            .remove(0)
-    };
-    assert_eq!(digest(&mut replica_con), digest(&mut con));
-    let master_pttl: i64 = redis::cmd("PTTL").arg("job").query(&mut con).unwrap();
-    let replica_pttl: i64 = redis::cmd("PTTL")
-        .arg("job")
-        .query(&mut replica_con)
-        .unwrap();
+    assert_eq!(
+        digest_value(&mut replica_con, "job"),
+        digest_value(&mut con, "job")
+    );
+    let master_pttl = pttl(&mut con, "job");
+    let replica_pttl = pttl(&mut replica_con, "job");
     assert!(
         (master_pttl - replica_pttl).abs() < 1_000,
         "same absolute expiry: {master_pttl} vs {replica_pttl}"
@@ -432,10 +358,7 @@ fn a_grant_to_a_waiter_survives_a_save_and_restart() {
     let mut server = TestServer::start();
     let (token, fence, acquired) = {
         let mut con = server.connection();
-        let (holder, _) = acquire(&mut con, "job", 60_000, &[]).expect("granted");
-        let waiter = start_waiter(&server, "job", 60_000, &["WAIT", "10000"]);
-        assert_eq!(release(&mut con, "job", &holder), 1);
-        let (token, fence) = waiter.reply().expect("granted");
+        let (token, fence) = grant_to_a_waiter(&server, &mut con, 60_000);
         let acquired = info_field(&mut con, "job", "acquired");
         let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
         (token, fence, acquired)
@@ -454,10 +377,7 @@ fn a_grant_to_a_waiter_survives_a_save_and_restart() {
 fn a_grant_to_a_waiter_survives_debug_reload() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, _) = acquire(&mut con, "job", 60_000, &[]).expect("granted");
-    let waiter = start_waiter(&server, "job", 60_000, &["WAIT", "10000"]);
-    assert_eq!(release(&mut con, "job", &holder), 1);
-    let (token, fence) = waiter.reply().expect("granted");
+    let (token, fence) = grant_to_a_waiter(&server, &mut con, 60_000);
     let before = dump(&mut con, "job");
 
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
@@ -471,8 +391,13 @@ fn a_grant_to_a_waiter_survives_debug_reload() {
 fn the_grant_to_a_waiter_is_made_inside_the_release_so_no_command_sees_the_lock_free() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, old_fence) = acquire(&mut con, "job", 30_000, &[]).expect("granted");
-    let waiter = start_waiter(&server, "job", 30_000, &["WAIT", "0", "TOKEN", "next"]);
+    let (holder, old_fence, mut waiter) = held_with_a_waiter(
+        &server,
+        &mut con,
+        "job",
+        30_000,
+        &["WAIT", "0", "TOKEN", "next"],
+    );
 
     // One read: the commands right behind the release already see the waiter's lock.
     type Info = Option<Vec<(String, i64)>>;
@@ -497,6 +422,6 @@ fn the_grant_to_a_waiter_is_made_inside_the_release_so_no_command_sees_the_lock_
         .expect("fence");
     assert!(fence > old_fence);
     assert_eq!(newcomer, None, "the newcomer finds it held");
-    let (token, granted_fence) = waiter.reply().expect("the waiter got it");
+    let (token, granted_fence) = waiter.granted().expect("the waiter got it");
     assert_eq!((token.as_slice(), granted_fence), (&b"next"[..], fence));
 }

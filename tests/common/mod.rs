@@ -632,3 +632,149 @@ pub fn server_with_future_fence(key: &str, token: &str, extra: &[&str]) -> (Test
     );
     (server, fence)
 }
+
+/// One integer field of `INFO lock` (the `lock_stats` counters and `lock_waiters`).
+/// Reading it touches no key, so it cannot expire one as a side effect.
+pub fn lock_stat(con: &mut redis::Connection, field: &str) -> i64 {
+    info_int(&server_info(con, "lock"), field)
+}
+
+/// `INFO lock` field `lock_waiters`: the clients blocked in `LOCK.ACQUIRE ... WAIT` now,
+/// on any key of the server.
+pub fn lock_waiters(con: &mut redis::Connection) -> i64 {
+    lock_stat(con, "lock_waiters")
+}
+
+/// How long a `Waiter` reads for its reply before failing: longer than any `WAIT`
+/// timeout the tests use, so that the server's own nil for a timed-out wait comes first.
+const WAITER_REPLY_LIMIT: Duration = Duration::from_secs(30);
+
+/// A client that sent `LOCK.ACQUIRE ... WAIT` on a connection of its own, which the test
+/// holds: the reply waits in the socket until the test reads it, the test can tell
+/// whether it has arrived without reading it, and dropping the waiter disconnects it.
+pub struct Waiter {
+    stream: TcpStream,
+    parser: redis::Parser,
+    /// The connection's `CLIENT ID`, for `CLIENT KILL ID` and `CLIENT UNBLOCK`.
+    pub id: i64,
+}
+
+impl Waiter {
+    /// Sends `LOCK.ACQUIRE key ttl [extra...]` in database 0 on a new connection and
+    /// returns once the server counts one more blocked client.
+    pub fn start(server: &TestServer, key: &str, ttl_ms: u64, extra: &[&str]) -> Self {
+        Self::start_in(server, 0, key, ttl_ms, extra)
+    }
+
+    /// `start`, in database `db`.
+    pub fn start_in(server: &TestServer, db: i64, key: &str, ttl_ms: u64, extra: &[&str]) -> Self {
+        let mut observer = server.connection();
+        let before = lock_waiters(&mut observer);
+        let waiter = Self::send_in(server, db, key, ttl_ms, extra);
+        poll_until(Duration::from_secs(10), "the waiter to block", || {
+            lock_waiters(&mut observer) == before + 1
+        });
+        waiter
+    }
+
+    /// Sends `LOCK.ACQUIRE key ttl [extra...]` in database 0 on a new connection without
+    /// waiting for it to block (for many waiters at once: poll `lock_waiters` after).
+    pub fn send(server: &TestServer, key: &str, ttl_ms: u64, extra: &[&str]) -> Self {
+        Self::send_in(server, 0, key, ttl_ms, extra)
+    }
+
+    fn send_in(server: &TestServer, db: i64, key: &str, ttl_ms: u64, extra: &[&str]) -> Self {
+        let mut waiter = Self {
+            stream: raw_connection(server.port),
+            parser: redis::Parser::new(),
+            id: 0,
+        };
+        if db != 0 {
+            let selected = waiter.query(&[b"SELECT", db.to_string().as_bytes()]);
+            assert_eq!(selected.expect("SELECT"), redis::Value::Okay);
+        }
+        let id = waiter.query(&[b"CLIENT", b"ID"]).expect("CLIENT ID");
+        waiter.id = redis::from_redis_value(id).expect("an integer id");
+        let ttl = ttl_ms.to_string();
+        let mut command: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", key.as_bytes(), ttl.as_bytes()];
+        command.extend(extra.iter().map(|arg| arg.as_bytes()));
+        waiter.write(&command);
+        waiter
+    }
+
+    fn write(&mut self, command: &[&[u8]]) {
+        use std::io::Write;
+        self.stream
+            .write_all(&resp(command))
+            .expect("send to the waiter's connection");
+    }
+
+    /// Sends `command` on the waiter's connection and reads the reply that comes next.
+    fn query(&mut self, command: &[&[u8]]) -> redis::RedisResult<redis::Value> {
+        self.write(command);
+        self.reply()
+    }
+
+    /// Whether no reply has arrived yet (looked at without reading it).
+    pub fn is_blocked(&self) -> bool {
+        self.stream.set_nonblocking(true).expect("set nonblocking");
+        let peeked = self.stream.peek(&mut [0u8; 1]);
+        self.stream.set_nonblocking(false).expect("set blocking");
+        matches!(peeked, Err(err) if err.kind() == std::io::ErrorKind::WouldBlock)
+    }
+
+    /// The reply to the blocked command, an error reply as `Err` (and `Err` if the
+    /// connection was closed, or nothing came within 30 s).
+    pub fn reply(&mut self) -> redis::RedisResult<redis::Value> {
+        self.reply_within(WAITER_REPLY_LIMIT)
+    }
+
+    /// The reply, or an error if none comes within `limit`.
+    pub fn reply_within(&mut self, limit: Duration) -> redis::RedisResult<redis::Value> {
+        self.stream.set_read_timeout(Some(limit))?;
+        self.parser
+            .parse_value(&mut self.stream)
+            .and_then(redis::Value::extract_error)
+    }
+
+    /// The reply, which must not be an error (`Some((token, fence))`, `None` for nil),
+    /// and when it was read: at once if the test reads it right away, as it waits.
+    pub fn outcome(&mut self) -> (Option<(Vec<u8>, i64)>, Instant) {
+        let reply = self.reply().expect("LOCK.ACQUIRE ... WAIT");
+        let at = Instant::now();
+        (
+            redis::from_redis_value(reply).expect("[token, fence] or nil"),
+            at,
+        )
+    }
+
+    /// The reply, which must not be an error: `Some((token, fence))`, `None` for nil.
+    pub fn granted(&mut self) -> Option<(Vec<u8>, i64)> {
+        self.outcome().0
+    }
+
+    /// The reply, which must be a grant: its token.
+    pub fn granted_token(&mut self) -> Vec<u8> {
+        self.granted().expect("the waiter is granted the lock").0
+    }
+
+    /// `PING` on the waiter's connection: the text of the reply that comes next.
+    pub fn ping(&mut self) -> String {
+        let pong = self.query(&[b"PING"]).expect("PING");
+        redis::from_redis_value(pong).expect("a text reply")
+    }
+}
+
+/// `key` held (`ttl_ms`) by a holder, and a `Waiter` (`LOCK.ACQUIRE key ttl_ms extra...`)
+/// queued behind it: the holder's token and fence, and the waiter.
+pub fn held_with_a_waiter(
+    server: &TestServer,
+    con: &mut redis::Connection,
+    key: &str,
+    ttl_ms: u64,
+    extra: &[&str],
+) -> (Vec<u8>, i64, Waiter) {
+    let (holder, fence) = acquire(con, key, ttl_ms, &[]).expect("granted");
+    let waiter = Waiter::start(server, key, ttl_ms, extra);
+    (holder, fence, waiter)
+}
