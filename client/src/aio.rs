@@ -34,10 +34,15 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::commands::{Grant, LockInfo, acquire_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::guard::{
+    DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
+};
 use crate::lost::{LockLost, LostReason};
 use crate::options::LockOptions;
-use crate::redlock::{RedlockError, RedlockOptions, Round, jittered, quorum, validity};
-use crate::sync::{DEFAULT_COMMAND_TIMEOUT, outcome_unknown, retry_delay};
+use crate::redlock::{
+    Attempts, Held, RedlockError, RedlockOptions, clients, confirmed, debug_redlock, instances,
+    redlock_guard_accessors,
+};
 use crate::token::new_token;
 
 fn timed_out(what: &str) -> RedisError {
@@ -155,18 +160,14 @@ impl Locker {
         options: &LockOptions,
     ) -> RedisResult<Option<Lock>> {
         let key = key.as_ref().to_vec();
-        let token = options
-            .own_token()
-            .map(<[u8]>::to_vec)
-            .unwrap_or_else(new_token);
+        let token = options.token_to_send();
         let cmd = acquire_cmd(&key, options.ttl(), Some(&token), options.wait_timeout());
         let reply: RedisResult<Option<Grant>> = match options.wait_timeout() {
             None => self.conn.query(&cmd, self.command_timeout).await,
-            Some(wait) => {
+            Some(_) => {
                 // A connection of its own, dropped (and so leaving the server's wait
                 // queue) as soon as this returns.
-                let limit = (!wait.is_zero()).then(|| wait + self.command_timeout);
-                within(limit, async {
+                within(options.reply_limit(self.command_timeout), async {
                     let mut con = self.conn.open().await?;
                     cmd.query_async(&mut con).await
                 })
@@ -259,24 +260,18 @@ impl Shared {
 /// Extends the lock every `every` until aborted, the lock is found gone, or the server
 /// stays unreachable for a whole TTL.
 async fn watchdog(shared: Arc<Shared>, every: Duration, ttl: Duration) {
-    let mut last_extended = Instant::now();
-    let mut next = every;
+    let mut schedule = Schedule::new(every, ttl);
+    let mut next = schedule.first();
     loop {
         tokio::time::sleep(next).await;
         let sent = Instant::now();
-        match shared.extend(ttl).await {
-            Ok(true) => {
-                last_extended = sent;
-                next = every;
+        match schedule.after(sent, &shared.extend(ttl).await) {
+            Next::Wait(delay) => next = delay,
+            Next::Stop => return,
+            Next::Lost(reason) => {
+                shared.set_lost(reason);
+                return;
             }
-            Ok(false) => return,
-            Err(err) => match retry_delay(last_extended, every, ttl) {
-                Some(delay) => next = delay,
-                None => {
-                    shared.set_lost(LostReason::Unreachable(err.to_string()));
-                    return;
-                }
-            },
         }
     }
 }
@@ -297,35 +292,18 @@ pub struct Lock {
 
 impl fmt::Debug for Lock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lock")
-            .field("key", &String::from_utf8_lossy(&self.shared.key))
-            .field("fence", &self.fence)
-            .field("ttl", &self.ttl)
-            .field("watchdog", &self.watchdog.is_some())
-            .finish()
+        debug_lock(
+            f,
+            &self.shared.key,
+            self.fence,
+            self.ttl,
+            self.watchdog.is_some(),
+        )
     }
 }
 
 impl Lock {
-    /// The lock's key.
-    pub fn key(&self) -> &[u8] {
-        &self.shared.key
-    }
-
-    /// The token that proves ownership (a secret: do not log it).
-    pub fn token(&self) -> &[u8] {
-        &self.shared.token
-    }
-
-    /// The fencing token of this grant; see [`crate::Lock::fence`].
-    pub fn fence(&self) -> u64 {
-        self.fence
-    }
-
-    /// The TTL the lock was acquired with (and that the watchdog extends to).
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
+    lock_accessors!();
 
     /// Sets the lock's remaining time to `ttl`. `false`: no longer held by this token,
     /// and the guard counts as lost.
@@ -404,9 +382,7 @@ pub struct Redlock {
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redlock")
-            .field("masters", &self.instances.len())
-            .finish()
+        debug_redlock(f, self.masters())
     }
 }
 
@@ -418,23 +394,14 @@ impl Redlock {
     ///
     /// If `clients` is empty.
     pub fn new(clients: Vec<redis::Client>) -> Self {
-        assert!(!clients.is_empty(), "Redlock needs at least one master");
-        let instances = clients
-            .into_iter()
-            .map(|client| Conn::new(client, DEFAULT_COMMAND_TIMEOUT))
-            .collect();
         Redlock {
-            instances: Arc::new(instances),
+            instances: instances(clients, |client| Conn::new(client, DEFAULT_COMMAND_TIMEOUT)),
         }
     }
 
     /// Redlock over the masters at these URLs.
     pub fn open(urls: &[&str]) -> RedisResult<Self> {
-        let clients = urls
-            .iter()
-            .map(|url| redis::Client::open(*url))
-            .collect::<RedisResult<Vec<_>>>()?;
-        Ok(Self::new(clients))
+        Ok(Self::new(clients(urls)?))
     }
 
     /// The number of masters.
@@ -450,47 +417,27 @@ impl Redlock {
     ) -> Result<RedlockGuard, RedlockError> {
         let key = key.as_ref().to_vec();
         let token = new_token();
-        let quorum = quorum(self.masters());
-        let mut best = 0;
-        let mut errors = Vec::new();
+        let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
+        let mut attempts = Attempts::new(options, self.masters());
         for attempt in 1..=options.attempts {
             let started = Instant::now();
-            let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
             let results = self
-                .on_all::<Option<Grant>>(cmd, options.instance_timeout)
+                .on_all::<Option<Grant>>(cmd.clone(), options.instance_timeout)
                 .await;
-            let round = Round::from_results(results);
-            let elapsed = started.elapsed();
-            let granted = round.granted();
-            if granted >= quorum
-                && let Some(validity) = validity(options.ttl, elapsed, options.drift_factor)
-            {
+            if let Some(won) = attempts.judge(results, started.elapsed()) {
                 return Ok(RedlockGuard {
                     redlock: self.clone(),
-                    key,
-                    token,
-                    started,
-                    validity,
-                    fences: round.fences,
-                    instance_timeout: options.instance_timeout,
-                    drift_factor: options.drift_factor,
+                    held: Held::new(key, token, started, won, options),
                     released: false,
                 });
             }
-            best = best.max(granted);
-            errors = round.errors;
             self.release_all(&key, &token, options.instance_timeout)
                 .await;
-            if attempt < options.attempts {
-                tokio::time::sleep(jittered(options.retry_delay, options.retry_jitter)).await;
+            if let Some(pause) = attempts.pause_after(attempt) {
+                tokio::time::sleep(pause).await;
             }
         }
-        Err(RedlockError {
-            attempts: options.attempts,
-            best,
-            quorum,
-            errors,
-        })
+        Err(attempts.failed())
     }
 
     /// Runs `cmd` on every master at once, each within `timeout` (connecting included).
@@ -517,11 +464,7 @@ impl Redlock {
     }
 
     async fn release_all(&self, key: &[u8], token: &[u8], timeout: Duration) -> usize {
-        self.on_all::<bool>(release_cmd(key, token), timeout)
-            .await
-            .into_iter()
-            .filter(|released| matches!(released, Ok(true)))
-            .count()
+        confirmed(&self.on_all::<bool>(release_cmd(key, token), timeout).await)
     }
 }
 
@@ -529,62 +472,18 @@ impl Redlock {
 /// when dropped (by a task on the current tokio runtime).
 pub struct RedlockGuard {
     redlock: Redlock,
-    key: Vec<u8>,
-    token: Vec<u8>,
-    started: Instant,
-    validity: Duration,
-    fences: Vec<Option<u64>>,
-    instance_timeout: Duration,
-    drift_factor: f64,
+    held: Held,
     released: bool,
 }
 
 impl fmt::Debug for RedlockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockGuard")
-            .field("key", &String::from_utf8_lossy(&self.key))
-            .field("validity", &self.validity)
-            .field("fences", &self.fences)
-            .finish()
+        self.held.fmt(f)
     }
 }
 
 impl RedlockGuard {
-    /// The lock's key.
-    pub fn key(&self) -> &[u8] {
-        &self.key
-    }
-
-    /// The token, the same on every master (a secret: do not log it).
-    pub fn token(&self) -> &[u8] {
-        &self.token
-    }
-
-    /// The validity computed at the grant: TTL - elapsed - drift.
-    pub fn validity(&self) -> Duration {
-        self.validity
-    }
-
-    /// The instant after which the lock may be held by someone else.
-    pub fn valid_until(&self) -> Instant {
-        self.started + self.validity
-    }
-
-    /// Time left before [`valid_until`](Self::valid_until).
-    pub fn remaining(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
-    }
-
-    /// Whether the lock is still within its validity.
-    pub fn is_valid(&self) -> bool {
-        !self.remaining().is_zero()
-    }
-
-    /// Each master's fence, `None` where it did not grant the lock; not comparable
-    /// across masters.
-    pub fn fences(&self) -> &[Option<u64>] {
-        &self.fences
-    }
+    redlock_guard_accessors!();
 
     /// Extends the lock to `ttl` on every master; `true` if a quorum extended it in time
     /// (the validity restarts), `false` leaves the old validity in place.
@@ -593,26 +492,18 @@ impl RedlockGuard {
         let replies = self
             .redlock
             .on_all::<bool>(
-                extend_cmd(&self.key, &self.token, ttl),
-                self.instance_timeout,
+                extend_cmd(&self.held.key, &self.held.token, ttl),
+                self.held.instance_timeout,
             )
             .await;
-        let extended = replies.iter().filter(|r| matches!(r, Ok(true))).count();
-        match validity(ttl, started.elapsed(), self.drift_factor) {
-            Some(validity) if extended >= quorum(self.redlock.masters()) => {
-                self.started = started;
-                self.validity = validity;
-                true
-            }
-            _ => false,
-        }
+        self.held.extended(ttl, started, &replies)
     }
 
     /// Releases the lock on every master; returns how many confirmed the release.
     pub async fn release(mut self) -> usize {
         self.released = true;
         self.redlock
-            .release_all(&self.key, &self.token, self.instance_timeout)
+            .release_all(&self.held.key, &self.held.token, self.held.instance_timeout)
             .await
     }
 }
@@ -623,9 +514,9 @@ impl Drop for RedlockGuard {
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let redlock = self.redlock.clone();
-            let key = std::mem::take(&mut self.key);
-            let token = std::mem::take(&mut self.token);
-            let timeout = self.instance_timeout;
+            let key = std::mem::take(&mut self.held.key);
+            let token = std::mem::take(&mut self.held.token);
+            let timeout = self.held.instance_timeout;
             runtime.spawn(async move {
                 redlock.release_all(&key, &token, timeout).await;
             });

@@ -80,6 +80,7 @@
 #[cfg(feature = "tokio")]
 pub mod aio;
 pub mod commands;
+mod guard;
 mod lost;
 mod options;
 pub mod redlock;

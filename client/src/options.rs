@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::token::new_token;
+
 /// The default share of the TTL after which the watchdog extends the lock.
 const DEFAULT_WATCHDOG_FRACTION: f64 = 1.0 / 3.0;
 
@@ -103,6 +105,25 @@ impl LockOptions {
         self.watchdog
             .map(|fraction| self.ttl.mul_f64(fraction).max(Duration::from_millis(1)))
     }
+
+    /// The token an acquire sends: the caller's own, or a new random one. The guards
+    /// always send one, so that they know it even if the reply is lost.
+    pub(crate) fn token_to_send(&self) -> Vec<u8> {
+        self.own_token()
+            .map(<[u8]>::to_vec)
+            .unwrap_or_else(new_token)
+    }
+
+    /// How long the client waits for the acquire's reply, `None` for no limit: a
+    /// waiting acquire must not time out on the client before the server answers, so
+    /// the wait plus `command_timeout`, and no limit for a wait without one.
+    pub(crate) fn reply_limit(&self, command_timeout: Duration) -> Option<Duration> {
+        match self.wait {
+            None => Some(command_timeout),
+            Some(wait) if wait.is_zero() => None,
+            Some(wait) => Some(wait + command_timeout),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -126,6 +147,30 @@ mod tests {
     #[should_panic(expected = "between 0 and 1")]
     fn a_watchdog_fraction_of_one_is_refused() {
         let _ = LockOptions::new(Duration::from_secs(1)).watchdog_every(1.0);
+    }
+
+    #[test]
+    fn an_acquire_sends_the_own_token_or_a_new_random_one() {
+        let own = LockOptions::new(Duration::from_secs(1)).token("mine");
+        assert_eq!(own.token_to_send(), b"mine");
+        let random = LockOptions::new(Duration::from_secs(1));
+        assert_eq!(random.token_to_send().len(), 32);
+        assert_ne!(random.token_to_send(), random.token_to_send());
+    }
+
+    #[test]
+    fn the_reply_to_a_waiting_acquire_may_take_the_wait_plus_the_command_timeout() {
+        let timeout = Duration::from_secs(5);
+        let options = LockOptions::new(Duration::from_secs(1));
+        assert_eq!(options.reply_limit(timeout), Some(timeout));
+        assert_eq!(
+            options
+                .clone()
+                .wait(Duration::from_secs(2))
+                .reply_limit(timeout),
+            Some(Duration::from_secs(7))
+        );
+        assert_eq!(options.wait(Duration::ZERO).reply_limit(timeout), None);
     }
 
     #[test]

@@ -155,14 +155,62 @@ impl fmt::Display for RedlockError {
 
 impl std::error::Error for RedlockError {}
 
-/// The outcome of one attempt on all masters, shared by the sync and async versions.
-pub(crate) struct Round {
-    pub(crate) fences: Vec<Option<u64>>,
-    pub(crate) errors: Vec<(usize, String)>,
+/// How many of the replies confirm (`Ok(true)`): masters that released or extended.
+pub(crate) fn confirmed(replies: &[RedisResult<bool>]) -> usize {
+    replies.iter().filter(|r| matches!(r, Ok(true))).count()
 }
 
-impl Round {
-    pub(crate) fn from_results(results: Vec<RedisResult<Option<Grant>>>) -> Self {
+/// The validity of a lock that `votes` of `masters` granted (or extended) to `ttl`,
+/// `elapsed` after the requests went out: `None` without a quorum or without time left.
+pub(crate) fn quorum_validity(
+    votes: usize,
+    masters: usize,
+    ttl: Duration,
+    elapsed: Duration,
+    drift_factor: f64,
+) -> Option<Duration> {
+    if votes < quorum(masters) {
+        return None;
+    }
+    validity(ttl, elapsed, drift_factor)
+}
+
+/// The bookkeeping of one Redlock acquire across its attempts, without the I/O, the same
+/// for the sync and the async [`Redlock`]: judges each attempt's replies, says how long
+/// to pause before the next, and makes the error once all have failed.
+pub(crate) struct Attempts<'a> {
+    options: &'a RedlockOptions,
+    quorum: usize,
+    best: usize,
+    errors: Vec<(usize, String)>,
+}
+
+/// An attempt that won the lock: its validity and each master's fence.
+pub(crate) struct Won {
+    validity: Duration,
+    fences: Vec<Option<u64>>,
+}
+
+impl<'a> Attempts<'a> {
+    /// An acquire on `masters` masters with `options`.
+    pub(crate) fn new(options: &'a RedlockOptions, masters: usize) -> Self {
+        Attempts {
+            options,
+            quorum: quorum(masters),
+            best: 0,
+            errors: Vec::new(),
+        }
+    }
+
+    /// Judges one attempt's replies (one per master, in order) that took `elapsed`:
+    /// `Some` if a quorum granted the lock with validity left. `None`: the attempt failed,
+    /// and the caller releases the lock on all masters (also those that did not answer:
+    /// they may have granted it late) before trying again.
+    pub(crate) fn judge(
+        &mut self,
+        results: Vec<RedisResult<Option<Grant>>>,
+        elapsed: Duration,
+    ) -> Option<Won> {
         let mut fences = Vec::with_capacity(results.len());
         let mut errors = Vec::new();
         for (index, result) in results.into_iter().enumerate() {
@@ -174,12 +222,187 @@ impl Round {
                 }
             }
         }
-        Round { fences, errors }
+        let granted = fences.iter().filter(|f| f.is_some()).count();
+        let masters = fences.len();
+        match quorum_validity(
+            granted,
+            masters,
+            self.options.ttl,
+            elapsed,
+            self.options.drift_factor,
+        ) {
+            Some(validity) => Some(Won { validity, fences }),
+            None => {
+                self.best = self.best.max(granted);
+                self.errors = errors;
+                None
+            }
+        }
     }
 
-    pub(crate) fn granted(&self) -> usize {
-        self.fences.iter().filter(|f| f.is_some()).count()
+    /// After failed attempt number `attempt` (counted from 1): the random pause before
+    /// the next, `None` after the last.
+    pub(crate) fn pause_after(&self, attempt: u32) -> Option<Duration> {
+        (attempt < self.options.attempts)
+            .then(|| jittered(self.options.retry_delay, self.options.retry_jitter))
     }
+
+    /// The error once every attempt failed.
+    pub(crate) fn failed(self) -> RedlockError {
+        RedlockError {
+            attempts: self.options.attempts,
+            best: self.best,
+            quorum: self.quorum,
+            errors: self.errors,
+        }
+    }
+}
+
+/// What a held Redlock knows, the same in the sync and the async [`RedlockGuard`].
+pub(crate) struct Held {
+    pub(crate) key: Vec<u8>,
+    pub(crate) token: Vec<u8>,
+    started: Instant,
+    pub(crate) validity: Duration,
+    pub(crate) fences: Vec<Option<u64>>,
+    pub(crate) instance_timeout: Duration,
+    drift_factor: f64,
+}
+
+impl Held {
+    /// The lock `key` with `token`, won by the attempt that started at `started`.
+    pub(crate) fn new(
+        key: Vec<u8>,
+        token: Vec<u8>,
+        started: Instant,
+        won: Won,
+        options: &RedlockOptions,
+    ) -> Self {
+        Held {
+            key,
+            token,
+            started,
+            validity: won.validity,
+            fences: won.fences,
+            instance_timeout: options.instance_timeout,
+            drift_factor: options.drift_factor,
+        }
+    }
+
+    /// The instant after which the lock may be held by someone else.
+    pub(crate) fn valid_until(&self) -> Instant {
+        self.started + self.validity
+    }
+
+    /// Time left before `valid_until`.
+    pub(crate) fn remaining(&self) -> Duration {
+        self.valid_until().saturating_duration_since(Instant::now())
+    }
+
+    /// Takes the replies (one per master) of an extend to `ttl` sent at `started`: if a
+    /// quorum extended the lock with time left, the validity restarts from `started`
+    /// (`true`); otherwise the old validity stays in place (`false`).
+    pub(crate) fn extended(
+        &mut self,
+        ttl: Duration,
+        started: Instant,
+        replies: &[RedisResult<bool>],
+    ) -> bool {
+        let votes = confirmed(replies);
+        match quorum_validity(
+            votes,
+            replies.len(),
+            ttl,
+            started.elapsed(),
+            self.drift_factor,
+        ) {
+            Some(validity) => {
+                self.started = started;
+                self.validity = validity;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl fmt::Debug for Held {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockGuard")
+            .field("key", &String::from_utf8_lossy(&self.key))
+            .field("validity", &self.validity)
+            .field("fences", &self.fences)
+            .finish()
+    }
+}
+
+/// The accessors of a Redlock guard, the same on the sync [`RedlockGuard`] and the async
+/// `aio::RedlockGuard`: both keep what they know in a [`Held`] named `held`. Expands to
+/// methods, inside the guard's `impl`.
+macro_rules! redlock_guard_accessors {
+    () => {
+        /// The lock's key.
+        pub fn key(&self) -> &[u8] {
+            &self.held.key
+        }
+
+        /// The token, the same on every master (a secret: do not log it).
+        pub fn token(&self) -> &[u8] {
+            &self.held.token
+        }
+
+        /// The validity computed at the grant (or the last extend): TTL - elapsed - drift.
+        pub fn validity(&self) -> std::time::Duration {
+            self.held.validity
+        }
+
+        /// The instant after which the lock may be held by someone else.
+        pub fn valid_until(&self) -> std::time::Instant {
+            self.held.valid_until()
+        }
+
+        /// Time left before [`valid_until`](Self::valid_until).
+        pub fn remaining(&self) -> std::time::Duration {
+            self.held.remaining()
+        }
+
+        /// Whether the lock is still within its validity.
+        pub fn is_valid(&self) -> bool {
+            !self.remaining().is_zero()
+        }
+
+        /// Each master's fence, `None` where it did not grant the lock. Fences of
+        /// different masters cannot be compared with each other.
+        pub fn fences(&self) -> &[Option<u64>] {
+            &self.held.fences
+        }
+    };
+}
+
+// The sync guard uses the macro by its textual scope; the async one imports it.
+#[cfg(feature = "tokio")]
+pub(crate) use redlock_guard_accessors;
+
+/// The masters' clients from their URLs.
+pub(crate) fn clients(urls: &[&str]) -> RedisResult<Vec<redis::Client>> {
+    urls.iter().map(|url| redis::Client::open(*url)).collect()
+}
+
+/// One instance per master, made by `instance` from the master's client; fails unless
+/// there is at least one master.
+pub(crate) fn instances<T>(
+    clients: Vec<redis::Client>,
+    instance: impl FnMut(redis::Client) -> T,
+) -> Arc<Vec<T>> {
+    assert!(!clients.is_empty(), "Redlock needs at least one master");
+    Arc::new(clients.into_iter().map(instance).collect())
+}
+
+/// The `Debug` output of a Redlock, sync or async: how many masters it has.
+pub(crate) fn debug_redlock(f: &mut fmt::Formatter<'_>, masters: usize) -> fmt::Result {
+    f.debug_struct("Redlock")
+        .field("masters", &masters)
+        .finish()
 }
 
 struct Instance {
@@ -216,9 +439,7 @@ pub struct Redlock {
 
 impl fmt::Debug for Redlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Redlock")
-            .field("masters", &self.instances.len())
-            .finish()
+        debug_redlock(f, self.masters())
     }
 }
 
@@ -229,26 +450,17 @@ impl Redlock {
     ///
     /// If `clients` is empty.
     pub fn new(clients: Vec<redis::Client>) -> Self {
-        assert!(!clients.is_empty(), "Redlock needs at least one master");
-        let instances = clients
-            .into_iter()
-            .map(|client| Instance {
+        Redlock {
+            instances: instances(clients, |client| Instance {
                 client,
                 con: Mutex::new(None),
-            })
-            .collect();
-        Redlock {
-            instances: Arc::new(instances),
+            }),
         }
     }
 
     /// Redlock over the masters at these URLs.
     pub fn open(urls: &[&str]) -> RedisResult<Self> {
-        let clients = urls
-            .iter()
-            .map(|url| redis::Client::open(*url))
-            .collect::<RedisResult<Vec<_>>>()?;
-        Ok(Self::new(clients))
+        Ok(Self::new(clients(urls)?))
     }
 
     /// The number of masters.
@@ -264,43 +476,24 @@ impl Redlock {
     ) -> Result<RedlockGuard, RedlockError> {
         let key = key.as_ref().to_vec();
         let token = new_token();
-        let quorum = quorum(self.masters());
-        let mut best = 0;
-        let mut errors = Vec::new();
+        let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
+        let mut attempts = Attempts::new(options, self.masters());
         for attempt in 1..=options.attempts {
             let started = Instant::now();
-            let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
-            let round = Round::from_results(self.on_all(&cmd, options.instance_timeout));
-            let elapsed = started.elapsed();
-            let granted = round.granted();
-            if granted >= quorum
-                && let Some(validity) = validity(options.ttl, elapsed, options.drift_factor)
-            {
+            let results = self.on_all(&cmd, options.instance_timeout);
+            if let Some(won) = attempts.judge(results, started.elapsed()) {
                 return Ok(RedlockGuard {
                     redlock: self.clone(),
-                    key,
-                    token,
-                    started,
-                    validity,
-                    fences: round.fences,
-                    instance_timeout: options.instance_timeout,
-                    drift_factor: options.drift_factor,
+                    held: Held::new(key, token, started, won, options),
                     released: false,
                 });
             }
-            best = best.max(granted);
-            errors = round.errors;
             self.release_all(&key, &token, options.instance_timeout);
-            if attempt < options.attempts {
-                thread::sleep(jittered(options.retry_delay, options.retry_jitter));
+            if let Some(pause) = attempts.pause_after(attempt) {
+                thread::sleep(pause);
             }
         }
-        Err(RedlockError {
-            attempts: options.attempts,
-            best,
-            quorum,
-            errors,
-        })
+        Err(attempts.failed())
     }
 
     /// Runs `cmd` on every master at once, each within `timeout`.
@@ -324,72 +517,25 @@ impl Redlock {
 
     /// Releases on every master; the number that confirmed.
     fn release_all(&self, key: &[u8], token: &[u8], timeout: Duration) -> usize {
-        self.on_all::<bool>(&release_cmd(key, token), timeout)
-            .into_iter()
-            .filter(|released| matches!(released, Ok(true)))
-            .count()
+        confirmed(&self.on_all::<bool>(&release_cmd(key, token), timeout))
     }
 }
 
 /// A Redlock held on a quorum of masters. Released on all masters when dropped.
 pub struct RedlockGuard {
     redlock: Redlock,
-    key: Vec<u8>,
-    token: Vec<u8>,
-    started: Instant,
-    validity: Duration,
-    fences: Vec<Option<u64>>,
-    instance_timeout: Duration,
-    drift_factor: f64,
+    held: Held,
     released: bool,
 }
 
 impl fmt::Debug for RedlockGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedlockGuard")
-            .field("key", &String::from_utf8_lossy(&self.key))
-            .field("validity", &self.validity)
-            .field("fences", &self.fences)
-            .finish()
+        self.held.fmt(f)
     }
 }
 
 impl RedlockGuard {
-    /// The lock's key.
-    pub fn key(&self) -> &[u8] {
-        &self.key
-    }
-
-    /// The token, the same on every master (a secret: do not log it).
-    pub fn token(&self) -> &[u8] {
-        &self.token
-    }
-
-    /// The validity computed at the grant: TTL - elapsed - drift.
-    pub fn validity(&self) -> Duration {
-        self.validity
-    }
-
-    /// The instant after which the lock may be held by someone else.
-    pub fn valid_until(&self) -> Instant {
-        self.started + self.validity
-    }
-
-    /// Time left before [`valid_until`](Self::valid_until).
-    pub fn remaining(&self) -> Duration {
-        self.valid_until().saturating_duration_since(Instant::now())
-    }
-
-    /// Whether the lock is still within its validity.
-    pub fn is_valid(&self) -> bool {
-        !self.remaining().is_zero()
-    }
-
-    /// Each master's fence, `None` where it did not grant the lock. Fences of different
-    /// masters cannot be compared with each other.
-    pub fn fences(&self) -> &[Option<u64>] {
-        &self.fences
-    }
+    redlock_guard_accessors!();
 
     /// Extends the lock to `ttl` on every master (`LOCK.EXTEND`). `true` if a quorum
     /// extended it in time, and the validity restarts; `false` leaves the old validity in
@@ -397,34 +543,28 @@ impl RedlockGuard {
     pub fn extend(&mut self, ttl: Duration) -> bool {
         let started = Instant::now();
         let replies = self.redlock.on_all::<bool>(
-            &extend_cmd(&self.key, &self.token, ttl),
-            self.instance_timeout,
+            &extend_cmd(&self.held.key, &self.held.token, ttl),
+            self.held.instance_timeout,
         );
-        let extended = replies.iter().filter(|r| matches!(r, Ok(true))).count();
-        let valid = validity(ttl, started.elapsed(), self.drift_factor);
-        match valid {
-            Some(validity) if extended >= quorum(self.redlock.masters()) => {
-                self.started = started;
-                self.validity = validity;
-                true
-            }
-            _ => false,
-        }
+        self.held.extended(ttl, started, &replies)
     }
 
     /// Releases the lock on every master; returns how many confirmed the release.
     pub fn release(mut self) -> usize {
         self.released = true;
+        self.release_now()
+    }
+
+    fn release_now(&self) -> usize {
         self.redlock
-            .release_all(&self.key, &self.token, self.instance_timeout)
+            .release_all(&self.held.key, &self.held.token, self.held.instance_timeout)
     }
 }
 
 impl Drop for RedlockGuard {
     fn drop(&mut self) {
         if !self.released {
-            self.redlock
-                .release_all(&self.key, &self.token, self.instance_timeout);
+            self.release_now();
         }
     }
 }
@@ -452,6 +592,111 @@ mod tests {
         );
         assert_eq!(validity(ttl, Duration::from_millis(9_898), 0.01), None);
         assert_eq!(validity(ttl, Duration::from_secs(11), 0.01), None);
+    }
+
+    fn refused() -> redis::RedisError {
+        std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into()
+    }
+
+    fn grant(fence: u64) -> RedisResult<Option<Grant>> {
+        Ok(Some(Grant {
+            token: b"t".to_vec(),
+            fence,
+        }))
+    }
+
+    fn ten_seconds() -> RedlockOptions {
+        RedlockOptions::new(Duration::from_secs(10))
+            .attempts(2)
+            .retry_delay(Duration::from_millis(100), Duration::ZERO)
+    }
+
+    #[test]
+    fn confirmed_counts_only_the_masters_that_answered_true() {
+        let replies = vec![Ok(true), Ok(false), Err(refused()), Ok(true)];
+        assert_eq!(confirmed(&replies), 2);
+    }
+
+    #[test]
+    fn quorum_validity_needs_a_strict_majority_and_time_left() {
+        let ttl = Duration::from_secs(10);
+        let quick = Duration::from_millis(300);
+        assert_eq!(quorum_validity(2, 5, ttl, quick, 0.01), None);
+        assert_eq!(
+            quorum_validity(3, 5, ttl, quick, 0.01),
+            Some(Duration::from_millis(9_598))
+        );
+        assert_eq!(
+            quorum_validity(5, 5, ttl, Duration::from_secs(10), 0.01),
+            None
+        );
+    }
+
+    #[test]
+    fn an_attempt_granted_by_a_quorum_wins_with_each_masters_fence() {
+        let options = ten_seconds();
+        let mut attempts = Attempts::new(&options, 3);
+        let won = attempts
+            .judge(
+                vec![grant(7), Ok(None), grant(9)],
+                Duration::from_millis(300),
+            )
+            .expect("2 of 3 granted");
+        assert_eq!(won.fences, [Some(7), None, Some(9)]);
+        assert_eq!(won.validity, Duration::from_millis(9_598));
+    }
+
+    #[test]
+    fn failed_attempts_keep_the_best_vote_and_the_last_errors_then_give_up() {
+        let options = ten_seconds();
+        let mut attempts = Attempts::new(&options, 3);
+        let quick = Duration::from_millis(300);
+
+        // Two grants, but no time left: failed, though with a quorum of votes.
+        assert!(
+            attempts
+                .judge(vec![grant(1), grant(2), Ok(None)], Duration::from_secs(10))
+                .is_none()
+        );
+        assert_eq!(attempts.pause_after(1), Some(Duration::from_millis(100)));
+        // One grant and an error.
+        assert!(
+            attempts
+                .judge(vec![grant(3), Err(refused()), Ok(None)], quick)
+                .is_none()
+        );
+        assert_eq!(attempts.pause_after(2), None, "the last attempt");
+
+        let error = attempts.failed();
+        assert_eq!(
+            (error.attempts, error.best, error.quorum),
+            (2, 2, 2),
+            "{error}"
+        );
+        assert_eq!(error.errors.len(), 1);
+        assert_eq!(error.errors[0].0, 1, "master 1 failed");
+        assert!(error.errors[0].1.contains("refused"), "{error}");
+    }
+
+    #[test]
+    fn an_extend_restarts_the_validity_only_when_a_quorum_confirms() {
+        let options = ten_seconds();
+        let won = Won {
+            validity: Duration::from_millis(1),
+            fences: vec![Some(1), Some(2), None],
+        };
+        let before = Instant::now();
+        let mut held = Held::new(b"k".to_vec(), b"t".to_vec(), before, won, &options);
+
+        let started = Instant::now();
+        let ttl = Duration::from_secs(10);
+        assert!(!held.extended(ttl, started, &[Ok(true), Ok(false), Err(refused())]));
+        assert_eq!(held.valid_until(), before + Duration::from_millis(1));
+
+        assert!(held.extended(ttl, started, &[Ok(true), Ok(false), Ok(true)]));
+        assert!(held.validity > Duration::from_secs(9));
+        assert_eq!(held.valid_until(), started + held.validity);
+        assert!(!held.remaining().is_zero());
     }
 
     #[test]

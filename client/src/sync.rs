@@ -8,18 +8,11 @@ use std::time::{Duration, Instant};
 use redis::{Connection, FromRedisValue, RedisResult};
 
 use crate::commands::{Grant, LockInfo, acquire_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::guard::{
+    DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
+};
 use crate::lost::{LockLost, LostFlag, LostReason};
 use crate::options::LockOptions;
-use crate::token::new_token;
-
-/// How long a command other than a waiting acquire may take before the client gives up.
-pub(crate) const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Whether an error leaves it unknown if the server ran the command (the reply was lost),
-/// as opposed to an error reply, which means nothing changed.
-pub(crate) fn outcome_unknown(err: &redis::RedisError) -> bool {
-    err.is_io_error() || err.is_timeout() || err.is_connection_dropped()
-}
 
 /// Opens a blocking connection with connect, read and write timeouts.
 pub(crate) fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<Connection> {
@@ -72,18 +65,9 @@ impl Locker {
         options: &LockOptions,
     ) -> RedisResult<Option<Lock>> {
         let key = key.as_ref().to_vec();
-        let token = options
-            .own_token()
-            .map(<[u8]>::to_vec)
-            .unwrap_or_else(new_token);
+        let token = options.token_to_send();
         let mut con = connect(&self.client, self.command_timeout)?;
-        // A waiting acquire must not time out on the client before the server answers.
-        let read_timeout = match options.wait_timeout() {
-            None => Some(self.command_timeout),
-            Some(wait) if wait.is_zero() => None,
-            Some(wait) => Some(wait + self.command_timeout),
-        };
-        con.set_read_timeout(read_timeout)?;
+        con.set_read_timeout(options.reply_limit(self.command_timeout))?;
         let cmd = acquire_cmd(&key, options.ttl(), Some(&token), options.wait_timeout());
         let grant = match cmd.query::<Option<Grant>>(&mut con) {
             Ok(Some(grant)) => grant,
@@ -175,28 +159,21 @@ impl Watchdog {
         let thread = thread::Builder::new()
             .name("redis-lock-watchdog".into())
             .spawn(move || {
-                let mut last_extended = Instant::now();
-                let mut next = every;
+                let mut schedule = Schedule::new(every, ttl);
+                let mut next = schedule.first();
                 loop {
                     match stopped.recv_timeout(next) {
                         Err(RecvTimeoutError::Timeout) => {}
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
-                    // Count the new TTL from when the extend was sent: the conservative end.
                     let sent = Instant::now();
-                    match shared.extend(ttl) {
-                        Ok(true) => {
-                            last_extended = sent;
-                            next = every;
+                    match schedule.after(sent, &shared.extend(ttl)) {
+                        Next::Wait(delay) => next = delay,
+                        Next::Stop => return,
+                        Next::Lost(reason) => {
+                            shared.lost.set(reason);
+                            return;
                         }
-                        Ok(false) => return,
-                        Err(err) => match retry_delay(last_extended, every, ttl) {
-                            Some(delay) => next = delay,
-                            None => {
-                                shared.lost.set(LostReason::Unreachable(err.to_string()));
-                                return;
-                            }
-                        },
                     }
                 }
             })
@@ -208,20 +185,6 @@ impl Watchdog {
         let _ = self.stop.send(());
         let _ = self.thread.join();
     }
-}
-
-/// After a failed extend: how soon to try again, or `None` when the lock's TTL (counted
-/// from the last successful extend) has run out and the lock must be presumed lost.
-pub(crate) fn retry_delay(
-    last_extended: Instant,
-    every: Duration,
-    ttl: Duration,
-) -> Option<Duration> {
-    let left = ttl.checked_sub(last_extended.elapsed())?;
-    if left.is_zero() {
-        return None;
-    }
-    Some((every / 4).max(Duration::from_millis(10)).min(left))
 }
 
 /// A held lock. Released when dropped; see [`release`](Self::release) to learn whether
@@ -242,37 +205,18 @@ pub struct Lock {
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock")
-            .field("key", &String::from_utf8_lossy(&self.shared.key))
-            .field("fence", &self.fence)
-            .field("ttl", &self.ttl)
-            .field("watchdog", &self.watchdog.is_some())
-            .finish()
+        debug_lock(
+            f,
+            &self.shared.key,
+            self.fence,
+            self.ttl,
+            self.watchdog.is_some(),
+        )
     }
 }
 
 impl Lock {
-    /// The lock's key.
-    pub fn key(&self) -> &[u8] {
-        &self.shared.key
-    }
-
-    /// The token that proves ownership (a secret: do not log it).
-    pub fn token(&self) -> &[u8] {
-        &self.shared.token
-    }
-
-    /// The fencing token of this grant. Send it with every write to the protected
-    /// resource and have the resource refuse fences lower than the highest it has seen
-    /// (see the crate docs for an example).
-    pub fn fence(&self) -> u64 {
-        self.fence
-    }
-
-    /// The TTL the lock was acquired with (and that the watchdog extends to).
-    pub fn ttl(&self) -> Duration {
-        self.ttl
-    }
+    lock_accessors!();
 
     /// Sets the lock's remaining time to `ttl` (`LOCK.EXTEND`). `false` means the lock is
     /// no longer held by this token; the guard then counts as lost.
@@ -330,20 +274,5 @@ impl Drop for Lock {
             // Best effort: if the server cannot be reached, the TTL frees the lock.
             let _ = self.release_now();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_failed_extend_is_retried_sooner_until_the_ttl_runs_out() {
-        let ttl = Duration::from_secs(3);
-        let every = Duration::from_secs(1);
-        let delay = retry_delay(Instant::now(), every, ttl).unwrap();
-        assert_eq!(delay, Duration::from_millis(250));
-        let long_ago = Instant::now() - Duration::from_secs(4);
-        assert_eq!(retry_delay(long_ago, every, ttl), None);
     }
 }
