@@ -22,3 +22,43 @@ fn without_the_module_the_commands_are_unknown() {
     let err = error_of(redis::cmd("LOCK.ACQUIRE").arg("k").arg(100).query(&mut con));
     assert!(err.contains("unknown command"), "{err}");
 }
+
+/// A `redis-server` started from the repository's own `redis.conf`, killed on drop.
+struct DemoServer(std::process::Child);
+
+impl Drop for DemoServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_repositorys_redis_conf_loads_the_module_as_make_run_does() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::fs::create_dir_all(root.join("target/run")).unwrap();
+    let port = free_port();
+    let _server = DemoServer(
+        std::process::Command::new("redis-server")
+            .current_dir(root)
+            .args(["redis.conf", "--port", &port.to_string(), "--save", ""])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start redis-server"),
+    );
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let mut con = None;
+    poll_until(
+        std::time::Duration::from_secs(20),
+        "the demo server",
+        || {
+            con = client.get_connection().ok();
+            con.is_some()
+        },
+    );
+    let mut con = con.unwrap();
+    let (token, fence) = acquire(&mut con, "orders:42", 30_000, &[]).expect("granted");
+    assert_eq!(token.len(), 32);
+    assert!(fence > 0);
+}
