@@ -247,3 +247,25 @@ fn a_replica_with_aof_restarted_standalone_keeps_the_locks() {
     assert_same_lock(&mut m, &mut r, "streamed");
     assert_eq!(release(&mut r, "streamed", &streamed_token), 1);
 }
+
+#[test]
+fn a_blocking_acquire_is_never_replayed_on_the_replica_only_its_effect() {
+    let master = TestServer::start();
+    let replica = start_replica(&master, &[]);
+    let (mut m, mut r) = (master.connection(), replica.connection());
+    let (holder, _) = acquire(&mut m, "job", 600_000, &[]).expect("free");
+    let mut waiter = Waiter::start(&master, "job", 600_000, &["WAIT", "0"]);
+    assert_eq!(release(&mut m, "job", &holder), 1);
+    let (token, fence) = waiter.granted().expect("the waiter is granted the lock");
+    sync_replicas(&mut m, 1);
+
+    assert_same_lock(&mut m, &mut r, "job");
+    assert_eq!(info_field(&mut r, "job", "fence"), Some(fence));
+    let stats = server_info(&mut r, "commandstats");
+    assert!(
+        !stats.contains("cmdstat_lock.acquire:"),
+        "the replica ran LOCK.ACQUIRE itself:\n{stats}"
+    );
+    assert!(stats.contains("cmdstat_lock._set:calls=2"), "{stats}");
+    assert_eq!(release(&mut m, "job", &token), 1);
+}
