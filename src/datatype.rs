@@ -194,7 +194,8 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
             )
         };
         let key = RedisString::string_as_slice(name);
-        if stats::note_unlinked_lock(key) {
+        // A release's own deletion is never an expiry: no note, no timer to forget it.
+        if !waiters::is_releasing() && stats::note_unlinked_lock(key) {
             waiters::after_this_command(stats::forget_unlinked_lock);
         }
         waiters::lock_removed(db, key);

@@ -220,13 +220,18 @@ pub fn lock_removed(db: i32, key: &[u8]) {
     }
 }
 
-/// Runs `delete`, a removal of a lock key whose grant the caller makes itself right
-/// after (a release; a recheck that expires the key), without scheduling one.
+/// Runs `delete`, a release's removal of its lock key: the release grants the next
+/// waiter itself, right after, so nothing is scheduled for it.
 pub fn releasing<T>(delete: impl FnOnce() -> T) -> T {
     RELEASING.with(|r| r.set(true));
     let result = delete();
     RELEASING.with(|r| r.set(false));
     result
+}
+
+/// Whether the lock key being unlinked now is a release's (never an expiry).
+pub fn is_releasing() -> bool {
+    RELEASING.with(Cell::get)
 }
 
 /// The `expired` keyspace event: counts held locks that expired (the unlink callback,
@@ -295,7 +300,7 @@ fn recheck(ctx: &Context, id: &KeyId) {
     }
     let name = ctx.create_string(name.as_slice());
     // Opening the key expires it if its time has passed; the grant follows below.
-    let key = releasing(|| Key::open_read(ctx, &name));
+    let key = Key::open_read(ctx, &name);
     match key.kind() {
         KeyKind::Empty => {
             drop(key);
