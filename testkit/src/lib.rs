@@ -1,0 +1,345 @@
+//! The one real-server test harness of the workspace, shared by the integration tests of
+//! every crate (the module's `tests/` and the client's `client/tests/`): each `TestServer`
+//! is a `redis-server` process on a free loopback port, with its own directory, the
+//! freshly built module loaded, and a guard that kills it (and removes its directory)
+//! when the test ends, panics included. Also the generic helpers around it: polling to a
+//! deadline, replicas, and a few plain Redis reads.
+//!
+//! The module is `target/<profile>/libredis_lock.so` of the workspace, built by `cargo
+//! test` (or `make test`) itself; set `LOCK_MODULE` to test another build, `REDIS_SERVER`
+//! to use another server binary.
+
+use std::fs;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a server may take to start answering before the test fails.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The workspace root: the parent of this crate's directory, whichever crate's tests
+/// use the harness.
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("testkit/ sits in the workspace root")
+}
+
+/// The module under test.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("LOCK_MODULE") {
+        return PathBuf::from(path);
+    }
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace_root().join("target"));
+    target.join(profile).join("libredis_lock.so")
+}
+
+fn server_binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// A free TCP port on loopback (never 6379: the OS picks from its ephemeral range).
+pub fn free_port() -> u16 {
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .expect("bind 127.0.0.1:0")
+            .local_addr()
+            .expect("local addr")
+            .port();
+        if port != 6379 {
+            return port;
+        }
+    }
+}
+
+fn fresh_dir(tag: &str) -> PathBuf {
+    static SEQ: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "redis-lock-test-{}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed),
+        tag
+    ));
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("create test dir");
+    dir
+}
+
+/// A running `redis-server`, killed on drop.
+pub struct TestServer {
+    pub port: u16,
+    pub dir: PathBuf,
+    extra: Vec<String>,
+    child: Option<Child>,
+    keep_dir: bool,
+}
+
+impl TestServer {
+    /// A server with the module loaded, no persistence.
+    pub fn start() -> Self {
+        Self::with_args(&[])
+    }
+
+    /// A server with the module loaded and extra `redis-server` arguments
+    /// (e.g. `["--appendonly", "yes"]`). Persistence is off unless the arguments set it.
+    pub fn with_args(extra: &[&str]) -> Self {
+        let dir = fresh_dir("srv");
+        let mut server = Self {
+            port: free_port(),
+            dir,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            keep_dir: false,
+        };
+        server.spawn();
+        server
+    }
+
+    /// A server without the module: to prove tests fail when it is missing.
+    pub fn without_module() -> Self {
+        let mut server = Self::with_args(&[]);
+        server.stop();
+        server.extra.push("--no-module".into());
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            self.dir.display().to_string(),
+            "--logfile".into(),
+            "redis.log".into(),
+            "--daemonize".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "yes".into(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            // A full sync to a new replica starts at once instead of after 5 s.
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
+        ];
+        let mut with_module = true;
+        for arg in &self.extra {
+            if arg == "--no-module" {
+                with_module = false;
+            } else {
+                args.push(arg.clone());
+            }
+        }
+        if with_module {
+            let module = module_path();
+            assert!(
+                module.exists(),
+                "module not built at {} (run `cargo build --release`)",
+                module.display()
+            );
+            args.push("--loadmodule".into());
+            args.push(module.display().to_string());
+        }
+        let child = Command::new(server_binary())
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server (is it installed? `make test` installs it)");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "redis-server exited at start ({status}); log:\n{}",
+                    self.log()
+                );
+            }
+            if let Ok(mut con) = self.try_connection() {
+                let ping: redis::RedisResult<String> = redis::cmd("PING").query(&mut con);
+                if ping.is_ok() {
+                    return;
+                }
+            }
+            if Instant::now() > deadline {
+                panic!("redis-server did not answer in time; log:\n{}", self.log());
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// The server's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+    }
+
+    /// The server's URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// A `redis::Client` for the server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("client")
+    }
+
+    fn try_connection(&self) -> redis::RedisResult<redis::Connection> {
+        let client = redis::Client::open(self.url())?;
+        client.get_connection_with_timeout(Duration::from_secs(2))
+    }
+
+    /// A new RESP2 connection.
+    pub fn connection(&self) -> redis::Connection {
+        self.try_connection().expect("connect to test server")
+    }
+
+    /// A new RESP3 connection.
+    pub fn connection_resp3(&self) -> redis::Connection {
+        let client = redis::Client::open(format!("{}?protocol=resp3", self.url())).expect("client");
+        client.get_connection().expect("connect (RESP3)")
+    }
+
+    /// Stops the server at once (SIGKILL), keeping its directory (for restarts).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the server cleanly (`SHUTDOWN`, which saves if persistence is on).
+    pub fn stop(&mut self) {
+        if let Ok(mut con) = self.try_connection() {
+            let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").query(&mut con);
+        }
+        if let Some(mut child) = self.child.take() {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = child.try_wait() {
+                    return;
+                }
+                thread::sleep(Duration::from_millis(10));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and directory, with the same arguments
+    /// (after `stop` or `kill`).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Starts the server again with other extra arguments.
+    pub fn restart_with(&mut self, extra: &[&str]) {
+        self.stop();
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+        self.spawn();
+    }
+
+    /// Whether the server is running (not stopped or killed).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// The process id, for signals.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Leaves the directory in place after the test (for debugging).
+    pub fn keep_dir(&mut self) {
+        self.keep_dir = true;
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+        if !self.keep_dir && !thread::panicking() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// A replica of `master`, started with `replicaof`, returned once the initial sync is
+/// done (`master_link_status:up`).
+pub fn start_replica(master: &TestServer, extra: &[&str]) -> TestServer {
+    let port = master.port.to_string();
+    let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
+    args.extend_from_slice(extra);
+    let replica = TestServer::with_args(&args);
+    let mut con = replica.connection();
+    poll_until(Duration::from_secs(20), "replica link up", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut con)
+            .unwrap();
+        info.contains("master_link_status:up")
+    });
+    replica
+}
+
+/// Waits until `master`'s replicas have acknowledged everything it has sent
+/// (`WAIT numreplicas timeout`).
+pub fn sync_replicas(master: &mut redis::Connection, replicas: usize) {
+    let acked: usize = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(10_000)
+        .query(master)
+        .expect("WAIT");
+    assert_eq!(acked, replicas, "replicas did not acknowledge in 10 s");
+}
+
+/// Polls `check` every few ms until it holds, failing the test after `limit`.
+pub fn poll_until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Whether something is listening on the port (for checks that a server went away).
+pub fn port_open(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_ok()
+}
+
+/// `PTTL key`: ms left, -1 without an expiry, -2 for a missing key.
+pub fn pttl(con: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
+}
+
+/// Whether `key` exists (`EXISTS`, a lookup: a key past its expiry does not).
+pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<i64>(con)
+        .expect("EXISTS")
+        == 1
+}
