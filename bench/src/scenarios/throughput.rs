@@ -62,6 +62,31 @@ fn not_released(key: &[u8]) -> io::Error {
     ))
 }
 
+/// One acquire of the free lock `key`, a round trip of its own: the held lock's token.
+/// The module makes the token itself; the recipe's client must bring one (`token`).
+fn acquire_one(conn: &mut Conn, side: Side, key: &[u8], token: &[u8]) -> io::Result<Vec<u8>> {
+    let token = (side == Side::Recipe).then_some(token);
+    sides::queue_acquire(conn, side, key, TTL, token);
+    conn.flush()?;
+    sides::granted(conn.read()?, token)?.ok_or_else(|| not_granted(key))
+}
+
+/// One release of the held lock `key`, a round trip of its own.
+fn release_one(
+    conn: &mut Conn,
+    side: Side,
+    sha: &[u8],
+    key: &[u8],
+    token: &[u8],
+) -> io::Result<()> {
+    sides::queue_release(conn, side, sha, key, token);
+    conn.flush()?;
+    if !sides::released(conn.read()?)? {
+        return Err(not_released(key));
+    }
+    Ok(())
+}
+
 /// A fresh keyspace and zeroed command statistics.
 fn reset(admin: &mut Conn) -> io::Result<()> {
     admin.cmd(&["FLUSHALL"])?;
@@ -97,11 +122,7 @@ fn acquire_run(cfg: &Config, server: &Server, side: Side) -> io::Result<Run> {
     let mut conn = server.conn()?;
     timed(&mut admin, cfg.ops, acquire_command(side), || {
         for (key, token) in keys.iter().zip(&tokens) {
-            // The module makes the token itself; the recipe's client must bring one.
-            let token = (side == Side::Recipe).then_some(token.as_slice());
-            sides::queue_acquire(&mut conn, side, key, TTL, token);
-            conn.flush()?;
-            sides::granted(conn.read()?, token)?.ok_or_else(|| not_granted(key))?;
+            acquire_one(&mut conn, side, key, token)?;
         }
         Ok(())
     })
@@ -133,11 +154,7 @@ fn release_run(cfg: &Config, server: &Server, sha: &[u8], side: Side) -> io::Res
     admin.cmd(&["CONFIG", "RESETSTAT"])?;
     timed(&mut admin, cfg.ops, release_command(side), || {
         for (key, token) in keys.iter().zip(&held) {
-            sides::queue_release(&mut conn, side, sha, key, token);
-            conn.flush()?;
-            if !sides::released(conn.read()?)? {
-                return Err(not_released(key));
-            }
+            release_one(&mut conn, side, sha, key, token)?;
         }
         Ok(())
     })
@@ -151,15 +168,8 @@ fn cycle_run(cfg: &Config, server: &Server, sha: &[u8], side: Side) -> io::Resul
     let mut conn = server.conn()?;
     timed(&mut admin, cfg.ops, acquire_command(side), || {
         for (key, token) in keys.iter().zip(&tokens) {
-            let token = (side == Side::Recipe).then_some(token.as_slice());
-            sides::queue_acquire(&mut conn, side, key, TTL, token);
-            conn.flush()?;
-            let held = sides::granted(conn.read()?, token)?.ok_or_else(|| not_granted(key))?;
-            sides::queue_release(&mut conn, side, sha, key, &held);
-            conn.flush()?;
-            if !sides::released(conn.read()?)? {
-                return Err(not_released(key));
-            }
+            let held = acquire_one(&mut conn, side, key, token)?;
+            release_one(&mut conn, side, sha, key, &held)?;
         }
         Ok(())
     })
