@@ -32,13 +32,20 @@ fn assert_granted_with_server_token(
     assert_eq!(release(con, key, &token), 1, "the waiter's token holds it");
 }
 
+/// A fresh server, a connection to it, and "job" held (30 s) with a `Waiter`
+/// (`LOCK.ACQUIRE job 30000 extra...`) queued behind it: the server, the connection, the
+/// holder's token and fence, and the waiter.
+fn job_held_with_a_waiter(extra: &[&str]) -> (TestServer, redis::Connection, Vec<u8>, i64, Waiter) {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (holder, fence, waiter) = held_with_a_waiter(&server, &mut con, "job", 30_000, extra);
+    (server, con, holder, fence, waiter)
+}
+
 #[test]
 fn a_waiter_is_granted_the_lock_with_a_larger_fence_and_a_server_made_token_when_the_holder_releases()
  {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let (holder, fence, mut waiter) =
-        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "10000"]);
+    let (_server, mut con, holder, fence, mut waiter) = job_held_with_a_waiter(&["WAIT", "10000"]);
     assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
 
     assert_eq!(release(&mut con, "job", &holder), 1);
@@ -50,15 +57,8 @@ fn a_waiter_is_granted_the_lock_with_a_larger_fence_and_a_server_made_token_when
 
 #[test]
 fn a_waiter_with_its_own_token_is_granted_the_lock_with_that_token() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let (holder, fence, mut waiter) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "10000", "TOKEN", "worker-2"],
-    );
+    let (_server, mut con, holder, fence, mut waiter) =
+        job_held_with_a_waiter(&["WAIT", "10000", "TOKEN", "worker-2"]);
 
     assert_eq!(release(&mut con, "job", &holder), 1);
 
@@ -76,10 +76,7 @@ fn a_waiter_with_its_own_token_is_granted_the_lock_with_that_token() {
 /// A waiter is granted the lock, with a server-made token and a larger fence, when
 /// `command` (`DEL` or `UNLINK`) removes the key under its holder.
 fn assert_a_waiter_is_granted_the_lock_when_the_key_is_removed_by(command: &str) {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let (_, fence, mut waiter) =
-        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "10000"]);
+    let (_server, mut con, _, fence, mut waiter) = job_held_with_a_waiter(&["WAIT", "10000"]);
 
     let removed: i64 = redis::cmd(command).arg("job").query(&mut con).unwrap();
     assert_eq!(removed, 1, "{command}");
@@ -130,15 +127,8 @@ fn a_waiter_is_granted_an_expired_lock_on_time_with_no_command_touching_the_key(
 
 #[test]
 fn a_newcomer_pipelined_right_after_the_release_cannot_jump_the_queue() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let (holder, _, mut waiter) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "10000", "TOKEN", "waiter"],
-    );
+    let (_server, mut con, holder, _, mut waiter) =
+        job_held_with_a_waiter(&["WAIT", "10000", "TOKEN", "waiter"]);
 
     // Both commands arrive in one read: the newcomer runs before the waiter's grant.
     let (released, newcomer): (i64, Option<(Vec<u8>, i64)>) = redis::pipe()
@@ -163,16 +153,9 @@ fn a_newcomer_pipelined_right_after_the_release_cannot_jump_the_queue() {
 
 #[test]
 fn a_newcomer_on_another_connection_after_the_release_cannot_jump_the_queue() {
-    let server = TestServer::start();
-    let mut con = server.connection();
+    let (server, mut con, holder, _, mut waiter) =
+        job_held_with_a_waiter(&["WAIT", "10000", "TOKEN", "waiter"]);
     let mut newcomer_con = server.connection();
-    let (holder, _, mut waiter) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "10000", "TOKEN", "waiter"],
-    );
 
     assert_eq!(release(&mut con, "job", &holder), 1);
     let newcomer = acquire(&mut newcomer_con, "job", 30_000, &["TOKEN", "newcomer"]);
@@ -249,10 +232,7 @@ fn a_wait_that_times_out_answers_nil_after_the_timeout() {
 
 #[test]
 fn wait_zero_waits_without_limit_until_the_lock_is_released() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let (holder, fence, mut waiter) =
-        held_with_a_waiter(&server, &mut con, "job", 30_000, &["WAIT", "0"]);
+    let (_server, mut con, holder, fence, mut waiter) = job_held_with_a_waiter(&["WAIT", "0"]);
 
     // Proving "no limit" takes some waiting: a second is well beyond any rounding.
     thread::sleep(Duration::from_secs(1));
@@ -389,15 +369,8 @@ fn a_grant_to_a_waiter_survives_debug_reload() {
 
 #[test]
 fn the_grant_to_a_waiter_is_made_inside_the_release_so_no_command_sees_the_lock_free() {
-    let server = TestServer::start();
-    let mut con = server.connection();
-    let (holder, old_fence, mut waiter) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "next"],
-    );
+    let (_server, mut con, holder, old_fence, mut waiter) =
+        job_held_with_a_waiter(&["WAIT", "0", "TOKEN", "next"]);
 
     // One read: the commands right behind the release already see the waiter's lock.
     type Info = Option<Vec<(String, i64)>>;
