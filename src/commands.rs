@@ -82,6 +82,13 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let can_block = !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING);
             match options.wait_ms {
                 Some(timeout_ms) if can_block => {
+                    // The deadline of the lock waited for: the new holder's if it was
+                    // just granted above.
+                    let expire_at = if free {
+                        Key::open_read(ctx, &args[1]).expire_at()
+                    } else {
+                        expire_at
+                    };
                     let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
                     let ttl_ms = options.ttl_ms;
                     waiters::wait(ctx, db, &args[1], token, ttl_ms, timeout_ms, expire_at)
