@@ -108,12 +108,14 @@ pub fn grant(ctx: &Context, key: &Key, token: Box<[u8]>, ttl_ms: i64) -> RedisRe
         .next(now)
         .ok_or_else(error::fence_exhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
-    key.set_lock(LockState {
-        token,
-        fence,
-        acquired_ms: now,
-    })?;
-    key.set_expire_at(Some(expire_at))?;
+    key.set_lock(
+        LockState {
+            token,
+            fence,
+            acquired_ms: now,
+        },
+        Some(expire_at),
+    )?;
     let lock = key
         .lock()?
         .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
@@ -245,12 +247,14 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     };
 
     let key = Key::open_write(ctx, &args[1]);
-    key.set_lock(LockState {
-        token,
-        fence,
-        acquired_ms,
-    })?;
-    key.set_expire_at(expire_at)?;
+    key.set_lock(
+        LockState {
+            token,
+            fence,
+            acquired_ms,
+        },
+        expire_at,
+    )?;
     fence::clock().observe(fence);
     // A replica's own AOF and its sub-replicas need the same absolute state.
     ctx.replicate_verbatim();

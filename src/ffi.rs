@@ -141,8 +141,9 @@ impl<'ctx> Key<'ctx> {
         }
     }
 
-    /// Replaces whatever the key holds with `state`, with no expiry yet.
-    pub fn set_lock(&self, state: LockState) -> Result<(), RedisError> {
+    /// Replaces whatever the key holds with `state`, expiring at the absolute unix time
+    /// `expire_at` (`None`: no expiry). One write, so the key is signalled once.
+    pub fn set_lock(&self, state: LockState, expire_at: Option<i64>) -> Result<(), RedisError> {
         let value = Box::into_raw(Box::new(state)).cast::<c_void>();
         // SAFETY: self.key is open for writing; the server takes ownership of value
         // and frees it through the type's free callback.
@@ -153,18 +154,27 @@ impl<'ctx> Key<'ctx> {
                 value,
             )
         };
-        if status == raw::REDISMODULE_OK as c_int {
-            self.modified();
-            Ok(())
-        } else {
+        if status != raw::REDISMODULE_OK as c_int {
             // SAFETY: the server refused the value, so it is still ours to free.
             drop(unsafe { Box::from_raw(value.cast::<LockState>()) });
-            Err(RedisError::Str("ERR could not write the lock key"))
+            return Err(RedisError::Str("ERR could not write the lock key"));
         }
+        let expired = self.write_expire(expire_at);
+        self.modified();
+        expired
     }
 
     /// Sets the key's expiry to the absolute unix time `at_ms` (`None`: no expiry).
     pub fn set_expire_at(&self, at_ms: Option<i64>) -> Result<(), RedisError> {
+        let written = self.write_expire(at_ms);
+        if written.is_ok() {
+            self.modified();
+        }
+        written
+    }
+
+    /// Writes the key's expiry without signalling the change (the callers do, once).
+    fn write_expire(&self, at_ms: Option<i64>) -> Result<(), RedisError> {
         // SAFETY: self.key is an open key handle; the server checks the mode itself.
         let status = unsafe {
             match at_ms {
@@ -178,7 +188,6 @@ impl<'ctx> Key<'ctx> {
             }
         };
         if status == raw::REDISMODULE_OK as c_int {
-            self.modified();
             Ok(())
         } else {
             Err(RedisError::Str("ERR could not set the lock's expiry"))
