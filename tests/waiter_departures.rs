@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::thread;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -258,9 +257,12 @@ const SLACK: i64 = 1 << 20;
 /// that is never freed shows here (2,000 waiters leaking 32 bytes each is 64 KB).
 const GROWTH: i64 = 64 << 10;
 
-/// `used_memory` once every client but `con` is gone and memory has come back within
-/// `SLACK` of `baseline` (or, if it does not, after 10 s).
-fn settled_memory(con: &mut redis::Connection, baseline: i64) -> i64 {
+/// `used_memory` once every client but `con` is gone and the figure has stopped
+/// moving. A module-blocked client borrows two temporary clients from the server's
+/// pool; once it is gone they go back to the pool, which the server's cron (10 times
+/// a second at the default `hz`) shrinks by at most 50 clients a tick. So memory comes
+/// back over a few seconds, and is settled only once no cron tick has changed it.
+fn settled_memory(con: &mut redis::Connection) -> i64 {
     poll_until(
         Duration::from_secs(30),
         "the other clients to be freed",
@@ -269,14 +271,17 @@ fn settled_memory(con: &mut redis::Connection, baseline: i64) -> i64 {
             list.lines().count() == 1
         },
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    const STEADY_FOR: Duration = Duration::from_millis(500);
+    let mut last = used_memory(con);
+    let mut since = Instant::now();
+    poll_until(Duration::from_secs(60), "used_memory to settle", || {
         let used = used_memory(con);
-        if used <= baseline + SLACK || Instant::now() > deadline {
-            return used;
+        if used != last {
+            (last, since) = (used, Instant::now());
         }
-        thread::sleep(Duration::from_millis(20));
-    }
+        since.elapsed() >= STEADY_FOR
+    });
+    last
 }
 
 /// Two rounds of waiters left `after_round` bytes in use, starting from `baseline`.
@@ -297,7 +302,7 @@ fn two_thousand_waiters_on_one_key_come_and_go_without_leaving_memory_behind() {
     const WAITERS: usize = 2_000;
     let server = TestServer::start();
     let mut con = server.connection();
-    let baseline = used_memory(&mut con);
+    let baseline = settled_memory(&mut con);
     // Twice: the first round also grows the server's tables to size, the second
     // proves that nothing accumulates per waiter.
     let mut after_round = Vec::new();
@@ -315,7 +320,7 @@ fn two_thousand_waiters_on_one_key_come_and_go_without_leaving_memory_behind() {
         });
         assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
         assert_eq!(release(&mut con, "job", &token), 1);
-        after_round.push(settled_memory(&mut con, baseline));
+        after_round.push(settled_memory(&mut con));
     }
     assert_nothing_stays_behind(baseline, &after_round);
 }
@@ -325,7 +330,7 @@ fn two_thousand_keys_with_a_waiter_each_come_and_go_without_leaving_memory_behin
     const KEYS: usize = 2_000;
     let server = TestServer::start();
     let mut con = server.connection();
-    let baseline = used_memory(&mut con);
+    let baseline = settled_memory(&mut con);
     let key_of = |i: usize| format!("job:{i}");
     let mut after_round = Vec::new();
     for _ in 0..2 {
@@ -351,7 +356,7 @@ fn two_thousand_keys_with_a_waiter_each_come_and_go_without_leaving_memory_behin
         assert_eq!(lock_waiters(&mut con), 0);
         drop(waiters);
         let _: () = redis::cmd("FLUSHALL").query(&mut con).unwrap();
-        after_round.push(settled_memory(&mut con, baseline));
+        after_round.push(settled_memory(&mut con));
     }
     assert_nothing_stays_behind(baseline, &after_round);
 }
