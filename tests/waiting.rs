@@ -243,23 +243,18 @@ fn wait_zero_waits_without_limit_until_the_lock_is_released() {
     assert_granted_with_server_token(&mut con, "job", waiter.granted(), fence);
 }
 
-#[test]
-fn wait_inside_multi_exec_answers_nil_at_once() {
+/// With `job` held by another client, `acquire_with_wait` (a `LOCK.ACQUIRE job ... WAIT 0`
+/// sent some way that must not block) answers nil at once and leaves nobody waiting.
+fn assert_wait_answers_nil_at_once(
+    acquire_with_wait: impl FnOnce(&mut redis::Connection) -> Option<(Vec<u8>, i64)>,
+) {
     let server = TestServer::start();
     let mut holder_con = server.connection();
     let mut con = server.connection();
     acquire(&mut holder_con, "job", 30_000, &[]).expect("granted");
 
     let started = Instant::now();
-    let (reply,): (Option<(Vec<u8>, i64)>,) = redis::pipe()
-        .atomic()
-        .cmd("LOCK.ACQUIRE")
-        .arg("job")
-        .arg(30_000)
-        .arg("WAIT")
-        .arg(0)
-        .query(&mut con)
-        .unwrap();
+    let reply = acquire_with_wait(&mut con);
 
     assert_eq!(reply, None);
     assert!(started.elapsed() < Duration::from_secs(2));
@@ -268,24 +263,31 @@ fn wait_inside_multi_exec_answers_nil_at_once() {
 }
 
 #[test]
+fn wait_inside_multi_exec_answers_nil_at_once() {
+    assert_wait_answers_nil_at_once(|con| {
+        let (reply,): (Option<(Vec<u8>, i64)>,) = redis::pipe()
+            .atomic()
+            .cmd("LOCK.ACQUIRE")
+            .arg("job")
+            .arg(30_000)
+            .arg("WAIT")
+            .arg(0)
+            .query(con)
+            .unwrap();
+        reply
+    });
+}
+
+#[test]
 fn wait_inside_a_script_answers_nil_at_once() {
-    let server = TestServer::start();
-    let mut holder_con = server.connection();
-    let mut con = server.connection();
-    acquire(&mut holder_con, "job", 30_000, &[]).expect("granted");
-
-    let started = Instant::now();
-    let reply: Option<(Vec<u8>, i64)> = redis::cmd("EVAL")
-        .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], 30000, 'WAIT', 0)")
-        .arg(1)
-        .arg("job")
-        .query(&mut con)
-        .unwrap();
-
-    assert_eq!(reply, None);
-    assert!(started.elapsed() < Duration::from_secs(2));
-    assert_eq!(lock_waiters(&mut con), 0);
-    assert_eq!(info_field(&mut con, "job", "waiters"), Some(0));
+    assert_wait_answers_nil_at_once(|con| {
+        redis::cmd("EVAL")
+            .arg("return redis.call('LOCK.ACQUIRE', KEYS[1], 30000, 'WAIT', 0)")
+            .arg(1)
+            .arg("job")
+            .query(con)
+            .unwrap()
+    });
 }
 
 /// Has `job` (ttl `ttl_ms`) granted to a waiter: a holder takes it, a waiter queues, the
