@@ -9,6 +9,7 @@ pub mod args;
 pub mod cluster;
 pub mod commands;
 pub mod datatype;
+pub mod decimal;
 pub mod error;
 pub mod fence;
 pub mod ffi;

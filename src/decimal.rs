@@ -1,0 +1,81 @@
+//! Integers written as decimal text on the stack, for the arguments the module
+//! replicates: no allocation, no formatting machinery.
+
+/// "00", "01", ... "99" back to back.
+const PAIRS: [u8; 200] = {
+    let mut table = [0u8; 200];
+    let mut i = 0;
+    while i < 100 {
+        table[2 * i] = b'0' + (i / 10) as u8;
+        table[2 * i + 1] = b'0' + (i % 10) as u8;
+        i += 1;
+    }
+    table
+};
+
+/// An `i64` written as decimal ASCII digits, with a leading `-` when negative.
+pub struct Decimal {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    /// Writes `n` (`i64::MIN` included: 19 digits and a sign fill the 20 bytes), two
+    /// digits per division: the profile showed one division per digit at a tenth of
+    /// the cost of replicating a grant.
+    pub fn new(n: i64) -> Self {
+        let mut buf = [0u8; 20];
+        let mut start = buf.len();
+        let mut rest = n.unsigned_abs();
+        while rest >= 100 {
+            let pair = 2 * (rest % 100) as usize;
+            rest /= 100;
+            start -= 2;
+            buf[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if rest >= 10 {
+            let pair = 2 * rest as usize;
+            start -= 2;
+            buf[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
+            start -= 1;
+            buf[start] = b'0' + rest as u8;
+        }
+        if n < 0 {
+            start -= 1;
+            buf[start] = b'-';
+        }
+        Self { buf, start }
+    }
+
+    /// The digits.
+    pub fn digits(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_what_to_string_writes() {
+        for n in [
+            0,
+            1,
+            -1,
+            9,
+            10,
+            99,
+            100,
+            -101,
+            -10,
+            1_700_000_000_000,
+            (1 << 53) - 1,
+            i64::MAX,
+            i64::MIN,
+        ] {
+            assert_eq!(Decimal::new(n).digits(), n.to_string().as_bytes(), "{n}");
+        }
+    }
+}
