@@ -4,13 +4,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The scenarios, by the names `--only` takes.
-pub const SCENARIOS: [&str; 6] = [
+pub const SCENARIOS: [&str; 7] = [
     "throughput",
     "callgrind",
     "contention",
     "memory",
     "waiters",
     "expiry",
+    "durability",
 ];
 
 /// Sizes and durations of one benchmark run.
@@ -48,6 +49,9 @@ pub struct Config {
     pub locks: usize,
     /// Clients blocked at once for the bytes-per-waiter figure.
     pub waiters: usize,
+    /// Acquires per side per round of the durability scenario (each kind: alone, and
+    /// followed by `WAIT 1`), one at a time on one connection.
+    pub durability_acquires: usize,
 }
 
 impl Config {
@@ -70,6 +74,7 @@ impl Config {
             poll_intervals: [1, 5, 100].map(Duration::from_millis).to_vec(),
             locks: 1_000_000,
             waiters: 1_000,
+            durability_acquires: 5_000,
         }
     }
 
@@ -87,6 +92,7 @@ impl Config {
             contention_time: Duration::from_millis(150),
             locks: 2_000,
             waiters: 20,
+            durability_acquires: 50,
             ..Config::full(module, out_dir)
         }
     }

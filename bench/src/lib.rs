@@ -25,7 +25,7 @@ use std::time::Instant;
 pub use config::Config;
 pub use report::Report;
 
-use scenarios::{callgrind, contention, expiry, throughput, waiters};
+use scenarios::{callgrind, contention, durability, expiry, throughput, waiters};
 use server::{Launch, Server};
 
 /// Prints progress to stderr.
@@ -78,6 +78,10 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
     if cfg.runs("waiters") {
         step("scenario 6: bytes per waiter");
         report.metrics.extend(waiters::run(cfg)?);
+    }
+    if cfg.runs("durability") {
+        step("scenario 8: durability, acquire then WAIT 1 (one replica)");
+        report.metrics.extend(durability::run(cfg)?);
     }
     report.elapsed = started.elapsed();
     Ok(report)

@@ -259,6 +259,10 @@ impl Report {
                     ),
                     ("locks", Json::Num(c.locks as f64)),
                     ("waiters", Json::Num(c.waiters as f64)),
+                    (
+                        "durability_acquires",
+                        Json::Num(c.durability_acquires as f64),
+                    ),
                 ]),
             ),
             ("metrics", Json::Arr(metrics.collect())),

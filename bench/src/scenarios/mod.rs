@@ -3,6 +3,7 @@
 pub mod bulk;
 pub mod callgrind;
 pub mod contention;
+pub mod durability;
 pub mod expiry;
 pub mod memory;
 pub mod throughput;
