@@ -46,13 +46,30 @@ fn snapshot(con: &mut redis::Connection, key: &str, step: &str) -> Snapshot {
     }
 }
 
-/// `MIGRATE` sends the remaining time, not the deadline: the new node's deadline may
-/// differ from the old one's by the time the transfer took.
+/// How far a moved lock's deadline may drift: `MIGRATE` sends the remaining time, not
+/// the deadline, so the new node's deadline may differ from the old one's by the time
+/// the transfer took.
+const EXPIRY_SLACK_MS: i64 = 250;
+
+/// Waits until the lock at `key` (granted for a minute) is old enough that a node which
+/// restarted its full TTL on arrival would miss the kept deadline by more than the
+/// slack: without it, a lock moved right after its grant could not tell the two apart.
+fn age_beyond_slack(con: &mut redis::Connection, key: &str) {
+    poll_until(
+        Duration::from_secs(10),
+        "the lock to age past the slack",
+        || {
+            let pttl: i64 = redis::cmd("PTTL").arg(key).query(con).expect("PTTL");
+            pttl < 60_000 - 2 * EXPIRY_SLACK_MS
+        },
+    );
+}
+
 fn assert_same_lock(before: &Snapshot, after: &Snapshot, what: &str) {
     assert_eq!(before.fence, after.fence, "{what}: fence kept");
     assert_eq!(before.acquired, after.acquired, "{what}: acquired kept");
     assert!(
-        (before.expire_at - after.expire_at).abs() <= 1000,
+        (before.expire_at - after.expire_at).abs() <= EXPIRY_SLACK_MS,
         "{what}: expiry kept (before {}, after {})",
         before.expire_at,
         after.expire_at
@@ -118,6 +135,7 @@ fn manual_migration_moves_locks_and_redirects_waiters(
     let quiet_fences = lock_with_history(&mut src, &quiet, "quiet-holder");
     let held_before = snapshot(&mut src, &held, step);
     let quiet_before = snapshot(&mut src, &quiet, step);
+    age_beyond_slack(&mut src, &quiet);
 
     let source_node = cluster.node(source.port);
     let waiters = [
@@ -317,6 +335,7 @@ fn redis_cli_reshard_moves_locks_and_answers_waiters(
         before.insert(key.clone(), snapshot(&mut src, key, step));
         history.insert(key.clone(), fences);
     }
+    age_beyond_slack(&mut src, &stay);
     // Plain waiters on the first two keys (their raw answers are what the module says);
     // a cluster-client waiter on the third, which follows redirects by itself.
     let source_node = cluster.node(source.port);
