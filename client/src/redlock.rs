@@ -12,6 +12,9 @@
 //!    rate differences between the servers.
 //! 4. Otherwise release it on all masters (also those that did not answer: they may have
 //!    granted it late), wait a random delay so competing clients fall out of step, retry.
+//!    Where a master's reply was lost, the release also goes out on the same connection
+//!    right behind the acquire, so a master that runs the acquire late runs the release
+//!    next, even if it is too slow to take a new connection in time.
 //!
 //! The holder may act on the resource only until [`RedlockGuard::valid_until`]. Each
 //! master's fence is exposed ([`RedlockGuard::fences`]), but fences of independent
@@ -45,6 +48,7 @@ use std::time::{Duration, Instant};
 use redis::{Connection, FromRedisValue, RedisResult};
 
 use crate::commands::{Grant, acquire_cmd, extend_cmd, release_cmd};
+use crate::guard::outcome_unknown;
 use crate::sync::connect;
 use crate::token::new_token;
 
@@ -129,7 +133,7 @@ pub fn jittered(delay: Duration, jitter: Duration) -> Duration {
 /// Why a Redlock acquire failed after all its attempts.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RedlockError {
-    /// How many attempts were made.
+    /// How many attempts were actually made (each one asked every master).
     pub attempts: u32,
     /// The most masters that granted the lock in any one attempt.
     pub best: usize,
@@ -180,6 +184,8 @@ pub(crate) fn quorum_validity(
 /// to pause before the next, and makes the error once all have failed.
 pub(crate) struct Attempts<'a> {
     options: &'a RedlockOptions,
+    /// Attempts judged so far: the ones actually made.
+    made: u32,
     quorum: usize,
     best: usize,
     errors: Vec<(usize, String)>,
@@ -196,6 +202,7 @@ impl<'a> Attempts<'a> {
     pub(crate) fn new(options: &'a RedlockOptions, masters: usize) -> Self {
         Attempts {
             options,
+            made: 0,
             quorum: quorum(masters),
             best: 0,
             errors: Vec::new(),
@@ -211,6 +218,7 @@ impl<'a> Attempts<'a> {
         results: Vec<RedisResult<Option<Grant>>>,
         elapsed: Duration,
     ) -> Option<Won> {
+        self.made += 1;
         let mut fences = Vec::with_capacity(results.len());
         let mut errors = Vec::new();
         for (index, result) in results.into_iter().enumerate() {
@@ -250,7 +258,7 @@ impl<'a> Attempts<'a> {
     /// The error once every attempt failed.
     pub(crate) fn failed(self) -> RedlockError {
         RedlockError {
-            attempts: self.options.attempts,
+            attempts: self.made,
             best: self.best,
             quorum: self.quorum,
             errors: self.errors,
@@ -429,6 +437,37 @@ impl Instance {
         }
         result
     }
+
+    /// Sends the acquire `cmd`; if its reply is lost (the master is slow or gone), also
+    /// writes `undo` (the release) on the same connection before dropping it, without
+    /// waiting for an answer. A slow master may still run the acquire late; it then runs
+    /// the release right after it, from the same connection, so a late grant never
+    /// outlives the failed call. A release sent later on a new connection could not
+    /// promise that: the master may be too busy to accept it before the caller gives up.
+    fn acquire(
+        &self,
+        cmd: &redis::Cmd,
+        undo: &redis::Cmd,
+        timeout: Duration,
+    ) -> RedisResult<Option<Grant>> {
+        let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        let con = match slot.as_mut() {
+            Some(con) => {
+                con.set_read_timeout(Some(timeout))?;
+                con.set_write_timeout(Some(timeout))?;
+                con
+            }
+            None => slot.insert(connect(&self.client, timeout)?),
+        };
+        let result = cmd.query(con);
+        if let Err(err) = &result {
+            if outcome_unknown(err) {
+                let _ = con.send_packed_command(&undo.get_packed_command());
+            }
+            *slot = None;
+        }
+        result
+    }
 }
 
 /// Redlock over blocking connections, one per master. Cheap to clone (shared).
@@ -477,10 +516,11 @@ impl Redlock {
         let key = key.as_ref().to_vec();
         let token = new_token();
         let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
+        let undo = release_cmd(&key, &token);
         let mut attempts = Attempts::new(options, self.masters());
         for attempt in 1..=options.attempts {
             let started = Instant::now();
-            let results = self.on_all(&cmd, options.instance_timeout);
+            let results = self.acquire_on_all(&cmd, &undo, options.instance_timeout);
             if let Some(won) = attempts.judge(results, started.elapsed()) {
                 return Ok(RedlockGuard {
                     redlock: self.clone(),
@@ -507,6 +547,28 @@ impl Redlock {
                 .instances
                 .iter()
                 .map(|instance| scope.spawn(move || instance.query::<T>(cmd, timeout)))
+                .collect();
+            calls
+                .into_iter()
+                .map(|call| call.join().expect("a Redlock call panicked"))
+                .collect()
+        })
+    }
+
+    /// Runs the acquire `cmd` on every master at once, each within `timeout`, with
+    /// `undo` (its release) sent behind it where the reply is lost
+    /// ([`Instance::acquire`]).
+    fn acquire_on_all(
+        &self,
+        cmd: &redis::Cmd,
+        undo: &redis::Cmd,
+        timeout: Duration,
+    ) -> Vec<RedisResult<Option<Grant>>> {
+        thread::scope(|scope| {
+            let calls: Vec<_> = self
+                .instances
+                .iter()
+                .map(|instance| scope.spawn(move || instance.acquire(cmd, undo, timeout)))
                 .collect();
             calls
                 .into_iter()
@@ -676,6 +738,18 @@ mod tests {
         assert_eq!(error.errors.len(), 1);
         assert_eq!(error.errors[0].0, 1, "master 1 failed");
         assert!(error.errors[0].1.contains("refused"), "{error}");
+    }
+
+    #[test]
+    fn the_error_counts_the_attempts_made_not_the_attempts_allowed() {
+        let options = ten_seconds().attempts(5);
+        let mut attempts = Attempts::new(&options, 3);
+        assert!(
+            attempts
+                .judge(vec![grant(1), Ok(None), Ok(None)], Duration::ZERO)
+                .is_none()
+        );
+        assert_eq!(attempts.failed().attempts, 1);
     }
 
     #[test]
