@@ -2,6 +2,7 @@
 
 mod common;
 
+use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -39,6 +40,50 @@ fn pause(server: &TestServer, ms: u64) {
         .arg("ALL")
         .query(&mut con)
         .expect("CLIENT PAUSE");
+}
+
+/// Stops `server` as a whole for `secs` with `DEBUG SLEEP`: it reads nothing meanwhile and
+/// runs what was sent to it when it wakes, as a slow master does (with `CLIENT PAUSE` a
+/// command from a connection closed meanwhile would be dropped, never run late). Returns
+/// once the server sleeps; join the handle to wait until it is awake again.
+fn sleep_server(server: &TestServer, secs: u64) -> JoinHandle<()> {
+    let mut probe = server.connection();
+    probe
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut con = server.connection();
+    let sleeper = thread::spawn(move || {
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(secs)
+            .query(&mut con)
+            .expect("DEBUG SLEEP");
+    });
+    // The probe is used until its first unanswered PING only, so no late reply is
+    // ever taken for the answer to a later one.
+    poll_until(Duration::from_secs(10), "the server sleeps", || {
+        redis::cmd("PING").query::<String>(&mut probe).is_err()
+    });
+    sleeper
+}
+
+/// One `INFO lock` counter (e.g. `lock_grants`) of each server, 0 for a stopped one.
+fn stats(servers: &[TestServer], field: &str) -> Vec<u64> {
+    servers
+        .iter()
+        .map(|server| {
+            if server.is_running() {
+                lock_stat(&mut server.connection(), field)
+            } else {
+                0
+            }
+        })
+        .collect()
+}
+
+/// How much each counter grew from `before` to `after`.
+fn delta(before: &[u64], after: &[u64]) -> Vec<u64> {
+    before.iter().zip(after).map(|(b, a)| a - b).collect()
 }
 
 /// On how many of the running servers the key exists.
@@ -90,31 +135,59 @@ fn two_down_and_one_slow_master_is_no_quorum_and_nothing_stays_locked() {
     servers[0].kill();
     servers[1].kill();
     let redlock = redlock(&servers);
-    pause(&servers[2], 4_000);
+    // Open the connections first, as a long-lived client has them: on a new connection
+    // the handshake to the sleeping master would time out before the acquire is sent,
+    // and there would be no late grant to clean up.
+    assert_eq!(
+        redlock
+            .lock(KEY, &options(10_000))
+            .expect("warm-up")
+            .release(),
+        3
+    );
+    let grants = stats(&servers, "lock_grants");
+    let releases = stats(&servers, "lock_releases");
+    let slow = sleep_server(&servers[2], 4);
     let started = Instant::now();
-    let options = options(3_000)
+    // A TTL far longer than the test: a late grant that was not released would stay.
+    let options = options(60_000)
         .instance_timeout(Duration::from_millis(300))
         .attempts(2);
     let err = redlock
         .lock(KEY, &options)
         .expect_err("only 2 fast masters");
-    assert_eq!(err.quorum, 3);
-    assert_eq!(err.best, 2);
-    assert_eq!(err.attempts, 2);
-    assert_eq!(err.errors.len(), 3, "{err}");
     assert!(
         started.elapsed() < Duration::from_millis(3_500),
         "slow master held us up"
     );
-    // Released on the fast masters at once...
+    assert_eq!((err.quorum, err.best, err.attempts), (3, 2, 2), "{err}");
+    assert_eq!(err.errors.len(), 3, "{err}");
+    // The fast masters saw both attempts (the count comes from the servers, not from
+    // the client's report): each granted and released the lock twice.
+    // (Only the fast ones are asked: the slow one would not answer yet.)
+    assert_eq!(
+        delta(&grants[3..], &stats(&servers[3..], "lock_grants")),
+        [2, 2]
+    );
+    assert_eq!(
+        delta(&releases[3..], &stats(&servers[3..], "lock_releases")),
+        [2, 2]
+    );
     assert!(!exists(&mut servers[3].connection(), KEY));
     assert!(!exists(&mut servers[4].connection(), KEY));
-    // ...and on the slow one, a late grant is released or expires with its TTL.
-    let mut slow = servers[2].connection();
+    // The slow master wakes and runs the acquire it was sent: a late grant, 60 s long,
+    // unless the release reached it too.
+    slow.join().unwrap();
+    let mut con = servers[2].connection();
     poll_until(
-        Duration::from_secs(15),
-        "nothing locked on the slow master",
-        || !exists(&mut slow, KEY),
+        Duration::from_secs(10),
+        "the slow master ran the late acquire",
+        || lock_stat(&mut con, "lock_grants") > grants[2],
+    );
+    poll_until(
+        Duration::from_secs(10),
+        "the late grant on the slow master is released",
+        || !exists(&mut con, KEY),
     );
 }
 
@@ -150,10 +223,22 @@ fn a_split_vote_is_released_on_every_master() {
         assert!(grant.is_some());
     }
     let redlock = redlock(&servers);
+    let grants = stats(&servers, "lock_grants");
+    let contended = stats(&servers, "lock_contended");
     let err = redlock
         .lock(KEY, &options(10_000).attempts(3))
         .expect_err("2 of 5");
     assert_eq!((err.best, err.quorum, err.attempts), (2, 3, 3));
+    // Three attempts really reached every master: the held copies refused each, the
+    // free ones granted each (and saw it released).
+    assert_eq!(
+        delta(&contended, &stats(&servers, "lock_contended")),
+        [3, 3, 3, 0, 0]
+    );
+    assert_eq!(
+        delta(&grants, &stats(&servers, "lock_grants")),
+        [0, 0, 0, 3, 3]
+    );
     assert!(!exists(&mut servers[3].connection(), KEY));
     assert!(!exists(&mut servers[4].connection(), KEY));
     assert_eq!(
@@ -164,15 +249,62 @@ fn a_split_vote_is_released_on_every_master() {
 }
 
 #[test]
+fn a_failed_attempt_is_retried_until_the_lock_frees_up() {
+    let servers = five();
+    // Another client holds the key on three masters, briefly.
+    for server in &servers[..3] {
+        let grant: Option<Grant> =
+            acquire_cmd(KEY, Duration::from_millis(600), Some(b"other"), None)
+                .query(&mut server.connection())
+                .unwrap();
+        assert!(grant.is_some());
+    }
+    let grants = stats(&servers, "lock_grants");
+    let contended = stats(&servers, "lock_contended");
+    let redlock = redlock(&servers);
+    let guard = redlock
+        .lock(
+            KEY,
+            &options(10_000)
+                .attempts(50)
+                .retry_delay(Duration::from_millis(100), Duration::from_millis(50)),
+        )
+        .expect("granted once the other client's copies expire");
+    assert_eq!(
+        guard.fences().iter().flatten().count(),
+        5,
+        "all free by then"
+    );
+    // Counted by the servers: the free masters granted the lock once per attempt (the
+    // failed ones were released), the held ones refused it at least once.
+    let granted = delta(&grants, &stats(&servers, "lock_grants"));
+    let refused = delta(&contended, &stats(&servers, "lock_contended"));
+    assert!(granted[3] >= 2, "a single attempt: {granted:?}");
+    assert_eq!(granted[3], granted[4], "every attempt asked every master");
+    assert!(
+        refused[..3].iter().all(|&n| n >= 1 && n < granted[3]),
+        "the first attempt was refused, the last granted: {refused:?} vs {granted:?}"
+    );
+    assert_eq!(guard.release(), 5);
+    assert_eq!(held_on(&servers), 0);
+}
+
+#[test]
 fn of_two_competing_clients_one_wins_until_it_releases() {
     let servers = five();
     let first = redlock(&servers);
     let second = redlock(&servers);
     let guard = first.lock(KEY, &options(10_000)).expect("first wins");
+    let contended = stats(&servers, "lock_contended");
     let err = second
         .lock(KEY, &options(10_000).attempts(2))
         .expect_err("second loses");
-    assert_eq!(err.best, 0);
+    assert_eq!((err.best, err.attempts), (0, 2));
+    assert_eq!(
+        delta(&contended, &stats(&servers, "lock_contended")),
+        [2; 5],
+        "each of the two attempts asked every master"
+    );
     assert_eq!(guard.release(), 5);
     let guard = second.lock(KEY, &options(10_000)).expect("second's turn");
     drop(guard);
@@ -223,21 +355,38 @@ async fn async_redlock_with_two_down_and_one_slow_fails_and_releases() {
     servers[3].kill();
     servers[4].kill();
     let redlock = async_redlock(&servers);
-    pause(&servers[0], 4_000);
+    // Connections open first, as in the sync test.
+    let warm = redlock.lock(KEY, &options(10_000)).await.expect("warm-up");
+    assert_eq!(warm.release().await, 3);
+    let grants = stats(&servers, "lock_grants");
+    let slow = sleep_server(&servers[0], 4);
     let started = Instant::now();
-    let options = options(3_000)
+    let options = options(60_000)
         .instance_timeout(Duration::from_millis(300))
         .attempts(2);
     let err = redlock.lock(KEY, &options).await.expect_err("no quorum");
-    assert_eq!((err.best, err.quorum), (2, 3));
     assert!(started.elapsed() < Duration::from_millis(3_500));
+    assert_eq!((err.best, err.quorum, err.attempts), (2, 3, 2), "{err}");
+    assert_eq!(
+        delta(&grants[1..3], &stats(&servers[1..3], "lock_grants")),
+        [2, 2],
+        "two attempts on the fast masters"
+    );
     assert!(!exists(&mut servers[1].connection(), KEY));
     assert!(!exists(&mut servers[2].connection(), KEY));
-    let mut slow = servers[0].connection();
+    tokio::task::spawn_blocking(move || slow.join().unwrap())
+        .await
+        .unwrap();
+    let mut con = servers[0].connection();
     poll_until(
-        Duration::from_secs(15),
-        "nothing locked on the slow master",
-        || !exists(&mut slow, KEY),
+        Duration::from_secs(10),
+        "the slow master ran the late acquire",
+        || lock_stat(&mut con, "lock_grants") > grants[0],
+    );
+    poll_until(
+        Duration::from_secs(10),
+        "the late grant on the slow master is released",
+        || !exists(&mut con, KEY),
     );
 }
 
