@@ -352,6 +352,9 @@ impl Lock {
         self.released = true;
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.abort();
+            // Wait until the task is gone (an aborted task ends at its next await), so
+            // no extend of the watchdog can follow the release.
+            let _ = watchdog.await;
         }
         self.shared.release().await
     }

@@ -127,6 +127,71 @@ async fn the_async_watchdog_keeps_the_lock_past_its_ttl() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_watchdog_stops_on_release() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let mut con = server.connection();
+    // One token for both holders: a watchdog still running after the release would
+    // extend the next lock too, not just fail.
+    let options = ttl(300).token("worker-1");
+    let lock = locker
+        .acquire("jobs:8", &options.clone().watchdog())
+        .await
+        .unwrap()
+        .expect("granted");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while lock_stat(&mut con, "lock_extends") < 2 {
+        assert!(Instant::now() < deadline, "the watchdog never extended");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(lock.release().await.unwrap());
+    let extends = lock_stat(&mut con, "lock_extends");
+    let calls = command_calls(&mut con, "lock.extend");
+    let next = locker
+        .acquire("jobs:8", &options)
+        .await
+        .unwrap()
+        .expect("granted");
+    // Ten watchdog periods (100 ms each): not one more extend reaches the server.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert_eq!(
+        command_calls(&mut con, "lock.extend"),
+        calls,
+        "the watchdog sent extends after the release"
+    );
+    assert_eq!(lock_stat(&mut con, "lock_extends"), extends);
+    poll_until(
+        Duration::from_secs(5),
+        "the next holder's lock expires",
+        || !exists(&mut con, "jobs:8"),
+    );
+    assert!(!next.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_watchdog_extends_at_the_configured_fraction_of_the_ttl() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let options = ttl(1_000).watchdog_every(0.2);
+    let every = options.watchdog_interval().unwrap();
+    assert_eq!(every, Duration::from_millis(200));
+    let lock = locker
+        .acquire("jobs:9", &options)
+        .await
+        .unwrap()
+        .expect("granted");
+    // About 15 extends; the default third of the TTL would make 9, half the TTL 6.
+    let window = Duration::from_millis(3_000);
+    let (extends, lowest) = {
+        let server = &server;
+        tokio::task::block_in_place(|| watch_extends(server, "jobs:9", window))
+    };
+    assert_cadence(extends, window, every);
+    assert!(lowest > 500, "the TTL ran down to {lowest} ms of 1000");
+    assert!(lock.release().await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_async_watchdog_signals_a_lost_lock() {
     let server = TestServer::start();
     let locker = Locker::new(server.client());

@@ -238,24 +238,78 @@ fn the_watchdog_reports_a_lost_lock_when_the_server_stays_unreachable_for_a_ttl(
 fn the_watchdog_stops_on_release_and_never_touches_the_next_holder() {
     let server = TestServer::start();
     let locker = locker(&server);
-    let lock = locker
-        .acquire("orders:11", &ttl(300).watchdog())
-        .unwrap()
-        .expect("granted");
-    assert!(lock.release().unwrap());
-    let next = locker
-        .acquire("orders:11", &ttl(300))
-        .unwrap()
-        .expect("granted");
-    // Had the old watchdog gone on, it could not extend another token's lock anyway;
-    // what matters is that the next holder's short TTL runs out as set.
     let mut con = server.connection();
+    // One token for both holders (a worker that locks again): a watchdog still running
+    // after the release would extend the next lock too, not just fail.
+    let options = ttl(300).token("worker-1");
+    let lock = locker
+        .acquire("orders:11", &options.clone().watchdog())
+        .unwrap()
+        .expect("granted");
+    poll_until(Duration::from_secs(10), "the watchdog extends", || {
+        lock_stat(&mut con, "lock_extends") >= 2
+    });
+    assert!(lock.release().unwrap());
+    let extends = lock_stat(&mut con, "lock_extends");
+    let calls = command_calls(&mut con, "lock.extend");
+    let next = locker
+        .acquire("orders:11", &options)
+        .unwrap()
+        .expect("granted");
+    // Ten watchdog periods (100 ms each): not one more extend reaches the server,
+    // successful or not.
+    thread::sleep(Duration::from_millis(1_000));
+    assert_eq!(
+        command_calls(&mut con, "lock.extend"),
+        calls,
+        "the watchdog sent extends after the release"
+    );
+    assert_eq!(lock_stat(&mut con, "lock_extends"), extends);
+    // So the next holder's short TTL runs out as set.
     poll_until(
         Duration::from_secs(5),
         "the next holder's lock expires",
         || !exists(&mut con, "orders:11"),
     );
     assert!(!next.release().unwrap());
+}
+
+#[test]
+fn the_watchdog_extends_every_third_of_the_ttl_by_default() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let options = ttl(1_200).watchdog();
+    let every = options.watchdog_interval().unwrap();
+    assert_eq!(every, Duration::from_millis(400));
+    let lock = locker
+        .acquire("orders:16", &options)
+        .unwrap()
+        .expect("granted");
+    let window = Duration::from_millis(3_200);
+    let (extends, lowest) = watch_extends(&server, "orders:16", window);
+    assert_cadence(extends, window, every);
+    // Extended at a third of the TTL, the lock keeps about two thirds at worst.
+    assert!(lowest > 400, "the TTL ran down to {lowest} ms of 1200");
+    assert!(lock.release().unwrap());
+}
+
+#[test]
+fn the_watchdog_extends_at_the_configured_fraction_of_the_ttl() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let options = ttl(1_500).watchdog_every(0.1);
+    let every = options.watchdog_interval().unwrap();
+    assert_eq!(every, Duration::from_millis(150));
+    let lock = locker
+        .acquire("orders:17", &options)
+        .unwrap()
+        .expect("granted");
+    // About 20 extends; the default third of the TTL would make 6.
+    let window = Duration::from_millis(3_000);
+    let (extends, lowest) = watch_extends(&server, "orders:17", window);
+    assert_cadence(extends, window, every);
+    assert!(lowest > 750, "the TTL ran down to {lowest} ms of 1500");
+    assert!(lock.release().unwrap());
 }
 
 #[test]

@@ -43,3 +43,30 @@ pub fn command_calls(con: &mut redis::Connection, command: &str) -> u64 {
         })
         .unwrap_or(0)
 }
+
+/// Watches a lock kept alive by a watchdog for `window`: how many extends the server
+/// counted meanwhile (`lock_extends`), and the lowest `PTTL` of `key` seen, sampled
+/// every 20 ms. Waits on purpose: the cadence is measured over a fixed time.
+pub fn watch_extends(server: &TestServer, key: &str, window: std::time::Duration) -> (u64, i64) {
+    let mut con = server.connection();
+    let before = lock_stat(&mut con, "lock_extends");
+    let until = std::time::Instant::now() + window;
+    let mut lowest = i64::MAX;
+    while std::time::Instant::now() < until {
+        lowest = lowest.min(pttl(&mut con, key));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    (lock_stat(&mut con, "lock_extends") - before, lowest)
+}
+
+/// Asserts that `extends` over `window` fit a watchdog extending every `every`: within
+/// half and twice (plus one) the expected `window / every`, generous for a loaded
+/// machine, yet far from a watchdog on another cadence (a different fraction of the
+/// TTL) or none.
+pub fn assert_cadence(extends: u64, window: std::time::Duration, every: std::time::Duration) {
+    let expected = window.as_secs_f64() / every.as_secs_f64();
+    assert!(
+        extends as f64 >= expected / 2.0 && extends as f64 <= expected * 2.0 + 1.0,
+        "{extends} extends in {window:?}; every {every:?} makes about {expected:.0}"
+    );
+}
