@@ -1,14 +1,15 @@
 //! The module from other languages' real clients: PHP with phpredis and Python with
 //! redis-py run their check scripts (`clients/php`, `clients/python`) against a server
 //! started here, so the server is cleaned up whatever the script does. A missing
-//! interpreter or client library fails the test (`make deps` installs them).
+//! interpreter or client library fails the test (`make deps` installs them), and so does
+//! a check the script reports as skipped (a `SKIPPED:` line).
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::TestServer;
+use common::{TestServer, start_replica};
 
 fn script(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -16,13 +17,21 @@ fn script(relative: &str) -> PathBuf {
         .join(relative)
 }
 
-/// Runs `interpreter script port` and returns its standard output, failing the test
-/// with everything it printed if it cannot start or does not exit 0.
-fn run(interpreter_env: &str, default: &str, relative: &str, server: &TestServer) -> String {
+/// Runs `interpreter script port [more ports]` and returns its standard output,
+/// failing the test with everything it printed if it cannot start, does not exit 0, or
+/// skipped a check.
+fn run(
+    interpreter_env: &str,
+    default: &str,
+    relative: &str,
+    server: &TestServer,
+    more: &[&TestServer],
+) -> String {
     let interpreter = std::env::var(interpreter_env).unwrap_or_else(|_| default.to_string());
     let output = Command::new(&interpreter)
         .arg(script(relative))
         .arg(server.port.to_string())
+        .args(more.iter().map(|other| other.port.to_string()))
         .output()
         .unwrap_or_else(|err| {
             panic!("cannot run {interpreter} ({err}): install it with `make deps`")
@@ -35,13 +44,23 @@ fn run(interpreter_env: &str, default: &str, relative: &str, server: &TestServer
         output.status,
         server.log()
     );
+    assert!(
+        !stdout.contains("SKIPPED"),
+        "{interpreter} {relative} skipped checks:\n{stdout}"
+    );
     stdout
 }
 
 #[test]
 fn php_order_lock_helper_works_through_phpredis() {
     let server = TestServer::start();
-    let stdout = run("PHP", "php", "clients/php/order_lock_test.php", &server);
+    let stdout = run(
+        "PHP",
+        "php",
+        "clients/php/order_lock_test.php",
+        &server,
+        &[],
+    );
     assert!(
         stdout.contains("ok - a waiting acquire gets the lock"),
         "{stdout}"
@@ -56,11 +75,14 @@ fn php_order_lock_helper_works_through_phpredis() {
 #[test]
 fn python_helpers_and_context_manager_work_through_redis_py() {
     let server = TestServer::start();
+    // For the context manager's replicas=N (Redis WAIT after the grant).
+    let replica = start_replica(&server, &[]);
     let stdout = run(
         "PYTHON",
         "python3",
         "clients/python/test_redis_lock.py",
         &server,
+        &[&replica],
     );
     assert!(
         stdout.contains("ok - the waiter gets the lock when the holder releases"),
@@ -70,6 +92,15 @@ fn python_helpers_and_context_manager_work_through_redis_py() {
         stdout.contains("ok - a string key is refused with WRONGTYPE"),
         "{stdout}"
     );
+    for check in [
+        "ok - LOCK.INFO answers a map on RESP3",
+        "ok - info reads the RESP3 map too",
+        "ok - with replicas=1 the grant is on the replica when the block starts",
+        "ok - too few replicas raise LockNotReplicated after the timeout",
+        "ok - and the unreplicated lock is released",
+    ] {
+        assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
+    }
     assert!(stdout.trim_end().ends_with("checks passed"), "{stdout}");
 }
 

@@ -22,6 +22,16 @@ class LockNotAcquired(Exception):
     """The lock is held by someone else (after waiting, if a wait was asked for)."""
 
 
+class LockNotReplicated(LockNotAcquired):
+    """The lock was granted, but fewer replicas than asked for acknowledged it in time
+    (Redis ``WAIT``), so it was released again. ``acked`` is how many did."""
+
+    def __init__(self, key: str, wanted: int, acked: int):
+        super().__init__(f"{key}: {acked} of {wanted} replicas acknowledged the lock")
+        self.wanted = wanted
+        self.acked = acked
+
+
 @dataclass
 class Lock:
     """A granted lock: its key, the token that proves ownership, and its fence."""
@@ -76,15 +86,30 @@ class lock:
     """Context manager: acquires on enter (raising LockNotAcquired when busy), releases
     on exit, exceptions included. After the block, ``held_to_end`` tells whether the
     lock was still held at release (False: it expired or was taken over meanwhile).
+
+    ``wait_ms`` waits for a busy lock (``LOCK.ACQUIRE ... WAIT``; 0 waits without limit).
+
+    ``replicas=N`` makes the grant durable before the block runs: after the grant,
+    Redis ``WAIT N replicas_timeout_ms`` waits until N replicas of the master have
+    acknowledged it (so a failover to one of them keeps the lock). If fewer did within
+    ``replicas_timeout_ms`` (default 1000; 0 would wait without limit), the lock is
+    released again and LockNotReplicated (a LockNotAcquired) is raised. ``WAIT`` blocks
+    the connection meanwhile, like a waiting acquire.
+
+        with lock(r, "orders:42", ttl_ms=10_000, replicas=1, replicas_timeout_ms=500):
+            ...
     """
 
     def __init__(self, r, key: str, ttl_ms: int, wait_ms: Optional[int] = None,
-                 token: Optional[Token] = None):
+                 token: Optional[Token] = None, replicas: Optional[int] = None,
+                 replicas_timeout_ms: int = 1_000):
         self._r = r
         self._key = key
         self._ttl_ms = ttl_ms
         self._wait_ms = wait_ms
         self._token = token
+        self._replicas = replicas
+        self._replicas_timeout_ms = replicas_timeout_ms
         self._lock: Optional[Lock] = None
         self.held_to_end: Optional[bool] = None
 
@@ -92,6 +117,19 @@ class lock:
         self._lock = acquire(self._r, self._key, self._ttl_ms, self._token, self._wait_ms)
         if self._lock is None:
             raise LockNotAcquired(self._key)
+        if self._replicas:
+            try:
+                acked = int(self._r.execute_command(
+                    "WAIT", self._replicas, self._replicas_timeout_ms))
+            except BaseException:
+                try:
+                    release(self._r, self._key, self._lock.token)
+                except Exception:
+                    pass  # the WAIT's error says more; the TTL frees the lock anyway
+                raise
+            if acked < self._replicas:
+                release(self._r, self._key, self._lock.token)
+                raise LockNotReplicated(self._key, self._replicas, acked)
         return self._lock
 
     def __exit__(self, *exc) -> bool:

@@ -1,9 +1,14 @@
-"""Checks redis_lock.py against a server with the module: python3 test_redis_lock.py PORT
+"""Checks redis_lock.py against a server with the module:
 
-Prints one line per check and exits non-zero on the first failure.
+    python3 test_redis_lock.py PORT [REPLICA_PORT]
+
+REPLICA_PORT is a replica of the server at PORT, for the durability checks (lock with
+replicas=N); without it they are skipped with a "SKIPPED:" line. Prints one line per
+check and exits non-zero on the first failure.
 """
 
 import os
+import socket
 import sys
 import threading
 import time
@@ -12,7 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import redis  # noqa: E402
 
-from redis_lock import LockNotAcquired, acquire, extend, info, lock, release  # noqa: E402
+from redis_lock import (  # noqa: E402
+    LockNotAcquired, LockNotReplicated, acquire, extend, info, lock, release,
+)
 
 passed = 0
 
@@ -26,7 +33,136 @@ def check(name, ok):
     print(f"ok - {name}")
 
 
-def main(port):
+class Resp3:
+    """A bare RESP3 connection on a socket: redis-py before 5.0 (Debian 12's
+    python3-redis is 4.3) speaks RESP2 only, and the map reply of LOCK.INFO must be
+    checked whatever the installed version."""
+
+    def __init__(self, port):
+        self._sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self._buf = b""
+
+    def command(self, *args):
+        out = [b"*%d\r\n" % len(args)]
+        for arg in args:
+            arg = arg if isinstance(arg, bytes) else str(arg).encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(arg), arg))
+        self._sock.sendall(b"".join(out))
+        return self._reply()
+
+    def _line(self):
+        while b"\r\n" not in self._buf:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\r\n", 1)
+        return line
+
+    def _exactly(self, n):
+        while len(self._buf) < n + 2:
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            self._buf += chunk
+        data, self._buf = self._buf[:n], self._buf[n + 2:]
+        return data
+
+    def _reply(self):
+        """One reply; a map as a (marker, dict) pair so the caller sees it was a map."""
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind in (b"+", b"("):
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b",":
+            return float(rest)
+        if kind == b"#":
+            return rest == b"t"
+        if kind == b"_":
+            return None
+        if kind in (b"$", b"="):
+            return None if rest == b"-1" else self._exactly(int(rest))
+        if kind in (b"*", b"~", b">"):
+            return [self._reply() for _ in range(int(rest))]
+        if kind == b"%":
+            return ("map", {self._reply(): self._reply() for _ in range(int(rest))})
+        if kind == b"|":  # attributes come before the reply they describe
+            for _ in range(int(rest)):
+                self._reply(), self._reply()
+            return self._reply()
+        raise ValueError(f"unknown RESP3 type in {line!r}")
+
+    def close(self):
+        self._sock.close()
+
+
+class _Replies:
+    """Stands in for a redis client in info(): answers with a reply read elsewhere."""
+
+    def __init__(self, reply):
+        self._reply = reply
+
+    def execute_command(self, *args):
+        return self._reply
+
+
+def check_resp3(port, r):
+    held = acquire(r, "jobs:3", 10_000)
+    raw = Resp3(port)
+    try:
+        hello = raw.command("HELLO", 3)
+        check("the server speaks RESP3 (HELLO 3)",
+              hello[0] == "map" and hello[1].get(b"proto") == 3)
+        reply = raw.command("LOCK.INFO", "jobs:3")
+    finally:
+        raw.close()
+    check("LOCK.INFO answers a map on RESP3",
+          isinstance(reply, tuple) and reply[0] == "map")
+    fields = reply[1]
+    check("the RESP3 map has bulk-string names and integer values, never the token",
+          set(fields) >= {b"ttl", b"fence", b"acquired", b"waiters"}
+          and all(isinstance(v, int) for v in fields.values())
+          and held.token not in fields and held.token not in fields.values())
+    check("info reads the RESP3 map too",
+          info(_Replies(fields), "jobs:3")["fence"] == held.fence)
+    try:
+        resp3 = redis.Redis(host="127.0.0.1", port=port, protocol=3)
+    except TypeError:
+        resp3 = None
+    if resp3 is not None:  # redis-py 5+: the same through the client itself
+        check("info reads the RESP3 map through redis-py",
+              info(resp3, "jobs:3")["fence"] == held.fence)
+    release(r, "jobs:3", held.token)
+
+
+def check_replicas(port, replica_port, r):
+    replica = redis.Redis(host="127.0.0.1", port=replica_port)
+    # WAIT needs writes to acknowledge: prove the pair is linked first.
+    check("the replica is linked to the master",
+          int(r.execute_command("WAIT", 1, 10_000)) == 1)
+    manager = lock(r, "jobs:8", 10_000, replicas=1, replicas_timeout_ms=10_000)
+    with manager as held:
+        on_replica = info(replica, "jobs:8")
+        check("with replicas=1 the grant is on the replica when the block starts",
+              on_replica is not None and on_replica["fence"] == held.fence)
+    check("and released after the block", manager.held_to_end is True)
+
+    started = time.monotonic()
+    try:
+        with lock(r, "jobs:9", 10_000, replicas=2, replicas_timeout_ms=300):
+            check("a lock without enough replicas is not entered", False)
+    except LockNotReplicated as err:
+        check("too few replicas raise LockNotReplicated after the timeout",
+              (err.wanted, err.acked) == (2, 1) and time.monotonic() - started >= 0.25
+              and isinstance(err, LockNotAcquired))
+    check("and the unreplicated lock is released", info(r, "jobs:9") is None)
+
+
+def main(port, replica_port=None):
     r = redis.Redis(host="127.0.0.1", port=port)
 
     held = acquire(r, "jobs:1", 10_000)
@@ -45,14 +181,7 @@ def main(port):
           own.token == b"worker-3" and again.fence == own.fence)
     release(r, "jobs:2", "worker-3")
 
-    try:
-        resp3 = redis.Redis(host="127.0.0.1", port=port, protocol=3)
-    except TypeError:
-        # redis-py before 5.0 (Debian 12's python3-redis is 4.3) speaks RESP2 only.
-        resp3 = None
-    if resp3 is not None:
-        with lock(resp3, "jobs:3", 10_000) as held:
-            check("info reads the RESP3 map too", info(resp3, "jobs:3")["fence"] == held.fence)
+    check_resp3(port, r)
 
     # The context manager with WAIT: the holder releases after a while, the waiter
     # (blocked in LOCK.ACQUIRE ... WAIT on its own connection) gets the lock then.
@@ -105,11 +234,16 @@ def main(port):
     except redis.ResponseError as err:
         check("a string key is refused with WRONGTYPE", str(err).startswith("WRONGTYPE"))
 
+    if replica_port is None:
+        print("SKIPPED: lock(replicas=N) checks: no REPLICA_PORT given")
+    else:
+        check_replicas(port, replica_port, r)
+
     print(f"python: {passed} checks passed")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        print("usage: python3 test_redis_lock.py PORT", file=sys.stderr)
+    if len(sys.argv) not in (2, 3):
+        print("usage: python3 test_redis_lock.py PORT [REPLICA_PORT]", file=sys.stderr)
         sys.exit(2)
-    main(int(sys.argv[1]))
+    main(*(int(arg) for arg in sys.argv[1:]))
