@@ -7,6 +7,7 @@
 
 pub mod args;
 pub mod cluster;
+pub mod command_info;
 pub mod commands;
 pub mod datatype;
 pub mod decimal;
@@ -22,6 +23,7 @@ pub mod waiters;
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisResult, RedisString, Status, redis_module};
 
+use crate::command_info::KeyUse;
 use crate::datatype::LOCK_TYPE;
 
 /// Memory comes from the server's allocator, so `INFO memory` and `maxmemory` count
@@ -64,7 +66,24 @@ fn debug(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guard::command(ctx, args, commands::debug)
 }
 
+/// Arity (negative: at least) and key use of every command, for `COMMAND INFO`, the
+/// server's own arity check and ACL key permissions.
+const COMMAND_INFO: [(&std::ffi::CStr, i32, Option<KeyUse>); 6] = [
+    (c"lock.acquire", -3, Some(KeyUse::Update)),
+    (c"lock.release", 3, Some(KeyUse::Delete)),
+    (c"lock.extend", 4, Some(KeyUse::Update)),
+    (c"lock.info", 2, Some(KeyUse::Read)),
+    (c"lock._set", 6, Some(KeyUse::Overwrite)),
+    (c"lock.debug", 2, None),
+];
+
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    for (name, arity, key_use) in COMMAND_INFO {
+        if !command_info::declare(ctx, name, arity, key_use) {
+            ctx.log_warning(&format!("lock: could not declare {name:?} to the server"));
+            return Status::Err;
+        }
+    }
     // Signal modified keys ourselves, only when a command really changes one, so a busy
     // acquire does not break a client's WATCH; check I/O errors when loading.
     ctx.set_module_options(
