@@ -23,11 +23,17 @@ pub struct AcquireOptions<'a> {
     pub wait_ms: Option<i64>,
 }
 
-/// Parses a decimal integer the way the server does: an optional `-`, digits only,
-/// no sign `+`, no spaces, no overflow.
+/// Parses a decimal integer the way the server does (`string2ll`): an optional `-`,
+/// digits only, no sign `+`, no spaces, no leading zero (`0` itself aside, and no
+/// `-0`), no overflow.
 fn parse_integer(arg: &[u8]) -> Option<i64> {
     let digits = arg.strip_prefix(b"-").unwrap_or(arg);
-    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+    let canonical = match digits {
+        [] => false,
+        [b'0'] => digits.len() == arg.len(),
+        [first, ..] => *first != b'0',
+    };
+    if !canonical || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
     std::str::from_utf8(arg).ok()?.parse().ok()
@@ -118,8 +124,20 @@ mod tests {
             b"1.5",
             b"abc",
             b"-",
+            b"010",
+            b"00",
         ] {
             assert!(msg(ttl(bad)).contains("ttl-ms"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn integers_are_written_as_the_server_writes_them() {
+        assert_eq!(parse_integer(b"0"), Some(0));
+        assert_eq!(parse_integer(b"10"), Some(10));
+        assert_eq!(parse_integer(b"-10"), Some(-10));
+        for bad in [&b"010"[..], b"00", b"-0", b"-01", b"+1", b"1_0"] {
+            assert_eq!(parse_integer(bad), None, "{bad:?}");
         }
     }
 
@@ -128,6 +146,7 @@ mod tests {
         assert_eq!(timeout(b"0").unwrap(), 0);
         assert_eq!(timeout(b"140737488355327").unwrap(), MAX_TTL_MS);
         assert!(msg(timeout(b"-1")).contains("timeout-ms"));
+        assert!(msg(timeout(b"010")).contains("timeout-ms"));
         assert!(msg(timeout(b"140737488355328")).contains("timeout-ms"));
     }
 
