@@ -126,12 +126,18 @@ pub fn grant(ctx: &Context, key: &Key, token: Box<[u8]>, ttl_ms: i64) -> RedisRe
     Ok(RedisValue::NoReply)
 }
 
-/// Sets the lock's remaining time to `ttl_ms` from now and replicates the absolute
-/// expiry.
+/// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
+/// and moves the waiters' hand-over to the new deadline.
 fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     ffi::replicate_pexpireat(ctx, key.name(), expire_at);
+    waiters::deadline_moved(
+        ctx,
+        ffi::selected_db(ctx),
+        key.name().as_slice(),
+        Some(expire_at),
+    );
     Ok(())
 }
 

@@ -21,6 +21,15 @@ pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.expect("RedisModule_Milliseconds")() }
 }
 
+/// Whether the server holds writes back now (`CLIENT PAUSE`, a failover under way).
+/// Then a key past its deadline counts as expired but is not deleted, so nothing may be
+/// written in its place.
+pub fn writes_paused() -> bool {
+    // SAFETY: takes no arguments and only reads the server's pause state; the API table
+    // is filled by RedisModule_Init before any callback can run.
+    unsafe { raw::RedisModule_AvoidReplicaTraffic.expect("RedisModule_AvoidReplicaTraffic")() != 0 }
+}
+
 /// The database the client of `ctx` has selected.
 pub fn selected_db(ctx: &Context) -> i32 {
     // SAFETY: ctx is the live context of the current command or callback.

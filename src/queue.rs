@@ -21,6 +21,8 @@ pub struct Waiter {
     pub key: KeyId,
     /// The token it will hold: its own or one the server made when it started waiting.
     pub token: Vec<u8>,
+    /// The module timer that wakes the server at the wait's deadline, if it has one.
+    pub wake_timer: Option<u64>,
     /// The TTL of the lock once granted.
     pub ttl_ms: i64,
 }
@@ -124,6 +126,7 @@ mod tests {
             client_id: handle as u64 + 1000,
             key: key(name),
             token: format!("t{handle}").into_bytes(),
+            wake_timer: None,
             ttl_ms: 1000,
         }
     }

@@ -35,9 +35,15 @@ use crate::guard;
 use crate::queue::{KeyId, Queues, Waiter};
 use crate::stats;
 
-/// How often waiters look at their key while a key of another type has taken the lock's
-/// place.
-const FOREIGN_KEY_POLL_MS: i64 = 100;
+/// How often a key with waiters is looked at while it is held, besides at its deadline:
+/// an admin's `PEXPIRE`/`EXPIRE` that moves the deadline earlier, or a key of another
+/// type in the lock's place, reach the module through no callback.
+const RECHECK_MS: i64 = 100;
+
+/// How soon a key is looked at again while the server holds writes back (`CLIENT
+/// PAUSE`, a failover): then a key past its deadline counts as gone but stays in the
+/// keyspace, and a grant would write over it.
+const PAUSED_RETRY_MS: i64 = 10;
 
 /// How the attempt to grant a key's oldest waiter ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,12 +140,14 @@ pub fn wait(
     let client_id =
         unsafe { raw::RedisModule_GetClientId.expect("RedisModule_GetClientId")(ctx.get_raw()) };
     let id = key_id(db, key.as_slice());
+    let wake_timer = (timeout_ms > 0).then(|| wake_at_deadline(ctx, timeout_ms));
     with_queues(|q| {
         q.push(Waiter {
             handle: bc as usize,
             client_id,
             key: id.clone(),
             token,
+            wake_timer,
             ttl_ms,
         })
     });
@@ -148,6 +156,50 @@ pub fn wait(
         arm_timer(ctx, &id, at);
     }
     Ok(RedisValue::NoReply)
+}
+
+/// The server answers a blocked client whose timeout has passed the next time its event
+/// loop wakes, which with nothing else to do is its next cron tick (up to 100 ms at the
+/// default `hz 10`). A timer just past the deadline wakes it on time; it has nothing
+/// else to do.
+fn wake_at_deadline(ctx: &Context, timeout_ms: i64) -> u64 {
+    // SAFETY: ctx is live; the callback ignores its data, which is null.
+    unsafe {
+        raw::RedisModule_CreateTimer.expect("RedisModule_CreateTimer")(
+            ctx.get_raw(),
+            timeout_ms.saturating_add(1),
+            Some(on_wake),
+            ptr::null_mut(),
+        )
+    }
+}
+
+extern "C" fn on_wake(_ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {}
+
+/// A waiter left its queue (granted, timed out, gone): its wake-up timer, if it has not
+/// fired, is not needed any more.
+fn left(ctx: &Context, waiter: &Waiter) {
+    if let Some(timer) = waiter.wake_timer {
+        let mut data: *mut c_void = ptr::null_mut();
+        // SAFETY: ctx is live; a timer that already fired is reported as an error; the
+        // data is null either way, nothing to free.
+        unsafe {
+            raw::RedisModule_StopTimer.expect("RedisModule_StopTimer")(
+                ctx.get_raw(),
+                timer,
+                &mut data,
+            )
+        };
+    }
+}
+
+/// The lock on `key` was given a new deadline (`LOCK.EXTEND`, a renewing acquire): if
+/// clients wait for it, the hand-over timer must not fire later than that.
+pub fn deadline_moved(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
+    if with_queues(|q| q.is_empty()) {
+        return;
+    }
+    rearm(ctx, &key_id(db, key), expire_at);
 }
 
 /// The lock on `key` is free: grant it to the oldest waiter that can take it. Runs
@@ -171,7 +223,9 @@ pub fn grant_next(ctx: &Context, db: i32, key: &[u8]) {
                 ctx.log_warning(&format!(
                     "lock: waiter client {client_id} could not be unblocked (CLIENT UNBLOCK: {unblocked})"
                 ));
-                with_queues(|q| q.remove(waiter));
+                if let Some(gone) = with_queues(|q| q.remove(waiter)) {
+                    left(ctx, &gone);
+                }
             }
         }
     }
@@ -295,6 +349,10 @@ fn recheck_all(ctx: &Context) {
 /// its deadline while waiters remain.
 fn recheck(ctx: &Context, id: &KeyId) {
     let (db, name) = id;
+    if ffi::writes_paused() {
+        arm_timer(ctx, id, ffi::now_ms().saturating_add(PAUSED_RETRY_MS));
+        return;
+    }
     if !ffi::select_db(ctx, *db) {
         return;
     }
@@ -306,21 +364,18 @@ fn recheck(ctx: &Context, id: &KeyId) {
             drop(key);
             grant_next(ctx, *db, name.as_slice());
         }
-        KeyKind::Lock => rearm(ctx, id, key.expire_at()),
-        KeyKind::Other => {
-            // A key of another type took the lock's place (`SET`, `SWAPDB`): its removal
-            // reaches no unlink callback of this module, so look again now and then.
-            let soon = ffi::now_ms().saturating_add(FOREIGN_KEY_POLL_MS);
-            let at = key.expire_at().map_or(soon, |at| at.min(soon));
-            rearm(ctx, id, Some(at));
-        }
+        // Held, by a lock or by a key of another type in its place (`SET`, `SWAPDB`),
+        // whose removal reaches no unlink callback of this module.
+        KeyKind::Lock | KeyKind::Other => rearm(ctx, id, key.expire_at()),
     }
 }
 
-/// While waiters remain for a held `key`, a timer at its deadline hands it over on time.
+/// While waiters remain for a held `key`, a timer at its deadline hands it over on time,
+/// and looks again every `RECHECK_MS` meanwhile.
 fn rearm(ctx: &Context, id: &KeyId, expire_at: Option<i64>) {
-    if let Some(at) = expire_at.filter(|_| with_queues(|q| q.busy(id))) {
-        arm_timer(ctx, id, at);
+    if with_queues(|q| q.busy(id)) {
+        let soon = ffi::now_ms().saturating_add(RECHECK_MS);
+        arm_timer(ctx, id, expire_at.map_or(soon, |at| at.min(soon)));
     }
 }
 
@@ -442,6 +497,7 @@ extern "C" fn on_timeout(
             return Ok(RedisValue::Null);
         };
         release_handle(bc);
+        left(&context, &waiter);
         let granting = GRANTING.with(|g| g.get()).is_some_and(|(g, _)| g == id);
         if granting {
             let (reply, outcome) = grant_to(&context, waiter);
@@ -473,7 +529,9 @@ extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisMo
         let removed = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove(id)));
         if let Some(waiter) = removed {
             release_handle(bc);
-            cancel_idle_timer(&Context::new(ctx), &waiter.key);
+            let ctx = Context::new(ctx);
+            left(&ctx, &waiter);
+            cancel_idle_timer(&ctx, &waiter.key);
         }
     })
 }
