@@ -276,10 +276,16 @@ pub fn debug(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let setting = ctx.call("CONFIG", &["GET", "enable-debug-command"])?;
-    let allowed = matches!(&setting, RedisValue::Array(pair)
-    if pair.get(1).is_some_and(|v| {
-        String::try_from(v.clone()).is_ok_and(|v| v == "yes" || v == "local")
-    }));
+    let setting = match &setting {
+        RedisValue::Array(pair) => pair.get(1).and_then(|v| String::try_from(v.clone()).ok()),
+        _ => None,
+    };
+    // As for `DEBUG` itself: `yes` for everyone, `local` for clients on this machine.
+    let allowed = match setting.as_deref() {
+        Some("yes") => true,
+        Some("local") => ffi::client_is_local(ctx),
+        _ => false,
+    };
     if !allowed {
         return Err(error::debug_disabled());
     }

@@ -30,6 +30,38 @@ pub fn writes_paused() -> bool {
     unsafe { raw::RedisModule_AvoidReplicaTraffic.expect("RedisModule_AvoidReplicaTraffic")() != 0 }
 }
 
+/// Whether the client of `ctx` is connected through a unix socket or from the loopback
+/// address, as the server decides for `enable-debug-command local`.
+pub fn client_is_local(ctx: &Context) -> bool {
+    // SAFETY: ctx is the live context of the current command.
+    let id =
+        unsafe { raw::RedisModule_GetClientId.expect("RedisModule_GetClientId")(ctx.get_raw()) };
+    // SAFETY: the client info is plain data; all zeroes with its version set is what the
+    // server expects to fill.
+    let mut info: raw::RedisModuleClientInfo = unsafe { std::mem::zeroed() };
+    info.version = raw::REDISMODULE_CLIENTINFO_VERSION.into();
+    // SAFETY: info is a valid, writable client info of the version it names.
+    let found = unsafe {
+        raw::RedisModule_GetClientInfoById.expect("RedisModule_GetClientInfoById")(
+            (&raw mut info).cast::<c_void>(),
+            id,
+        )
+    };
+    if found != raw::REDISMODULE_OK as c_int {
+        return false;
+    }
+    if info.flags & u64::from(raw::REDISMODULE_CLIENTINFO_FLAG_UNIXSOCKET) != 0 {
+        return true;
+    }
+    let addr: Vec<u8> = info
+        .addr
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    addr == b"127.0.0.1" || addr == b"::1"
+}
+
 /// The database the client of `ctx` has selected.
 pub fn selected_db(ctx: &Context) -> i32 {
     // SAFETY: ctx is the live context of the current command or callback.
