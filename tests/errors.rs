@@ -304,6 +304,51 @@ fn the_largest_ttl_two_to_the_47_minus_1_is_accepted() {
 }
 
 #[test]
+fn the_smallest_ttl_1_is_accepted_and_the_lock_expires_1_ms_after_its_grant() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let mut observer = server.connection();
+    // Inside EXEC the server reads the clock once, so the 1 ms lock cannot expire
+    // between its grant and the reads of its state.
+    type Granted = Option<(Vec<u8>, i64)>;
+    type Info = Option<Vec<(String, i64)>>;
+    let (granted, info, expire_at): (Granted, Info, i64) = redis::pipe()
+        .atomic()
+        .cmd("LOCK.ACQUIRE")
+        .arg("min")
+        .arg(1)
+        .arg("TOKEN")
+        .arg("tiny")
+        .cmd("LOCK.INFO")
+        .arg("min")
+        .cmd("PEXPIRETIME")
+        .arg("min")
+        .query(&mut con)
+        .expect("MULTI LOCK.ACQUIRE min 1 ... EXEC");
+    let acquired = info
+        .expect("the lock exists right after its grant")
+        .into_iter()
+        .find_map(|(name, value)| (name == "acquired").then_some(value))
+        .expect("acquired");
+    let (token, fence) = granted.expect("a ttl of 1 ms is accepted");
+    assert_eq!(token, b"tiny");
+    assert_eq!(expire_at, acquired + 1, "expires 1 ms after its grant");
+    // LOCK.EXTEND takes the same smallest ttl.
+    let (held, _) = acquire(&mut con, "extended", 60_000, &[]).expect("granted");
+    assert_eq!(extend(&mut con, "extended", &held, 1), 1, "a ttl of 1 ms");
+
+    // DBSIZE looks no key up: only the server's own expiry removes the locks.
+    poll_until(Duration::from_secs(5), "the 1 ms locks expire", || {
+        dbsize(&mut observer) == 0
+    });
+    assert_eq!(lock_stat(&mut observer, "lock_expired"), 2);
+    assert_eq!(release(&mut con, "extended", &held), 0, "expired");
+    assert_eq!(release(&mut con, "min", b"tiny"), 0, "expired");
+    let (_, next) = acquire(&mut con, "min", 60_000, &["TOKEN", "next"]).expect("free again");
+    assert!(next > fence, "{next} after {fence}");
+}
+
+#[test]
 fn a_bad_timeout_is_an_error_naming_timeout_ms() {
     let t = HOLDER.as_bytes();
     let bads: Vec<&[u8]> = ["-1", "-100", TOO_MANY_MS, "abc", "+1", " 1", "1.5", ""]

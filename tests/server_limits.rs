@@ -352,6 +352,71 @@ fn monitor_never_shows_a_token() {
     );
 }
 
+/// A replica runs the `LOCK._SET` its master sends for every grant, token included: it
+/// must hide that token from its own `SLOWLOG` and `MONITOR` as the master does.
+#[test]
+fn a_replica_shows_replicated_tokens_neither_in_slowlog_nor_in_monitor() {
+    let master = TestServer::start();
+    let replica = start_replica(&master, &[]);
+    let mut r = replica.connection();
+    config_set(&mut r, "slowlog-log-slower-than", "0");
+    config_set(&mut r, "slowlog-max-len", "10000");
+    let mut stream = monitor(replica.port);
+    let mut m = master.connection();
+
+    let given = b"SECRET-replicated-given-7c1d".to_vec();
+    acquire_as(&mut m, "given", 600_000, &given).expect("granted");
+    let (made, _) = acquire(&mut m, "made", 600_000, &[]).expect("granted");
+    assert_eq!(extend(&mut m, "made", &made, 900_000), 1);
+    // A grant to a waiter, made when the holder releases.
+    let waited = "SECRET-replicated-waiter-2f4e";
+    let mut waiter = Waiter::start(&master, "given", 600_000, &["WAIT", "0", "TOKEN", waited]);
+    assert_eq!(release(&mut m, "given", &given), 1);
+    assert_eq!(waiter.granted_token(), waited.as_bytes());
+    sync_replicas(&mut m, 1);
+    assert_eq!(dbsize(&mut r), 2, "the replica got the locks");
+
+    // The replica has run everything the master sent: a command sent to it now comes
+    // after all of it in its MONITOR stream.
+    let seen = monitor_until_marker(&mut stream, &mut r);
+    let log = slowlog_bytes(&mut r);
+    let tokens = [given, made, waited.as_bytes().to_vec()];
+    assert_commands_shown_with_tokens_redacted("replica SLOWLOG", &log, &["lock._set"], &tokens);
+    assert_commands_shown_with_tokens_redacted("replica MONITOR", &seen, &["lock._set"], &tokens);
+
+    // One LOCK._SET per grant (given, made, the waiter's), each with its token argument
+    // replaced by the mark.
+    let entries: Vec<Vec<Value>> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(10_000)
+        .query(&mut r)
+        .unwrap();
+    let mut set_keys: Vec<Vec<u8>> = entries
+        .into_iter()
+        .map(|entry| redis::from_redis_value::<Vec<Vec<u8>>>(entry[3].clone()).expect("argv"))
+        .filter(|argv| argv[0].eq_ignore_ascii_case(b"LOCK._SET"))
+        .map(|argv| {
+            assert_eq!(argv.len(), 6, "{argv:?}");
+            assert_eq!(argv[2], b"(redacted)", "{argv:?}");
+            argv[1].clone()
+        })
+        .collect();
+    set_keys.sort();
+    assert_eq!(set_keys, [&b"given"[..], b"given", b"made"]);
+    let monitored: Vec<&[u8]> = seen
+        .split(|&b| b == b'\n')
+        .filter(|line| contains(line, b"\"LOCK._SET\""))
+        .collect();
+    assert_eq!(monitored.len(), 3, "{}", String::from_utf8_lossy(&seen));
+    for line in monitored {
+        assert!(
+            contains(line, b"\" \"(redacted)\" \""),
+            "{}",
+            String::from_utf8_lossy(line)
+        );
+    }
+}
+
 /// Acquires whose options are malformed still carry the caller's token right after the
 /// word `TOKEN`: a rejected command must not leak it either.
 #[test]

@@ -166,6 +166,119 @@ fn a_newcomer_on_another_connection_after_the_release_cannot_jump_the_queue() {
     assert_eq!(release(&mut con, "job", b"waiter"), 1);
 }
 
+/// A newcomer pipelined right behind `command` (`DEL` or `UNLINK`), which removes `job`
+/// under its holder, cannot take the lock from the waiter queued for it.
+fn assert_a_newcomer_pipelined_right_after_cannot_jump_the_queue(command: &str) {
+    let (server, mut con, _, _, mut waiter) =
+        job_held_with_a_waiter(&["WAIT", "10000", "TOKEN", "waiter"]);
+    let mut newcomer_con = server.connection();
+
+    // Both commands arrive in one read: the newcomer runs before anything else can.
+    let (removed, newcomer): (i64, Option<(Vec<u8>, i64)>) = redis::pipe()
+        .cmd(command)
+        .arg("job")
+        .cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg(10_000)
+        .arg("TOKEN")
+        .arg("newcomer")
+        .query(&mut newcomer_con)
+        .unwrap();
+
+    assert_eq!(removed, 1, "{command}");
+    assert_eq!(
+        newcomer, None,
+        "the newcomer must stand back after {command}"
+    );
+    assert_eq!(waiter.granted_token(), b"waiter");
+    assert_eq!(release(&mut con, "job", b"newcomer"), 0);
+    assert_eq!(release(&mut con, "job", b"waiter"), 1);
+}
+
+#[test]
+fn a_newcomer_pipelined_right_after_a_del_cannot_jump_the_queue() {
+    assert_a_newcomer_pipelined_right_after_cannot_jump_the_queue("DEL");
+}
+
+#[test]
+fn a_newcomer_pipelined_right_after_an_unlink_cannot_jump_the_queue() {
+    assert_a_newcomer_pipelined_right_after_cannot_jump_the_queue("UNLINK");
+}
+
+/// `job` held for 300 ms with a waiter (token `waiter`) queued, on a server whose
+/// background expiry is off; then, on another connection and in one read, `DEBUG SLEEP`
+/// past the lock's deadline, the commands `before` and a newcomer's `LOCK.ACQUIRE`. The
+/// sleep holds the event loop, so no timer of the module (not its hand-over at the
+/// deadline either) runs before the newcomer: the lock is past its deadline but still in
+/// the keyspace, and only a lookup (lazy expiry) removes it. The newcomer must get nil
+/// and the waiter the lock.
+fn assert_a_newcomer_after_a_lazy_expiry_cannot_jump_the_queue(before: &[&str]) {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let () = redis::cmd("DEBUG")
+        .arg("SET-ACTIVE-EXPIRE")
+        .arg(0)
+        .query(&mut con)
+        .unwrap();
+    acquire(&mut con, "job", 300, &["TOKEN", "holder"]).expect("granted");
+    let mut waiter = Waiter::start(
+        &server,
+        "job",
+        30_000,
+        &["WAIT", "10000", "TOKEN", "waiter"],
+    );
+    let expire_at = pexpiretime(&mut con, "job");
+    let left_ms = expire_at - server_now_ms(&mut con);
+    assert!(
+        left_ms > 20,
+        "{left_ms} ms left when the waiter queued (machine too slow for this TTL)"
+    );
+    let sleep_s = format!("{:.3}", (left_ms + 100) as f64 / 1000.0);
+
+    // TIME and DBSIZE (which looks no key up) show that the test hit its window: past
+    // the deadline, with the lock still in the keyspace.
+    let mut pipe = redis::pipe();
+    pipe.cmd("DEBUG").arg("SLEEP").arg(&sleep_s).ignore();
+    pipe.cmd("TIME").cmd("DBSIZE");
+    if let Some((name, args)) = before.split_first() {
+        pipe.cmd(name).arg(args).ignore();
+    }
+    pipe.cmd("LOCK.ACQUIRE")
+        .arg("job")
+        .arg(10_000)
+        .arg("TOKEN")
+        .arg("newcomer");
+    let mut newcomer_con = server.connection();
+    type Granted = Option<(Vec<u8>, i64)>;
+    let ((secs, micros), keys, newcomer): ((i64, i64), i64, Granted) =
+        pipe.query(&mut newcomer_con).unwrap();
+
+    let now_ms = secs * 1000 + micros / 1000;
+    assert!(
+        now_ms >= expire_at,
+        "{now_ms} is past the deadline {expire_at}"
+    );
+    assert_eq!(
+        keys, 1,
+        "nothing removed the lock before the newcomer's read"
+    );
+    assert_eq!(newcomer, None, "the newcomer must stand back");
+    assert_eq!(waiter.granted_token(), b"waiter");
+    assert_eq!(release(&mut con, "job", b"newcomer"), 0);
+    assert_eq!(release(&mut con, "job", b"holder"), 0);
+    assert_eq!(release(&mut con, "job", b"waiter"), 1);
+}
+
+#[test]
+fn a_newcomer_whose_own_lookup_expires_the_lock_cannot_jump_the_queue() {
+    assert_a_newcomer_after_a_lazy_expiry_cannot_jump_the_queue(&[]);
+}
+
+#[test]
+fn a_newcomer_right_after_a_lookup_expired_the_lock_cannot_jump_the_queue() {
+    assert_a_newcomer_after_a_lazy_expiry_cannot_jump_the_queue(&["EXISTS", "job"]);
+}
+
 #[test]
 fn waiters_are_granted_the_lock_one_at_a_time_in_the_order_they_started_waiting() {
     const WAITERS: usize = 5;
@@ -303,13 +416,27 @@ fn grant_to_a_waiter(
     waiter.granted().expect("granted")
 }
 
-#[test]
-fn a_grant_to_a_waiter_replicates_exactly() {
+/// On a master with a replica, `job` is held (`holder_ttl_ms`) with a waiter queued
+/// (server-made token); `free` frees it on the master (given the master connection and
+/// the holder's token). The waiter's grant reaches the replica exactly: the same fence,
+/// grant time, absolute expiry and value (token included, as `DUMP` shows without
+/// reading it), and the waiter's token, which the replica did not invent, releases it on
+/// the master, after which the replica has no key.
+fn assert_a_grant_to_a_waiter_replicates_exactly(
+    holder_ttl_ms: u64,
+    free: impl FnOnce(&mut redis::Connection, &[u8]),
+) {
     let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let mut con = master.connection();
     let mut replica_con = replica.connection();
-    let (token, fence) = grant_to_a_waiter(&master, &mut con, 30_000);
+    let (holder, holder_fence) = acquire(&mut con, "job", holder_ttl_ms, &[]).expect("granted");
+    let mut waiter = Waiter::start(&master, "job", 600_000, &["WAIT", "10000"]);
+
+    free(&mut con, &holder);
+    let (token, fence) = waiter.granted().expect("the waiter is granted the lock");
+    assert_ne!(token, holder);
+    assert!(fence > holder_fence, "{fence} > {holder_fence}");
     sync_replicas(&mut con, 1);
 
     assert_eq!(info_field(&mut replica_con, "job", "fence"), Some(fence));
@@ -317,22 +444,47 @@ fn a_grant_to_a_waiter_replicates_exactly() {
         info_field(&mut replica_con, "job", "acquired"),
         info_field(&mut con, "job", "acquired")
     );
+    let expire_at = pexpiretime(&mut con, "job");
+    assert!(expire_at > 0, "the waiter's lock expires: {expire_at}");
+    assert_eq!(pexpiretime(&mut replica_con, "job"), expire_at);
     assert_eq!(dump(&mut replica_con, "job"), dump(&mut con, "job"));
     assert_eq!(
         digest_value(&mut replica_con, "job"),
         digest_value(&mut con, "job")
     );
-    let master_pttl = pttl(&mut con, "job");
-    let replica_pttl = pttl(&mut replica_con, "job");
-    assert!(
-        (master_pttl - replica_pttl).abs() < 1_000,
-        "same absolute expiry: {master_pttl} vs {replica_pttl}"
-    );
 
-    // The replica holds the waiter's token, not one it invented.
-    assert_eq!(release(&mut con, "job", &token), 1);
+    assert_eq!(release(&mut con, "job", &token), 1, "the waiter's token");
     sync_replicas(&mut con, 1);
     assert_eq!(info(&mut replica_con, "job"), None);
+    assert_eq!(dbsize(&mut replica_con), 0);
+}
+
+#[test]
+fn a_grant_to_a_waiter_replicates_exactly() {
+    assert_a_grant_to_a_waiter_replicates_exactly(30_000, |con, holder| {
+        assert_eq!(release(con, "job", holder), 1);
+    });
+}
+
+#[test]
+fn a_grant_to_a_waiter_on_del_replicates_exactly() {
+    assert_a_grant_to_a_waiter_replicates_exactly(30_000, |con, _| {
+        let deleted: i64 = redis::cmd("DEL").arg("job").query(con).unwrap();
+        assert_eq!(deleted, 1);
+    });
+}
+
+#[test]
+fn a_grant_to_a_waiter_on_expiry_replicates_exactly() {
+    // Nothing touches "job": the master's own expiry frees it.
+    assert_a_grant_to_a_waiter_replicates_exactly(300, |_, _| {});
+}
+
+#[test]
+fn a_grant_to_a_waiter_on_flushall_replicates_exactly() {
+    assert_a_grant_to_a_waiter_replicates_exactly(30_000, |con, _| {
+        let () = redis::cmd("FLUSHALL").query(con).unwrap();
+    });
 }
 
 #[test]
