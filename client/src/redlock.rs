@@ -420,16 +420,25 @@ struct Instance {
 }
 
 impl Instance {
-    fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd, timeout: Duration) -> RedisResult<T> {
-        let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
-        let con = match slot.as_mut() {
+    /// The kept connection with `timeout` for reads and writes, opened if there is none.
+    fn open<'a>(
+        &self,
+        slot: &'a mut Option<Connection>,
+        timeout: Duration,
+    ) -> RedisResult<&'a mut Connection> {
+        match slot {
             Some(con) => {
                 con.set_read_timeout(Some(timeout))?;
                 con.set_write_timeout(Some(timeout))?;
-                con
+                Ok(con)
             }
-            None => slot.insert(connect(&self.client, timeout)?),
-        };
+            None => Ok(slot.insert(connect(&self.client, timeout)?)),
+        }
+    }
+
+    fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd, timeout: Duration) -> RedisResult<T> {
+        let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        let con = self.open(&mut slot, timeout)?;
         let result = cmd.query(con);
         if result.is_err() {
             // A late reply must never be read as the answer to the next command.
@@ -451,14 +460,7 @@ impl Instance {
         timeout: Duration,
     ) -> RedisResult<Option<Grant>> {
         let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
-        let con = match slot.as_mut() {
-            Some(con) => {
-                con.set_read_timeout(Some(timeout))?;
-                con.set_write_timeout(Some(timeout))?;
-                con
-            }
-            None => slot.insert(connect(&self.client, timeout)?),
-        };
+        let con = self.open(&mut slot, timeout)?;
         let result = cmd.query(con);
         if let Err(err) = &result {
             if outcome_unknown(err) {
