@@ -5,24 +5,18 @@
 //! chose, `PEXPIREAT` with an absolute time, `DEL`), never as the command itself: a
 //! replica or an AOF replay must not invent its own token, fence or clock reading.
 
-use std::ffi::CStr;
-
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
+use crate::blocking;
 use crate::error;
+use crate::events;
 use crate::fence;
 use crate::ffi::{self, Key};
+use crate::handoff;
 use crate::lock::{self, AcquireDecision, LockState};
 use crate::stats;
-use crate::waiters;
-
-/// Keyspace events, in the module class (`notify-keyspace-events` with `d`).
-pub const EVENT_ACQUIRE: &CStr = c"lock.acquire";
-/// Fired when the holder releases the lock.
-pub const EVENT_RELEASE: &CStr = c"lock.release";
-/// Fired when the holder extends the lock.
-pub const EVENT_EXTEND: &CStr = c"lock.extend";
+use crate::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
 
 fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
     args.iter().map(RedisString::as_slice).collect()
@@ -44,7 +38,8 @@ fn redact_acquire_tokens(ctx: &Context, argv: &[&[u8]]) {
 ///
 /// Grants a free lock (reply `[token, fence]`), renews it for the token that holds it
 /// (same fence, TTL reset), and otherwise answers nil at once or, with `WAIT`, blocks
-/// the client in the key's first-come-first-served queue.
+/// the client in the key's first-come-first-served queue (`blocking.rs`), where the
+/// handoff (`handoff.rs`) grants it the lock when its turn comes.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let argv = bytes(&args);
     redact_acquire_tokens(ctx, &argv);
@@ -53,14 +48,28 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     }
     let (options, _) = args::acquire(&argv[2..])?;
 
-    let key = Key::open_write(ctx, &args[1]);
-    let held = key.lock()?;
     let db = ffi::selected_db(ctx);
-    let queued = waiters::queued(db, argv[1]);
+    let mut queued = blocking::queued(db, argv[1]);
+    let mut key = Key::open_write(ctx, &args[1]);
+    if queued && key.lock()?.is_none() {
+        // Free, yet clients wait for it (its handoff is due from a timer on a server
+        // without post-notification jobs, or its removal reached no callback): theirs
+        // first, now, before this newcomer is considered.
+        drop(key);
+        handoff::handoff(ctx, db, argv[1]);
+        queued = blocking::queued(db, argv[1]);
+        key = Key::open_write(ctx, &args[1]);
+    }
+    let held = key.lock()?;
     match lock::decide(held, options.token, queued) {
         AcquireDecision::Grant => {
             let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
-            grant(ctx, &key, token.into_boxed_slice(), options.ttl_ms)
+            let (fence, _) = store::grant(ctx, &key, token.into_boxed_slice(), options.ttl_ms)?;
+            let lock = key
+                .lock()?
+                .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
+            ffi::reply_granted(ctx, &lock.token, fence);
+            Ok(RedisValue::NoReply)
         }
         AcquireDecision::Renew => {
             let lock = held.ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
@@ -71,59 +80,23 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         }
         AcquireDecision::Busy => {
             stats::CONTENDED.bump();
-            let free = held.is_none();
-            let expire_at = key.expire_at();
-            drop(key);
-            if free {
-                // Free, yet waiters are queued (its grant is due from a timer, or came
-                // from a change the server sent no event for): theirs first, now.
-                waiters::grant_next(ctx, db, argv[1]);
-            }
-            let can_block = !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING);
+            // Inside MULTI/EXEC or a script the server forbids blocking; a replica
+            // follows its master and grants nothing itself: as if WAIT were absent.
+            let can_block =
+                !ctx.get_flags().contains(ContextFlags::DENY_BLOCKING) && !ffi::is_replica(ctx);
             match options.wait_ms {
                 Some(timeout_ms) if can_block => {
-                    // The deadline of the lock waited for: the new holder's if it was
-                    // just granted above.
-                    let expire_at = if free {
-                        Key::open_read(ctx, &args[1]).expire_at()
-                    } else {
-                        expire_at
-                    };
+                    let expire_at = key.expire_at();
+                    drop(key);
                     let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
-                    let ttl_ms = options.ttl_ms;
-                    waiters::wait(ctx, db, &args[1], token, ttl_ms, timeout_ms, expire_at)
+                    blocking::wait(ctx, db, argv[1], token, options.ttl_ms, timeout_ms)?;
+                    handoff::waiting_for(ctx, db, argv[1], expire_at);
+                    Ok(RedisValue::NoReply)
                 }
                 _ => Ok(RedisValue::Null),
             }
         }
     }
-}
-
-/// Grants the free lock `key` to `token` for `ttl_ms`: a new fence, the key's expiry,
-/// replication of the absolute state, the `lock.acquire` event, the `[token, fence]`
-/// reply. Used by a direct acquire and by the grant to a waiter.
-pub fn grant(ctx: &Context, key: &Key, token: Box<[u8]>, ttl_ms: i64) -> RedisResult {
-    let now = ffi::now_ms();
-    let fence = fence::clock()
-        .next(now)
-        .ok_or_else(error::fence_exhausted)?;
-    let expire_at = now.saturating_add(ttl_ms);
-    key.set_lock(
-        LockState {
-            token,
-            fence,
-            acquired_ms: now,
-        },
-        Some(expire_at),
-    )?;
-    let lock = key
-        .lock()?
-        .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
-    ffi::replicate_lock_set(ctx, key.name(), &lock.token, fence, now, expire_at);
-    ffi::notify(ctx, EVENT_ACQUIRE, key.name());
-    stats::GRANTS.bump();
-    ffi::reply_granted(ctx, &lock.token, fence);
-    Ok(RedisValue::NoReply)
 }
 
 /// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
@@ -132,7 +105,7 @@ fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     ffi::replicate_pexpireat(ctx, key.name(), expire_at);
-    waiters::deadline_moved(
+    handoff::deadline_moved(
         ctx,
         ffi::selected_db(ctx),
         key.name().as_slice(),
@@ -158,12 +131,12 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !lock::is_held_by(key.lock()?, token) {
         return Ok(RedisValue::Integer(0));
     }
-    waiters::releasing(|| key.delete());
+    events::releasing(|| key.delete());
     ffi::replicate_del(ctx, key.name());
     ffi::notify(ctx, EVENT_RELEASE, key.name());
     stats::RELEASES.bump();
     drop(key);
-    waiters::grant_next(ctx, ffi::selected_db(ctx), args[1].as_slice());
+    handoff::handoff(ctx, ffi::selected_db(ctx), args[1].as_slice());
     Ok(RedisValue::Integer(1))
 }
 
@@ -206,7 +179,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let ttl = key
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
-    let waiting = waiters::count(ffi::selected_db(ctx), args[1].as_slice());
+    let waiting = blocking::count(ffi::selected_db(ctx), args[1].as_slice());
     ffi::reply_map(
         ctx,
         &[

@@ -12,11 +12,12 @@ use std::ptr;
 
 use redis_module::{RedisString, native_types::RedisType, raw};
 
+use crate::events;
 use crate::fence;
+use crate::ffi;
 use crate::guard;
 use crate::lock::LockState;
 use crate::stats;
-use crate::waiters;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
@@ -194,11 +195,15 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
             )
         };
         let key = RedisString::string_as_slice(name);
-        // A release's own deletion is never an expiry: no note, no timer to forget it.
-        if !waiters::is_releasing() && stats::note_unlinked_lock(key) {
-            waiters::after_this_command(stats::forget_unlinked_lock);
+        // A release's own deletion is never an expiry, and the release hands the lock
+        // over itself: no note, no news.
+        if events::is_releasing() {
+            return;
         }
-        waiters::lock_removed(db, key);
+        if stats::note_unlinked_lock(key) {
+            ffi::after_this_command(stats::forget_unlinked_lock);
+        }
+        events::lock_gone(db, key);
     })
 }
 

@@ -86,6 +86,20 @@ pub fn unknown_debug_subcommand(given: &[u8]) -> RedisError {
     ))
 }
 
+/// A key handle the server did not give (never expected: every write opens its key
+/// first); refused rather than passed to the server.
+pub fn key_not_open() -> RedisError {
+    RedisError::Str("ERR the lock key could not be opened")
+}
+
+/// What a waiter on a master that became a replica is told, in the server's own words
+/// for the clients it unblocks itself (Redis does; Valkey leaves module waiters alone).
+pub fn unblocked_by_role_change() -> RedisError {
+    RedisError::Str(
+        "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)",
+    )
+}
+
 /// A Rust panic was caught at the FFI boundary: a bug in the module.
 pub fn internal_panic() -> RedisError {
     RedisError::Str(
@@ -128,9 +142,11 @@ mod tests {
             debug_disabled(),
             unknown_debug_subcommand(b"X"),
             internal_panic(),
+            key_not_open(),
         ] {
             assert!(text(err).starts_with("ERR "));
         }
+        assert!(text(unblocked_by_role_change()).starts_with("UNBLOCKED "));
         assert!(text(wrong_type()).starts_with("WRONGTYPE "));
     }
 

@@ -1,8 +1,10 @@
 //! The thin unsafe layer: server calls the binding has no safe wrapper for.
 //!
 //! Keys are opened, typed, read, written and expired here; nowhere else in the module
-//! touches a raw key pointer. (The type's callbacks live in `datatype.rs`, the blocking
-//! calls in `waiters.rs`.)
+//! touches a raw key pointer, and no handle the server did not give is ever passed back
+//! to it (a key that is not there is answered here, without a call). Timers, post-
+//! notification jobs and the detached context are here too. (The type's callbacks live in
+//! `datatype.rs`, the blocked-client calls in `blocking.rs`.)
 
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_long, c_void};
@@ -186,8 +188,11 @@ impl<'ctx> Key<'ctx> {
     /// Replaces whatever the key holds with `state`, expiring at the absolute unix time
     /// `expire_at` (`None`: no expiry). One write, so the key is signalled once.
     pub fn set_lock(&self, state: LockState, expire_at: Option<i64>) -> Result<(), RedisError> {
+        if self.key.is_null() {
+            return Err(error::key_not_open());
+        }
         let value = Box::into_raw(Box::new(state)).cast::<c_void>();
-        // SAFETY: self.key is open for writing; the server takes ownership of value
+        // SAFETY: self.key is a non-null key open for writing; the server takes ownership of value
         // and frees it through the type's free callback.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.expect("RedisModule_ModuleTypeSetValue")(
@@ -217,7 +222,10 @@ impl<'ctx> Key<'ctx> {
 
     /// Writes the key's expiry without signalling the change (the callers do, once).
     fn write_expire(&self, at_ms: Option<i64>) -> Result<(), RedisError> {
-        // SAFETY: self.key is an open key handle; the server checks the mode itself.
+        if self.key.is_null() {
+            return Err(error::key_not_open());
+        }
+        // SAFETY: self.key is an open, non-null key handle; the server checks the mode.
         let status = unsafe {
             match at_ms {
                 Some(at) => {
@@ -238,15 +246,21 @@ impl<'ctx> Key<'ctx> {
 
     /// The key's expiry as absolute unix time in ms, `None` if it has none.
     pub fn expire_at(&self) -> Option<i64> {
-        // SAFETY: self.key is an open key handle (null is answered with NO_EXPIRE).
+        if self.key.is_null() {
+            return None;
+        }
+        // SAFETY: self.key is an open, non-null key handle.
         let at =
             unsafe { raw::RedisModule_GetAbsExpire.expect("RedisModule_GetAbsExpire")(self.key) };
         (at != raw::REDISMODULE_NO_EXPIRE.into()).then_some(at)
     }
 
-    /// Deletes the key.
+    /// Deletes the key (nothing to do if it is not there).
     pub fn delete(&self) {
-        // SAFETY: self.key is an open key handle opened for writing.
+        if self.key.is_null() {
+            return;
+        }
+        // SAFETY: self.key is an open, non-null key handle opened for writing.
         unsafe { raw::RedisModule_DeleteKey.expect("RedisModule_DeleteKey")(self.key) };
         self.modified();
     }
@@ -375,4 +389,111 @@ pub fn reply_map(ctx: &Context, fields: &[(&str, i64)]) {
         raw::reply_with_string_buffer(ctx, name.as_ptr().cast(), name.len());
         raw::reply_with_long_long(ctx, *value);
     }
+}
+
+/// A module timer callback: the server's signature.
+pub type TimerCallback = extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
+
+/// Starts a module timer that calls `callback` with `data` after `delay_ms` (at least 0).
+/// `data` is opaque to the server (an id, or a pointer the caller made with
+/// `Box::into_raw` and takes back in the callback or from `stop_timer`). Returns the
+/// timer's id.
+pub fn create_timer(ctx: &Context, delay_ms: i64, callback: TimerCallback, data: usize) -> u64 {
+    // SAFETY: ctx is a live context; the callback has the server's signature and lives as
+    // long as the module; the server only hands `data` back, never reads it.
+    unsafe {
+        raw::RedisModule_CreateTimer.expect("RedisModule_CreateTimer")(
+            ctx.get_raw(),
+            delay_ms.max(0),
+            Some(callback),
+            data as *mut c_void,
+        )
+    }
+}
+
+/// Stops timer `id`: its data if it had not fired yet (the caller owns it again),
+/// `None` if it had fired or never existed.
+pub fn stop_timer(ctx: &Context, id: u64) -> Option<usize> {
+    let mut data: *mut c_void = std::ptr::null_mut();
+    // SAFETY: ctx is live; a timer that already fired is reported as an error and leaves
+    // data untouched.
+    let stopped = unsafe {
+        raw::RedisModule_StopTimer.expect("RedisModule_StopTimer")(ctx.get_raw(), id, &mut data)
+    };
+    (stopped == raw::REDISMODULE_OK as c_int).then_some(data as usize)
+}
+
+/// A post-notification job: the server's signature.
+pub type JobCallback = extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
+
+/// Whether the server runs post-notification jobs (Redis 7.2+, Valkey): work a module
+/// asks for from a callback where writes are forbidden, run as soon as writes are safe,
+/// atomically with the operation that triggered it (the end of the command, of the
+/// expiry or eviction of a key, of a timer).
+pub fn has_post_jobs() -> bool {
+    // SAFETY: reading a function pointer from the API table filled at load time.
+    unsafe { raw::RedisModule_AddPostNotificationJob }.is_some()
+}
+
+/// Asks for `callback(data)` as a post-notification job (`data` is opaque, as for
+/// `create_timer`). False when the server has no such jobs, or refuses them now
+/// (loading, a read-only replica): then `data` is still the caller's.
+pub fn add_post_job(ctx: &Context, callback: JobCallback, data: usize) -> bool {
+    // SAFETY: reading a function pointer from the API table filled at load time.
+    let Some(add) = (unsafe { raw::RedisModule_AddPostNotificationJob }) else {
+        return false;
+    };
+    // SAFETY: ctx is live and has a client (a command's, or the detached context's); the
+    // callback lives as long as the module and takes ownership of data when it runs.
+    let status = unsafe { add(ctx.get_raw(), Some(callback), data as *mut c_void, None) };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+thread_local! {
+    /// A context that outlives every callback (the module's detached context), for
+    /// timers and jobs asked for where the server gives no context (type callbacks).
+    static DETACHED: std::cell::Cell<*mut raw::RedisModuleCtx> =
+        const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// Keeps a detached context for the life of the module (called once, at load).
+pub fn init_detached(ctx: &Context) -> bool {
+    // SAFETY: ctx is the load context; the detached context lives until the server exits
+    // and is only used on the main thread.
+    let detached = unsafe {
+        raw::RedisModule_GetDetachedThreadSafeContext.expect("GetDetachedThreadSafeContext")(
+            ctx.get_raw(),
+        )
+    };
+    DETACHED.with(|d| d.set(detached));
+    !detached.is_null()
+}
+
+/// The module's detached context (see `init_detached`).
+pub fn detached() -> Context {
+    Context::new(DETACHED.with(std::cell::Cell::get))
+}
+
+/// Runs `task` from a timer as soon as the current command or cycle is over.
+pub fn after_this_command(task: fn()) {
+    create_timer(&detached(), 0, run_task, task as usize);
+}
+
+extern "C" fn run_task(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the `fn()` that after_this_command passed.
+    let task: fn() = unsafe { std::mem::transmute::<*mut c_void, fn()>(data) };
+    crate::guard::callback((), task);
+}
+
+/// Whether the server is a replica now: it follows its master, and grants nothing itself.
+pub fn is_replica(ctx: &Context) -> bool {
+    ctx.get_flags().contains(redis_module::ContextFlags::SLAVE)
+}
+
+/// The fields `redis_version` and `valkey_version` of `INFO server` (the second only on
+/// Valkey).
+pub fn server_versions(ctx: &Context) -> (Option<String>, Option<String>) {
+    let info = ctx.server_info("server");
+    let field = |name: &str| info.field(name).map(|value| value.to_string());
+    (field("redis_version"), field("valkey_version"))
 }

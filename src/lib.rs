@@ -3,22 +3,27 @@
 //! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND` and `LOCK.INFO` run atomically inside
 //! the server, with fencing tokens, blocking first-come-first-served waits, replication,
 //! persistence and cluster routing. This file registers the module; the rules live in
-//! `lock.rs` and `fence.rs`, the commands in `commands.rs`.
+//! `lock.rs` and `fence.rs`, the commands in `commands.rs`, the handoff of a freed lock
+//! to its waiters in `handoff.rs` and `blocking.rs`, the server's identity in `server.rs`.
 
 pub mod args;
+pub mod blocking;
 pub mod cluster;
 pub mod command_info;
 pub mod commands;
 pub mod datatype;
 pub mod decimal;
 pub mod error;
+pub mod events;
 pub mod fence;
 pub mod ffi;
 pub mod guard;
+pub mod handoff;
 pub mod lock;
 pub mod queue;
+pub mod server;
 pub mod stats;
-pub mod waiters;
+pub mod store;
 
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisResult, RedisString, Status, redis_module};
@@ -41,6 +46,8 @@ const ALLOCATOR: Allocator = std::alloc::System;
 pub const MODULE_NAME: &str = "lock";
 /// The module's version as `MODULE LIST` shows it: major * 10000 + minor * 100 + patch.
 pub const MODULE_VERSION: i32 = 100;
+/// The module's version as people read it (the crate's).
+pub const MODULE_SEMVER: &str = env!("CARGO_PKG_VERSION");
 
 fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     guard::command(ctx, args, commands::acquire)
@@ -77,7 +84,40 @@ const COMMAND_INFO: [(&std::ffi::CStr, i32, Option<KeyUse>); 6] = [
     (c"lock.debug", 2, None),
 ];
 
+/// Names the server in the log, and refuses one older than the module supports.
+fn check_server(ctx: &Context) -> Option<server::Server> {
+    let (redis_version, valkey_version) = ffi::server_versions(ctx);
+    let Some(found) = server::Server::identify(redis_version.as_deref(), valkey_version.as_deref())
+    else {
+        ctx.log_warning("lock: cannot tell which server this is (no version in INFO server)");
+        return None;
+    };
+    if let Some(why) = found.unsupported() {
+        ctx.log_warning(&format!(
+            "lock: redis-lock {MODULE_SEMVER} cannot load: {why}"
+        ));
+        return None;
+    }
+    let admin_unblock = if found.unblock_is_safe() {
+        "CLIENT UNBLOCK ends a wait"
+    } else {
+        "CLIENT UNBLOCK does not end a wait on this server"
+    };
+    let handoff = if ffi::has_post_jobs() {
+        "in the freeing command or expiry"
+    } else {
+        "right after the freeing command or expiry"
+    };
+    ctx.log_notice(&format!(
+        "lock: redis-lock {MODULE_SEMVER} loaded on {found}; handoff {handoff}; {admin_unblock}"
+    ));
+    Some(found)
+}
+
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+    let Some(found) = check_server(ctx) else {
+        return Status::Err;
+    };
     for (name, arity, key_use) in COMMAND_INFO {
         if !command_info::declare(ctx, name, arity, key_use) {
             ctx.log_warning(&format!("lock: could not declare {name:?} to the server"));
@@ -91,8 +131,11 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     );
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(stats::info));
-    if !waiters::init(ctx) {
-        ctx.log_warning("lock: could not set up blocking waits (flush/swapdb events, timers)");
+    blocking::init(found.unblock_is_safe());
+    if !ffi::init_detached(ctx) || !handoff::init(ctx) {
+        ctx.log_warning(
+            "lock: could not set up blocking waits (detached context, flush/swapdb/role events)",
+        );
         return Status::Err;
     }
     Status::Ok
@@ -116,6 +159,6 @@ redis_module! {
     event_handlers: [
         // Counts held locks that expire. (Freed locks are noticed by the type's unlink
         // callback, which runs for lock keys only.)
-        [@EXPIRED: waiters::on_keyspace_event],
+        [@EXPIRED: stats::on_keyspace_event],
     ],
 }

@@ -1,9 +1,9 @@
 //! The waiting clients of every key, first come first served: pure Rust, no FFI.
 //!
 //! A waiter stays in its key's queue, blocked, until it is granted the lock, times out
-//! or goes away. The grant to the oldest waiter is made at once when the lock is freed
-//! (see `waiters.rs`), so there is never a lock promised to a client but not yet given:
-//! every client that leaves the queue leaves it from here.
+//! or goes away. The grant to the oldest waiter is written at once when the lock is
+//! freed (see `handoff.rs`), and the waiter leaves the queue in the same step: a client
+//! is either queued or answered, never both.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -15,8 +15,6 @@ pub type KeyId = (i32, Vec<u8>);
 pub struct Waiter {
     /// The server's handle for the blocked client (an address, for lookups).
     pub handle: usize,
-    /// The client's id (`CLIENT ID`), to unblock it for its grant.
-    pub client_id: u64,
     /// The key it waits for.
     pub key: KeyId,
     /// The token it will hold: its own or one the server made when it started waiting.
@@ -81,6 +79,26 @@ impl Queues {
         Some((id, &self.waiters[&id]))
     }
 
+    /// Takes the oldest waiter of `key` out of its queue (to be granted the lock).
+    pub fn pop_head(&mut self, key: &KeyId) -> Option<Waiter> {
+        let (id, _) = self.head(key)?;
+        self.remove(id)
+    }
+
+    /// Records the timer that ends waiter `id`'s wait.
+    pub fn set_wake_timer(&mut self, id: u64, timer: u64) {
+        if let Some(waiter) = self.waiters.get_mut(&id) {
+            waiter.wake_timer = Some(timer);
+        }
+    }
+
+    /// Takes every waiter out of every queue, oldest first within each key.
+    pub fn drain(&mut self) -> Vec<Waiter> {
+        let mut ids: Vec<u64> = self.waiters.keys().copied().collect();
+        ids.sort_unstable();
+        ids.into_iter().filter_map(|id| self.remove(id)).collect()
+    }
+
     /// The id of the waiter with this handle, if it is still blocked.
     pub fn id_of(&self, handle: usize) -> Option<u64> {
         self.by_handle.get(&handle).copied()
@@ -123,7 +141,6 @@ mod tests {
     fn waiter(handle: usize, name: &str) -> Waiter {
         Waiter {
             handle,
-            client_id: handle as u64 + 1000,
             key: key(name),
             token: format!("t{handle}").into_bytes(),
             wake_timer: None,
@@ -185,10 +202,34 @@ mod tests {
         let mut q = Queues::default();
         let a = q.push(waiter(77, "k"));
         assert_eq!(q.id_of(77), Some(a));
-        assert_eq!(q.head(&key("k")).unwrap().1.client_id, 1077);
+        assert_eq!(q.head(&key("k")).unwrap().1.handle, 77);
         q.remove(a);
         assert_eq!(q.id_of(77), None);
         assert_eq!(q.head(&key("k")), None);
+    }
+
+    #[test]
+    fn the_head_is_popped_and_the_next_waiter_moves_up() {
+        let mut q = Queues::default();
+        q.push(waiter(1, "k"));
+        let b = q.push(waiter(2, "k"));
+        q.set_wake_timer(b, 99);
+        assert_eq!(q.pop_head(&key("k")).unwrap().handle, 1);
+        let next = q.pop_head(&key("k")).unwrap();
+        assert_eq!((next.handle, next.wake_timer), (2, Some(99)));
+        assert_eq!(q.pop_head(&key("k")), None);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn drain_empties_every_queue_in_arrival_order() {
+        let mut q = Queues::default();
+        q.push(waiter(1, "a"));
+        q.push(waiter(2, "b"));
+        q.push(waiter(3, "a"));
+        let handles: Vec<usize> = q.drain().into_iter().map(|w| w.handle).collect();
+        assert_eq!(handles, vec![1, 2, 3]);
+        assert!(q.is_empty() && q.keys().is_empty());
     }
 
     #[test]

@@ -72,6 +72,21 @@ pub fn forget_unlinked_lock() {
     FORGET_SCHEDULED.with(|scheduled| scheduled.set(false));
 }
 
+/// The `expired` keyspace event: counts held locks that expired (the unlink callback,
+/// just before, noted that the key was a lock).
+pub fn on_keyspace_event(
+    _ctx: &redis_module::Context,
+    _class: redis_module::NotifyEvent,
+    event: &str,
+    key: &[u8],
+) {
+    crate::guard::callback((), || {
+        if event == "expired" && take_unlinked_lock(key) {
+            EXPIRED.bump();
+        }
+    })
+}
+
 /// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
 pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_crash_report: i32) {
     let _ = crate::guard::callback(Ok(()), || -> redis_module::RedisResult<()> {
@@ -84,7 +99,7 @@ pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_cra
             ("expired", EXPIRED.get()),
             ("waits", WAITS.get()),
             ("wait_timeouts", WAIT_TIMEOUTS.get()),
-            ("waiters", crate::waiters::total() as u64),
+            ("waiters", crate::blocking::total() as u64),
         ];
         let mut section = info.builder().add_section("stats");
         for (name, value) in fields {

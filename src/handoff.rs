@@ -1,0 +1,237 @@
+//! Handoff: a freed lock goes to the oldest waiter in the same event that freed it.
+//!
+//! Whatever frees a lock (a release, a `DEL`, an expiry, an eviction, a flush, a
+//! `RENAME`/`MOVE` away) produces one fact, "the lock on K may be free", and one function,
+//! `handoff`, turns it into the new holder written to the keyspace (fence, expiry,
+//! replication, notification) and then hands the blocking layer the waiter's reply as
+//! data. When the server sends that reply no longer matters: the lock already is the
+//! waiter's, and no other command can have taken it in between.
+//!
+//! Where the fact arises decides where `handoff` runs:
+//!
+//! - inside a command (`LOCK.RELEASE`, a newcomer's `LOCK.ACQUIRE` that finds the lock
+//!   free with waiters queued): right there;
+//! - inside a type callback or a server event (deletion, expiry, eviction, flush,
+//!   `SWAPDB`), where the server forbids writes: as a post-notification job, which the
+//!   server runs when the command, expiry or eviction is over and before anything else
+//!   (Redis 7.2+, Valkey); on Redis 7.0, which has no such jobs, from a timer that fires
+//!   as soon as the event loop is free, while newcomers keep finding the queue ahead of
+//!   them (a newcomer's acquire runs the handoff itself first);
+//! - at a lock's deadline: a timer, so that an expiring lock is handed over on time
+//!   rather than when the server's background expiry finds it. The same timer looks
+//!   again every `RECHECK_MS` while waiters remain: an admin's `PEXPIRE`, or a key of
+//!   another type put in the lock's place, reach the module through no callback.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::os::raw::{c_int, c_void};
+
+use redis_module::{Context, raw};
+
+use crate::blocking::{self, Answer};
+use crate::cluster;
+use crate::error;
+use crate::events;
+use crate::ffi::{self, Key, KeyKind};
+use crate::guard;
+use crate::queue::{KeyId, Waiter};
+use crate::store;
+
+/// How often a held key with waiters is looked at, besides at its deadline.
+const RECHECK_MS: i64 = 100;
+
+/// How soon a key is looked at again while the server holds writes back (`CLIENT
+/// PAUSE`, a failover): then a key past its deadline counts as gone but stays in the
+/// keyspace, and a grant would write over it.
+const PAUSED_RETRY_MS: i64 = 10;
+
+thread_local! {
+    /// The pending timer of each key with waiters: `(timer id, fires at ms)`.
+    static TIMERS: RefCell<HashMap<KeyId, (u64, i64)>> = RefCell::new(HashMap::new());
+}
+
+/// The lock on `name` in database `db` may be free: if it is, grant it to the oldest
+/// waiter (a waiter whose key now lives on another cluster node is redirected, and the
+/// next one tried). Runs where the server allows writes: a write command of `db`'s
+/// client, a timer, a post-notification job.
+pub fn handoff(ctx: &Context, db: i32, name: &[u8]) {
+    let id = blocking::key_id(db, name);
+    if !blocking::busy(&id) || ffi::is_replica(ctx) {
+        return;
+    }
+    if ffi::writes_paused() {
+        arm_timer(ctx, &id, ffi::now_ms().saturating_add(PAUSED_RETRY_MS));
+        return;
+    }
+    if ffi::selected_db(ctx) != db && !ffi::select_db(ctx, db) {
+        return;
+    }
+    let key_name = ctx.create_string(name);
+    loop {
+        // Opened for writing: a key whose time has passed is deleted here, on any server.
+        let key = Key::open_write(ctx, &key_name);
+        if key.kind() != KeyKind::Empty {
+            // Held: by a lock, or by a key of another type in its place.
+            let expire_at = key.expire_at();
+            drop(key);
+            rearm(ctx, &id, expire_at);
+            return;
+        }
+        let Some(waiter) = blocking::take_head(&id) else {
+            return;
+        };
+        let (waiter, answer) = grant_to(ctx, &key, waiter);
+        drop(key);
+        blocking::answer(ctx, waiter, answer);
+    }
+}
+
+/// Writes the grant of the free lock `key` to `waiter`, and returns what it is told.
+fn grant_to(ctx: &Context, key: &Key, mut waiter: Waiter) -> (Waiter, Answer) {
+    if let Some(redirect) = cluster::route(ctx, &waiter.key.1).redirect() {
+        return (waiter, Answer::Error(redirect));
+    }
+    let token = std::mem::take(&mut waiter.token).into_boxed_slice();
+    let answer = match store::grant(ctx, key, token.clone(), waiter.ttl_ms) {
+        Ok((fence, _)) => Answer::Granted { token, fence },
+        Err(err) => Answer::Error(err.to_string()),
+    };
+    (waiter, answer)
+}
+
+/// The lock on `key` was given a new deadline (`LOCK.EXTEND`, a renewing acquire): if
+/// clients wait for it, the handoff must not come later than that.
+pub fn deadline_moved(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
+    let id = blocking::key_id(db, key);
+    if blocking::busy(&id) {
+        rearm(ctx, &id, expire_at);
+    }
+}
+
+/// A waiter has just queued for the lock on `key`, which expires at `expire_at`.
+pub fn waiting_for(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
+    rearm(ctx, &blocking::key_id(db, key), expire_at);
+}
+
+/// A lock key left the keyspace (the type's unlink callback, through `events`): if
+/// clients wait for it, hand it over as soon as writes are allowed.
+fn lock_gone(db: i32, key: &[u8]) {
+    if events::is_releasing() || !blocking::queued(db, key) {
+        return;
+    }
+    run_soon(blocking::key_id(db, key));
+}
+
+/// Runs the handoff of `id` right after the current command or cycle: as a
+/// post-notification job where the server has them (atomically with the operation that
+/// freed the lock), else from a timer.
+fn run_soon(id: KeyId) {
+    let detached = ffi::detached();
+    let data = Box::into_raw(Box::new(id));
+    if !ffi::add_post_job(&detached, on_job, data as usize) {
+        // SAFETY: the server refused the job, so data is still the Box made above.
+        let id = unsafe { Box::from_raw(data) };
+        arm_timer(&detached, &id, ffi::now_ms());
+    }
+}
+
+extern "C" fn on_job(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the Box<KeyId> that run_soon handed to the server; a job runs once.
+    let id = unsafe { Box::from_raw(data.cast::<KeyId>()) };
+    guard::callback((), || handoff(&Context::new(ctx), id.0, &id.1));
+}
+
+/// While waiters remain for a held key, a timer at its deadline hands it over on time,
+/// and looks again every `RECHECK_MS` meanwhile.
+fn rearm(ctx: &Context, id: &KeyId, expire_at: Option<i64>) {
+    if blocking::busy(id) {
+        let soon = ffi::now_ms().saturating_add(RECHECK_MS);
+        arm_timer(ctx, id, expire_at.map_or(soon, |at| at.min(soon)));
+    }
+}
+
+/// Makes sure a timer fires for `key` no later than `at_ms`.
+fn arm_timer(ctx: &Context, id: &KeyId, at_ms: i64) {
+    let existing = TIMERS.with(|t| t.borrow().get(id).copied());
+    if let Some((timer, fires_at)) = existing {
+        if fires_at <= at_ms {
+            return;
+        }
+        if let Some(data) = ffi::stop_timer(ctx, timer) {
+            // SAFETY: data is the Box<KeyId> given to create_timer, not yet taken back.
+            drop(unsafe { Box::from_raw(data as *mut KeyId) });
+        }
+    }
+    let delay = at_ms.saturating_sub(ffi::now_ms());
+    let data = Box::into_raw(Box::new(id.clone()));
+    let timer = ffi::create_timer(ctx, delay, on_timer, data as usize);
+    TIMERS.with(|t| {
+        let mut timers = t.borrow_mut();
+        timers.insert(id.clone(), (timer, at_ms));
+    });
+}
+
+extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the Box<KeyId> given to create_timer; a timer fires once.
+    let id = unsafe { Box::from_raw(data.cast::<KeyId>()) };
+    guard::callback((), || {
+        TIMERS.with(|t| {
+            let mut timers = t.borrow_mut();
+            timers.remove(&*id);
+            if timers.capacity() > 64 && timers.len() * 4 < timers.capacity() {
+                timers.shrink_to_fit();
+            }
+        });
+        handoff(&Context::new(ctx), id.0, &id.1);
+    })
+}
+
+/// Server events: flushes and database swaps change many keys without a callback per
+/// key; a master that becomes a replica grants nothing more.
+extern "C" fn on_server_event(
+    ctx: *mut raw::RedisModuleCtx,
+    event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    guard::callback((), || {
+        let flushed = event.id == raw::REDISMODULE_EVENT_FLUSHDB
+            && subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END;
+        if flushed || event.id == raw::REDISMODULE_EVENT_SWAPDB {
+            for id in blocking::keys() {
+                run_soon(id);
+            }
+        }
+        let demoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
+            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
+        if demoted {
+            // Redis has unblocked them already (they left through the disconnect
+            // callback); Valkey leaves a module's waiters to the module.
+            let refused = error::unblocked_by_role_change().to_string();
+            blocking::answer_all(&Context::new(ctx), |_| Answer::Error(refused.clone()));
+        }
+    })
+}
+
+/// Subscribes to the server events that free many locks at once or end all waits, and
+/// to the type's news of removed lock keys.
+pub fn init(ctx: &Context) -> bool {
+    events::on_lock_gone(lock_gone);
+    [
+        raw::REDISMODULE_EVENT_FLUSHDB,
+        raw::REDISMODULE_EVENT_SWAPDB,
+        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+    ]
+    .into_iter()
+    .all(|id| {
+        // SAFETY: ctx is the load context; the callback lives as long as the module.
+        let status = unsafe {
+            raw::RedisModule_SubscribeToServerEvent.expect("SubscribeToServerEvent")(
+                ctx.get_raw(),
+                raw::RedisModuleEvent { id, dataver: 1 },
+                Some(on_server_event),
+            )
+        };
+        status == raw::REDISMODULE_OK as c_int
+    })
+}

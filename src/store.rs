@@ -1,0 +1,50 @@
+//! Writing a grant to the keyspace: the one place a lock is given to a token, whether to
+//! a caller of `LOCK.ACQUIRE` or to a waiter at the head of the queue.
+
+use std::ffi::CStr;
+
+use redis_module::{Context, RedisError};
+
+use crate::error;
+use crate::fence;
+use crate::ffi::{self, Key};
+use crate::lock::LockState;
+use crate::stats;
+
+/// Keyspace events, in the module class (`notify-keyspace-events` with `d`): a grant.
+pub const EVENT_ACQUIRE: &CStr = c"lock.acquire";
+/// Fired when the holder releases the lock.
+pub const EVENT_RELEASE: &CStr = c"lock.release";
+/// Fired when the holder extends the lock.
+pub const EVENT_EXTEND: &CStr = c"lock.extend";
+
+/// Grants the free lock `key` to `token` for `ttl_ms`: a new fence, the key's expiry,
+/// replication of the absolute state (`LOCK._SET`), the `lock.acquire` event and the
+/// `grants` counter. Returns the fence and the absolute expiry; the caller replies.
+pub fn grant(
+    ctx: &Context,
+    key: &Key,
+    token: Box<[u8]>,
+    ttl_ms: i64,
+) -> Result<(u64, i64), RedisError> {
+    let now = ffi::now_ms();
+    let fence = fence::clock()
+        .next(now)
+        .ok_or_else(error::fence_exhausted)?;
+    let expire_at = now.saturating_add(ttl_ms);
+    key.set_lock(
+        LockState {
+            token,
+            fence,
+            acquired_ms: now,
+        },
+        Some(expire_at),
+    )?;
+    let lock = key
+        .lock()?
+        .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
+    ffi::replicate_lock_set(ctx, key.name(), &lock.token, fence, now, expire_at);
+    ffi::notify(ctx, EVENT_ACQUIRE, key.name());
+    stats::GRANTS.bump();
+    Ok((fence, expire_at))
+}
