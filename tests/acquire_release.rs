@@ -44,23 +44,8 @@ fn raw_replies(port: u16, commands: &[Vec<&[u8]>]) -> Vec<u8> {
 fn the_module_registers_under_the_name_lock() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let modules: Value = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
-    let mut registered = Vec::new();
-    let Value::Array(modules) = modules else {
-        panic!("MODULE LIST: {modules:?}");
-    };
-    assert_eq!(modules.len(), 1, "{modules:?}");
-    let Value::Array(fields) = &modules[0] else {
-        panic!("MODULE LIST entry: {modules:?}");
-    };
-    for pair in fields.chunks(2) {
-        if let [Value::BulkString(name), Value::BulkString(value)] = pair
-            && name == b"name"
-        {
-            registered = value.clone();
-        }
-    }
-    assert_eq!(registered, b"lock");
+    // Built-in modules (Redis 8's vectorset, Valkey 9's lua) are not ours to count.
+    assert_eq!(loaded_modules(&mut con), vec!["lock".to_string()]);
 }
 
 #[test]

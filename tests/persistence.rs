@@ -168,10 +168,7 @@ fn an_aof_with_rdb_preamble_keeps_token_fence_grant_time_and_expiry() {
     assert_locks_survive_a_restart(server, |server, granted| {
         let mut con = server.connection();
         rewrite_aof(&mut con);
-        assert!(
-            aof_files(server, "type b").starts_with(b"REDIS"),
-            "base is not an RDB"
-        );
+        assert!(is_rdb(&aof_files(server, "type b")), "base is not an RDB");
         // A change after the rewrite lands in the incremental file, after the preamble.
         assert_eq!(
             extend(&mut con, "made", &granted.held[0].token, 1_200_000),
@@ -189,10 +186,7 @@ fn an_aof_with_rdb_preamble_keeps_the_high_water_mark_of_released_locks() {
             // The rewrite drops the LOCK._SET and DEL: only the preamble's high-water mark
             // still knows the fence.
             rewrite_aof(&mut server.connection());
-            assert!(
-                aof_files(server, "type b").starts_with(b"REDIS"),
-                "base is not an RDB"
-            );
+            assert!(is_rdb(&aof_files(server, "type b")), "base is not an RDB");
         },
         TestServer::restart,
     );

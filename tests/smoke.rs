@@ -8,8 +8,7 @@ use common::*;
 fn module_registers_as_lock_and_grants_a_lock() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let modules: Vec<redis::Value> = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
-    assert_eq!(modules.len(), 1);
+    assert_eq!(loaded_modules(&mut con), vec!["lock".to_string()]);
     let (token, fence) = acquire(&mut con, "orders:42", 30_000, &[]).expect("granted");
     assert_eq!(token.len(), 32);
     assert!(fence > 0);
@@ -23,7 +22,7 @@ fn without_the_module_the_commands_are_unknown() {
     assert!(err.contains("unknown command"), "{err}");
 }
 
-/// A `redis-server` started from the repository's own `redis.conf`, killed on drop.
+/// The server under test started from the repository's own `redis.conf`, killed on drop.
 struct DemoServer(std::process::Child);
 
 impl Drop for DemoServer {
@@ -39,13 +38,13 @@ fn the_repositorys_redis_conf_loads_the_module_as_make_run_does() {
     std::fs::create_dir_all(root.join("target/run")).unwrap();
     let port = free_port();
     let _server = DemoServer(
-        std::process::Command::new("redis-server")
+        std::process::Command::new(server_binary())
             .current_dir(root)
             .args(["redis.conf", "--port", &port.to_string(), "--save", ""])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .expect("start redis-server"),
+            .expect("start the server"),
     );
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
     let mut con = None;

@@ -7,18 +7,24 @@
 //!
 //! The module is `target/<profile>/libredis_lock.so` of the workspace, built by `cargo
 //! test` (or `make test`) itself; set `LOCK_MODULE` to test another build, `REDIS_SERVER`
-//! to use another server binary.
+//! to use another server binary (`make test` runs the suite once per server it
+//! installs: Redis 7.0 and 8.2, Valkey 8.1 and 9.1).
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to start answering before the test fails.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How many ports a server start tries: a port found free can be taken by another
+/// process before the server binds it.
+const START_ATTEMPTS: usize = 5;
 
 /// The workspace root: the parent of this crate's directory, whichever crate's tests
 /// use the harness.
@@ -44,8 +50,78 @@ pub fn module_path() -> PathBuf {
     target.join(profile).join("libredis_lock.so")
 }
 
-fn server_binary() -> String {
+/// The server binary under test: `REDIS_SERVER`, else `redis-server` on `PATH`.
+pub fn server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
+/// The server under test, as its binary names itself (`--version`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerKind {
+    /// Valkey rather than Redis.
+    pub valkey: bool,
+    /// The server's own `(major, minor, patch)` (Valkey's, not its Redis-compatible one).
+    pub version: (u32, u32, u32),
+}
+
+impl ServerKind {
+    /// Parses `redis-server --version`: `Redis server v=8.2.3 sha=...` or
+    /// `Valkey server v=9.1.2 ...`.
+    pub fn parse(version_output: &str) -> Option<Self> {
+        let valkey = version_output.starts_with("Valkey");
+        let version = version_output
+            .split_whitespace()
+            .find_map(|word| word.strip_prefix("v="))?;
+        let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+        let version = (parts.next()??, parts.next()??, parts.next()??);
+        Some(Self { valkey, version })
+    }
+
+    /// Whether `CLIENT UNBLOCK` by an admin ends a lock wait on this server (Redis 7.4+,
+    /// Valkey 8+; older servers race it against the module's own answer, see the
+    /// README's supported servers).
+    pub fn admin_unblock_ends_a_wait(&self) -> bool {
+        if self.valkey {
+            self.version >= (8, 0, 0)
+        } else {
+            self.version >= (7, 4, 0)
+        }
+    }
+
+    /// Whether the server runs post-notification jobs (Redis 7.2+, every Valkey), so
+    /// that a lock removed by `DEL` or expiry is handed over inside that same event.
+    pub fn has_post_jobs(&self) -> bool {
+        self.valkey || self.version >= (7, 2, 0)
+    }
+}
+
+impl std::fmt::Display for ServerKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (major, minor, patch) = self.version;
+        let name = if self.valkey { "Valkey" } else { "Redis" };
+        write!(f, "{name} {major}.{minor}.{patch}")
+    }
+}
+
+/// The server under test (asked once).
+pub fn server_kind() -> ServerKind {
+    static KIND: OnceLock<ServerKind> = OnceLock::new();
+    *KIND.get_or_init(|| {
+        let binary = server_binary();
+        let output = Command::new(&binary)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|err| panic!("cannot run {binary} --version: {err}"));
+        let text = String::from_utf8_lossy(&output.stdout);
+        ServerKind::parse(&text)
+            .unwrap_or_else(|| panic!("cannot tell which server {binary} is: {text}"))
+    })
+}
+
+/// Whether `bytes` begin like an RDB file (also an AOF base or a `DUMP`-less snapshot):
+/// Redis writes `REDIS`, Valkey 9 `VALKEY`.
+pub fn is_rdb(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"REDIS") || bytes.starts_with(b"VALKEY")
 }
 
 /// A free TCP port on loopback (never 6379: the OS picks from its ephemeral range).
@@ -114,7 +190,27 @@ impl TestServer {
         server
     }
 
+    /// Starts the server; a start that fails because another process took the port in
+    /// the meantime is retried on a new one.
     fn spawn(&mut self) {
+        for attempt in 1..=START_ATTEMPTS {
+            match self.try_spawn() {
+                Ok(()) => return,
+                Err(log) if attempt < START_ATTEMPTS && port_taken(&log) => {
+                    self.port = free_port();
+                }
+                Err(log) => panic!(
+                    "{} ({}) did not start on port {}; log:\n{log}",
+                    server_kind(),
+                    server_binary(),
+                    self.port
+                ),
+            }
+        }
+    }
+
+    fn try_spawn(&mut self) -> Result<(), String> {
+        let _ = fs::remove_file(self.dir.join("redis.log"));
         let mut args: Vec<String> = vec![
             "--port".into(),
             self.port.to_string(),
@@ -160,12 +256,18 @@ impl TestServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect("start redis-server (is it installed? `make test` installs it)");
+            .unwrap_or_else(|err| {
+                panic!(
+                    "cannot start {} ({err}; is it installed? `make test` installs it)",
+                    server_binary()
+                )
+            });
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    fn wait_ready(&mut self) {
+    /// Waits until the server answers `PING`; its log if it exits or never answers.
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = self
@@ -173,19 +275,18 @@ impl TestServer {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                panic!(
-                    "redis-server exited at start ({status}); log:\n{}",
-                    self.log()
-                );
+                self.child = None;
+                return Err(format!("exited at start ({status})\n{}", self.log()));
             }
             if let Ok(mut con) = self.try_connection() {
                 let ping: redis::RedisResult<String> = redis::cmd("PING").query(&mut con);
                 if ping.is_ok() {
-                    return;
+                    return Ok(());
                 }
             }
             if Instant::now() > deadline {
-                panic!("redis-server did not answer in time; log:\n{}", self.log());
+                self.kill();
+                return Err(format!("did not answer in time\n{}", self.log()));
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -285,6 +386,35 @@ impl Drop for TestServer {
             let _ = fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Whether a server's start-up log says its port was taken.
+fn port_taken(log: &str) -> bool {
+    log.contains("Address already in use")
+}
+
+/// The names of the modules loaded into the server (`MODULE LIST`), leaving out the
+/// ones built into it (Redis 8's `vectorset`, Valkey 9's `lua`: no path, or a path
+/// equal to the name).
+pub fn loaded_modules(con: &mut redis::Connection) -> Vec<String> {
+    let modules: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("MODULE")
+        .arg("LIST")
+        .query(con)
+        .expect("MODULE LIST");
+    let text = |module: &std::collections::HashMap<String, redis::Value>, field: &str| {
+        module
+            .get(field)
+            .and_then(|value| redis::from_redis_value::<String>(value.clone()).ok())
+            .unwrap_or_default()
+    };
+    modules
+        .iter()
+        .filter(|module| {
+            let path = text(module, "path");
+            !path.is_empty() && path != text(module, "name")
+        })
+        .map(|module| text(module, "name"))
+        .collect()
 }
 
 /// A replica of `master`, started with `replicaof`, returned once the initial sync is

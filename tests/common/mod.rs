@@ -266,18 +266,24 @@ pub fn wait_for_aof_rewrite(con: &mut redis::Connection) {
 
 /// The concatenated contents of the AOF files of one type (`type b` for the base,
 /// `type i` for the incremental files) named in `server`'s manifest; fails if there is
-/// none.
+/// none. The manifest is read by field name: Redis 7.4+ adds fields after `type`
+/// (`startoffset`, `endoffset`).
 pub fn aof_files(server: &TestServer, kind: &str) -> Vec<u8> {
     let dir = server.dir.join("appendonlydir");
     let manifest =
         fs::read_to_string(dir.join("appendonly.aof.manifest")).expect("AOF manifest exists");
-    let names: Vec<&str> = manifest
+    let wanted = kind.strip_prefix("type ").unwrap_or(kind);
+    let names: Vec<String> = manifest
         .lines()
-        .filter(|line| line.ends_with(kind))
-        .map(|line| {
-            line.split(' ')
-                .nth(1)
-                .expect("manifest line: file <name> seq <n> type <kind>")
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let field = |name: &str| {
+                words
+                    .chunks(2)
+                    .find(|pair| pair[0] == name)
+                    .and_then(|pair| pair.get(1).copied())
+            };
+            (field("type") == Some(wanted)).then(|| field("file").map(str::to_string))?
         })
         .collect();
     assert!(!names.is_empty(), "no {kind} file in manifest:\n{manifest}");
