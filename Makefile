@@ -4,7 +4,7 @@ CARGO ?= cargo
 PORT ?= 7379
 MODULE := target/release/libredis_lock.so
 
-.PHONY: help deps deps-test build run test test-cluster lint fmt clean
+.PHONY: help deps deps-test servers build run test test-cluster chaos lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -15,15 +15,21 @@ deps: ## install missing system packages (redis-server, libclang for the binding
 deps-test: ## also what the tests need (php-cli, php-redis, redis-py)
 	@scripts/install-deps.sh --test
 
+servers: ## fetch the other servers the suite runs on (Redis 8.2, Valkey 8.1 and 9.1) into target/servers
+	@scripts/fetch-servers.sh
+
 build: deps ## build the module in release mode (target/release/libredis_lock.so)
 	$(CARGO) build --release
 
-run: build ## build, then start redis-server with the module (port 7379, or PORT=...)
+run: build ## build, then start redis-server with the module (port 7379, or PORT=...; REDIS_SERVER=path for another server)
 	@mkdir -p target/run
-	redis-server redis.conf --port $(PORT)
+	$${REDIS_SERVER:-redis-server} redis.conf --port $(PORT)
 
-test: build deps-test ## run every test: unit tests and real-server tests
-	$(CARGO) test --release --workspace
+test: build deps-test ## run every test on every server CI tests (REDIS_SERVER=path: on that one only)
+	@scripts/test-servers.sh
+
+chaos: build ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(CARGO) test --release --test chaos -- --nocapture
 
 test-cluster: build ## run only the Redis Cluster and failover tests (real 6-node clusters)
 	$(CARGO) test --release --test cluster_routing --test cluster_resharding --test cluster_failover
