@@ -25,6 +25,9 @@ fn held_with_two_waiters(
     (fence, head, next)
 }
 
+/// `LOCK.INFO`'s fields (`None`: no lock) and a newcomer's reply (`None`: nil).
+type LookAndIntrusion = (Option<Vec<(String, i64)>>, Option<(Vec<u8>, i64)>);
+
 /// Sends `removal` (one or more commands), then `LOCK.INFO job` and a newcomer's
 /// `LOCK.ACQUIRE job 5000 TOKEN intruder`, all in one write, and returns the fence that
 /// `LOCK.INFO` saw (`None`: no lock) and the newcomer's reply.
@@ -42,8 +45,7 @@ fn remove_then_look_and_intrude(
         .arg(5_000)
         .arg("TOKEN")
         .arg("intruder");
-    let (seen, intruder): (Option<Vec<(String, i64)>>, Option<(Vec<u8>, i64)>) =
-        pipe.query(con).expect("the removal pipeline");
+    let (seen, intruder): LookAndIntrusion = pipe.query(con).expect("the removal pipeline");
     let fence = seen.and_then(|fields| {
         fields
             .into_iter()

@@ -72,7 +72,7 @@ pub fn machine() -> String {
                 .map(|(_, m)| m.trim().to_string())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let server = Command::new("redis-server")
+    let server = Command::new(crate::server::binary())
         .arg("--version")
         .output()
         .ok()

@@ -58,6 +58,12 @@ fn fresh_dir() -> io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// The server binary to benchmark: `REDIS_SERVER` (as for `make test`), else
+/// `redis-server` on `PATH`.
+pub fn binary() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
 impl Server {
     /// Starts a server and waits until it answers.
     pub fn start(launch: &Launch) -> io::Result<Server> {
@@ -76,10 +82,10 @@ impl Server {
                     "--callgrind-out-file={}",
                     dir.join("cg.out").display()
                 ))
-                .arg("redis-server");
+                .arg(binary());
             c
         } else {
-            Command::new("redis-server")
+            Command::new(binary())
         };
         command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
@@ -108,9 +114,9 @@ impl Server {
             io::Error::other(format!(
                 "cannot start {}: {e}",
                 if launch.callgrind {
-                    "valgrind"
+                    "valgrind".to_string()
                 } else {
-                    "redis-server"
+                    binary()
                 }
             ))
         })?;
@@ -125,7 +131,8 @@ impl Server {
         loop {
             if let Some(status) = self.child.try_wait()? {
                 return Err(io::Error::other(format!(
-                    "redis-server exited at start ({status}); log:\n{}",
+                    "{} exited at start ({status}); log:\n{}",
+                    binary(),
                     self.log()
                 )));
             }
@@ -136,7 +143,8 @@ impl Server {
             }
             if Instant::now() > deadline {
                 return Err(io::Error::other(format!(
-                    "redis-server did not answer in time; log:\n{}",
+                    "{} did not answer in time; log:\n{}",
+                    binary(),
                     self.log()
                 )));
             }

@@ -34,6 +34,23 @@ fn a_smoke_run_measures_every_scenario_on_both_sides_and_writes_the_results() {
     }
     assert!(report.missed().is_empty(), "a smoke run judges no target");
 
+    // The report names the server it measured (REDIS_SERVER, as for `make test`).
+    let version = std::process::Command::new(redis_lock_bench::server::binary())
+        .arg("--version")
+        .output()
+        .expect("the server's --version");
+    let version = String::from_utf8_lossy(&version.stdout);
+    let named = version
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        named.contains(" v=") && report.machine.contains(&named),
+        "the report does not name {named:?}: {}",
+        report.machine
+    );
+
     let module_points = report
         .contention
         .iter()
