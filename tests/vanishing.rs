@@ -14,13 +14,21 @@ use std::time::Duration;
 
 use common::*;
 
+/// `job` held by a holder (30 s) with waiter `a` (`WAIT 0`) queued: the holder's token
+/// and fence, and the waiter.
+fn held_by_a_holder_with_waiter_a(
+    server: &TestServer,
+    con: &mut redis::Connection,
+) -> (Vec<u8>, i64, Waiter) {
+    held_with_a_waiter(server, con, "job", 30_000, &["WAIT", "0", "TOKEN", "a"])
+}
+
 /// `job` held by a holder (30 s) with waiters `a` then `b` (`WAIT 0`).
 fn held_with_two_waiters(
     server: &TestServer,
     con: &mut redis::Connection,
 ) -> (i64, Waiter, Waiter) {
-    let (_, fence, head) =
-        held_with_a_waiter(server, con, "job", 30_000, &["WAIT", "0", "TOKEN", "a"]);
+    let (_, fence, head) = held_by_a_holder_with_waiter_a(server, con);
     let next = Waiter::start(server, "job", 30_000, &["WAIT", "0", "TOKEN", "b"]);
     (fence, head, next)
 }
@@ -176,13 +184,7 @@ fn lazy_expiry_by_a_lookup() {
     let server = TestServer::start();
     let mut con = server.connection();
     config_set(&mut con, "hz", "1");
-    let (_, fence, mut head) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
+    let (_, fence, mut head) = held_by_a_holder_with_waiter_a(&server, &mut con);
     // Expires in 1 ms; the lookup that follows finds it past its time.
     let (seen, intruder) = remove_then_look_and_intrude(
         &mut con,
@@ -199,13 +201,7 @@ fn lazy_expiry_by_a_lookup() {
 fn debug_reload_keeps_the_lock_and_its_waiters() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (holder, fence, mut head) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
+    let (holder, fence, mut head) = held_by_a_holder_with_waiter_a(&server, &mut con);
     let () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
     assert!(head.is_blocked());
     assert_eq!(info_field(&mut con, "job", "fence"), Some(fence));
@@ -218,13 +214,7 @@ fn debug_reload_keeps_the_lock_and_its_waiters() {
 fn a_lock_that_expires_across_debug_reload_goes_to_its_waiter() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (_, fence, mut head) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
+    let (_, fence, mut head) = held_by_a_holder_with_waiter_a(&server, &mut con);
     // The reload does not load a key past its time: no callback tells the module, its
     // deadline timer does.
     let (): () = redis::pipe()
@@ -255,13 +245,7 @@ fn restore_replace_puts_another_lock_in_its_place_and_the_waiters_wait_for_it() 
     let mut con = server.connection();
     acquire(&mut con, "other", 60_000, &["TOKEN", "other"]).unwrap();
     let payload = dump(&mut con, "other").unwrap();
-    let (_, _, mut head) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
+    let (_, _, mut head) = held_by_a_holder_with_waiter_a(&server, &mut con);
     let () = redis::cmd("RESTORE")
         .arg("job")
         .arg(0)
@@ -278,13 +262,7 @@ fn restore_replace_puts_another_lock_in_its_place_and_the_waiters_wait_for_it() 
 fn a_plain_set_over_it_holds_the_waiters_until_the_string_goes() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let (_, _, mut head) = held_with_a_waiter(
-        &server,
-        &mut con,
-        "job",
-        30_000,
-        &["WAIT", "0", "TOKEN", "a"],
-    );
+    let (_, _, mut head) = held_by_a_holder_with_waiter_a(&server, &mut con);
     let () = redis::cmd("SET")
         .arg("job")
         .arg("plain")
