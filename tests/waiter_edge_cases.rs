@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use redis::Value;
 
@@ -280,6 +282,36 @@ fn replicaof_on_a_master_with_waiters_unblocks_them_with_an_error() {
     );
     // Now a replica: it queues no new waiters.
     assert_a_replica_refuses_to_queue_a_waiter(&mut con);
+}
+
+/// Valkey 8+ leaves a module's blocked clients alone on a role change when they said they
+/// follow redirects (`CLIENT CAPA redirect`): the module answers them itself, as Redis
+/// answers every blocked client, so nobody is left blocked on a replica.
+#[test]
+fn replicaof_answers_waiters_that_follow_redirects_too() {
+    let master = TestServer::start();
+    let other = TestServer::start();
+    let mut con = master.connection();
+    take(&mut con, "job", "holder").expect("granted");
+    let capa: &[&str] = if server_kind().valkey {
+        &["CLIENT", "CAPA", "redirect"]
+    } else {
+        &[]
+    };
+    let mut waiter = Waiter::start_after(&master, capa, "job", 30_000, &["WAIT", "0"]);
+
+    run(
+        &mut con,
+        &["REPLICAOF", "127.0.0.1", &other.port.to_string()],
+    );
+
+    let err = error_of(waiter.reply_within(Duration::from_secs(5)));
+    assert!(err.starts_with("UNBLOCKED"), "{err}");
+    assert_eq!(lock_waiters(&mut con), 0);
+    assert_eq!(
+        info_int(&server_info(&mut con, "clients"), "blocked_clients"),
+        0
+    );
 }
 
 #[test]

@@ -375,12 +375,46 @@ impl Waiter {
         Self::send_in(server, 0, key, ttl_ms, extra)
     }
 
+    /// `start`, after `before` (a command that must answer `OK`, such as `CLIENT CAPA
+    /// redirect`) on the same connection.
+    pub fn start_after(
+        server: &TestServer,
+        before: &[&str],
+        key: &str,
+        ttl_ms: u64,
+        extra: &[&str],
+    ) -> Self {
+        let mut observer = server.connection();
+        let waiting = lock_waiters(&mut observer);
+        let waiter = Self::send_after(server, before, 0, key, ttl_ms, extra);
+        poll_until(Duration::from_secs(10), "the waiter to block", || {
+            lock_waiters(&mut observer) == waiting + 1
+        });
+        waiter
+    }
+
     fn send_in(server: &TestServer, db: i64, key: &str, ttl_ms: u64, extra: &[&str]) -> Self {
+        Self::send_after(server, &[], db, key, ttl_ms, extra)
+    }
+
+    fn send_after(
+        server: &TestServer,
+        before: &[&str],
+        db: i64,
+        key: &str,
+        ttl_ms: u64,
+        extra: &[&str],
+    ) -> Self {
         let mut waiter = Self {
             stream: raw_connection(server.port),
             parser: redis::Parser::new(),
             id: 0,
         };
+        if !before.is_empty() {
+            let command: Vec<&[u8]> = before.iter().map(|arg| arg.as_bytes()).collect();
+            let answered = waiter.query(&command);
+            assert_eq!(answered.expect("the command before"), redis::Value::Okay);
+        }
         if db != 0 {
             let selected = waiter.query(&[b"SELECT", db.to_string().as_bytes()]);
             assert_eq!(selected.expect("SELECT"), redis::Value::Okay);
