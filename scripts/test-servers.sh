@@ -46,5 +46,5 @@ if [ "${#failed[@]}" -gt 0 ]; then
 else
   echo "the suite passed on every server: ${#runs[@]} runs"
 fi
-echo "all servers: $passed_total passed, $failed_total failed"
+echo "total: $passed_total passed, $failed_total failed"
 [ "${#failed[@]}" -eq 0 ]

@@ -22,6 +22,10 @@ use std::time::{Duration, Instant};
 /// How long a server may take to start answering before the test fails.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// An extra argument that stands for a free port, chosen at each start attempt (a
+/// cluster node's bus port, say), so a port taken meanwhile is retried like the main one.
+pub const FREE_PORT: &str = "{free-port}";
+
 /// How many ports a server start tries: a port found free can be taken by another
 /// process before the server binds it.
 const START_ATTEMPTS: usize = 5;
@@ -236,6 +240,9 @@ impl TestServer {
         for arg in &self.extra {
             if arg == "--no-module" {
                 with_module = false;
+            } else if arg == FREE_PORT {
+                // Picked anew at every attempt, like the server's own port.
+                args.push(free_port().to_string());
             } else {
                 args.push(arg.clone());
             }
