@@ -55,10 +55,11 @@ thread_local! {
 /// next one tried). Runs where the server allows writes: a write command of `db`'s
 /// client, a timer, a post-notification job.
 pub fn handoff(ctx: &Context, db: i32, name: &[u8]) {
-    let id = blocking::key_id(db, name);
-    if !blocking::busy(&id) || ffi::is_replica(ctx) {
+    // Checked first, without building the key's id: most releases have no waiters.
+    if !blocking::queued(db, name) || ffi::is_replica(ctx) {
         return;
     }
+    let id = blocking::key_id(db, name);
     if ffi::writes_paused() {
         arm_timer(ctx, &id, ffi::now_ms().saturating_add(PAUSED_RETRY_MS));
         return;
@@ -102,9 +103,8 @@ fn grant_to(ctx: &Context, key: &Key, mut waiter: Waiter) -> (Waiter, Answer) {
 /// The lock on `key` was given a new deadline (`LOCK.EXTEND`, a renewing acquire): if
 /// clients wait for it, the handoff must not come later than that.
 pub fn deadline_moved(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
-    let id = blocking::key_id(db, key);
-    if blocking::busy(&id) {
-        rearm(ctx, &id, expire_at);
+    if blocking::queued(db, key) {
+        rearm(ctx, &blocking::key_id(db, key), expire_at);
     }
 }
 
@@ -113,13 +113,12 @@ pub fn waiting_for(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
     rearm(ctx, &blocking::key_id(db, key), expire_at);
 }
 
-/// A lock key left the keyspace (the type's unlink callback, through `events`): if
-/// clients wait for it, hand it over as soon as writes are allowed.
+/// A lock key left the keyspace other than by a release (the type's unlink callback,
+/// through `events`): if clients wait for it, hand it over as soon as writes are allowed.
 fn lock_gone(db: i32, key: &[u8]) {
-    if events::is_releasing() || !blocking::queued(db, key) {
-        return;
+    if blocking::queued(db, key) {
+        run_soon(blocking::key_id(db, key));
     }
-    run_soon(blocking::key_id(db, key));
 }
 
 /// Runs the handoff of `id` right after the current command or cycle: as a
