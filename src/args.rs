@@ -12,7 +12,8 @@ pub const MAX_TTL_MS: i64 = (1 << 47) - 1;
 /// Largest token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
 
-/// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]`.
+/// The parsed options of
+/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct AcquireOptions<'a> {
     /// How long the lock lives once granted, in ms.
@@ -21,6 +22,8 @@ pub struct AcquireOptions<'a> {
     pub token: Option<&'a [u8]>,
     /// How long to wait for a busy lock (`0`: without limit), if `WAIT` was given.
     pub wait_ms: Option<i64>,
+    /// How long the lock outlives its holder's connection, if `SESSION` was given.
+    pub grace_ms: Option<i64>,
 }
 
 /// Parses a decimal integer the way the server does (`string2ll`): an optional `-`,
@@ -53,6 +56,13 @@ pub fn timeout(arg: &[u8]) -> Result<i64, RedisError> {
         .ok_or_else(error::invalid_timeout)
 }
 
+/// `grace-ms`: an integer from 0 to [`MAX_TTL_MS`].
+pub fn grace(arg: &[u8]) -> Result<i64, RedisError> {
+    parse_integer(arg)
+        .filter(|ms| (0..=MAX_TTL_MS).contains(ms))
+        .ok_or_else(error::invalid_grace)
+}
+
 /// A token: 1 to [`MAX_TOKEN_LEN`] bytes, any bytes.
 pub fn token(arg: &[u8]) -> Result<&[u8], RedisError> {
     if (1..=MAX_TOKEN_LEN).contains(&arg.len()) {
@@ -62,7 +72,8 @@ pub fn token(arg: &[u8]) -> Result<&[u8], RedisError> {
     }
 }
 
-/// Parses `ttl-ms [TOKEN token] [WAIT timeout-ms]`, the arguments after the key.
+/// Parses `ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`, the arguments
+/// after the key.
 ///
 /// Returns, with the options, the index within `rest` of the token value (if any) so the
 /// caller can redact it from `SLOWLOG` and `MONITOR`.
@@ -73,6 +84,7 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
         ttl_ms,
         token: None,
         wait_ms: None,
+        grace_ms: None,
     };
     let mut token_at = None;
     let mut i = 0;
@@ -92,6 +104,12 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
             }
             let value = value.ok_or_else(|| error::missing_value(name))?;
             parsed.wait_ms = Some(timeout(value)?);
+        } else if name.eq_ignore_ascii_case(b"SESSION") {
+            if parsed.grace_ms.is_some() {
+                return Err(error::repeated_option(name));
+            }
+            let value = value.ok_or_else(|| error::missing_value(name))?;
+            parsed.grace_ms = Some(grace(value)?);
         } else {
             return Err(error::unknown_option(name));
         }
@@ -166,12 +184,31 @@ mod tests {
             AcquireOptions {
                 ttl_ms: 100,
                 token: Some(b"t"),
-                wait_ms: Some(5)
+                wait_ms: Some(5),
+                grace_ms: None,
             }
         );
         assert_eq!(at, Some(4));
         let (opts, at) = acquire(&[b"100"]).unwrap();
         assert_eq!((opts.token, opts.wait_ms, at), (None, None, None));
+        let (opts, _) = acquire(&[b"100", b"session", b"0", b"WAIT", b"1"]).unwrap();
+        assert_eq!((opts.grace_ms, opts.wait_ms), (Some(0), Some(1)));
+    }
+
+    #[test]
+    fn grace_accepts_its_whole_range_only() {
+        assert_eq!(grace(b"0").unwrap(), 0);
+        assert_eq!(grace(b"140737488355327").unwrap(), MAX_TTL_MS);
+        for bad in [&b"-1"[..], b"140737488355328", b"", b"x", b"1.5", b"01"] {
+            assert!(msg(grace(bad)).contains("grace-ms"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bad_sessions_name_grace_ms_or_session() {
+        assert!(msg(acquire(&[b"100", b"SESSION"])).contains("'SESSION'"));
+        assert!(msg(acquire(&[b"100", b"SESSION", b"-5"])).contains("grace-ms"));
+        assert!(msg(acquire(&[b"100", b"SESSION", b"1", b"session", b"2"])).contains("'session'"));
     }
 
     #[test]

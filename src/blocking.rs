@@ -28,6 +28,7 @@ use redis_module::{Context, RedisError, RedisResult, RedisValue, raw};
 
 use crate::ffi;
 use crate::guard;
+use crate::lock::Session;
 use crate::queue::{KeyId, Queues, Waiter};
 use crate::stats;
 
@@ -108,7 +109,8 @@ pub fn take_head(id: &KeyId) -> Option<Waiter> {
 }
 
 /// Blocks the calling client until it is answered: granted the lock on `key` (with
-/// `token`, for `ttl_ms`), or `timeout_ms` passes (`0`: no limit).
+/// `token`, for `ttl_ms`, bound to `session` if given), or `timeout_ms` passes (`0`: no
+/// limit).
 pub fn wait(
     ctx: &Context,
     db: i32,
@@ -116,6 +118,7 @@ pub fn wait(
     token: Vec<u8>,
     ttl_ms: i64,
     timeout_ms: i64,
+    session: Option<Session>,
 ) -> RedisResult {
     let on_admin_unblock: Option<BlockedCallback> = if ADMIN_UNBLOCK.with(Cell::get) {
         Some(on_admin_unblock as BlockedCallback)
@@ -151,6 +154,7 @@ pub fn wait(
             token,
             wake_timer: None,
             ttl_ms,
+            session,
         })
     });
     if timeout_ms > 0 {

@@ -8,13 +8,15 @@
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
+use crate::bindings;
 use crate::blocking;
 use crate::error;
 use crate::events;
 use crate::fence;
 use crate::ffi::{self, Key};
 use crate::handoff;
-use crate::lock::{self, AcquireDecision, LockState};
+use crate::lock::{self, AcquireDecision, LockState, Session};
+use crate::session;
 use crate::stats;
 use crate::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
 
@@ -34,12 +36,26 @@ fn redact_acquire_tokens(ctx: &Context, argv: &[&[u8]]) {
     }
 }
 
-/// LOCK.ACQUIRE <key> <ttl-ms> [TOKEN <token>] [WAIT <timeout-ms>]
+/// The binding that `SESSION grace-ms` asks for: to the caller's connection (the one
+/// that ran `EXEC`, inside a transaction). Refused inside a script or function, where the
+/// module API does not name the client that ran it.
+fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, RedisError> {
+    let Some(grace_ms) = grace_ms else {
+        return Ok(None);
+    };
+    let client = ffi::client_id(ctx);
+    if client == 0 || ctx.get_flags().contains(ContextFlags::LUA) {
+        return Err(error::session_without_connection());
+    }
+    Ok(Some(Session { grace_ms, client }))
+}
+
+/// LOCK.ACQUIRE <key> <ttl-ms> [TOKEN <token>] [WAIT <timeout-ms>] [SESSION <grace-ms>]
 ///
 /// Grants a free lock (reply `[token, fence]`), renews it for the token that holds it
-/// (same fence, TTL reset), and otherwise answers nil at once or, with `WAIT`, blocks
-/// the client in the key's first-come-first-served queue (`blocking.rs`), where the
-/// handoff (`handoff.rs`) grants it the lock when its turn comes.
+/// (same fence, TTL reset, bound anew), and otherwise answers nil at once or, with
+/// `WAIT`, blocks the client in the key's first-come-first-served queue (`blocking.rs`),
+/// where the handoff (`handoff.rs`) grants it the lock when its turn comes.
 pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let argv = bytes(&args);
     redact_acquire_tokens(ctx, &argv);
@@ -47,6 +63,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (options, _) = args::acquire(&argv[2..])?;
+    let session = session_of(ctx, options.grace_ms)?;
 
     let db = ffi::selected_db(ctx);
     let mut queued = blocking::queued(db, argv[1]);
@@ -64,7 +81,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     match lock::decide(held, options.token, queued) {
         AcquireDecision::Grant => {
             let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
-            let (fence, _) = store::grant(ctx, &key, token.into_boxed_slice(), options.ttl_ms)?;
+            let (fence, _) =
+                store::grant(ctx, &key, token.into_boxed_slice(), options.ttl_ms, session)?;
             let lock = key
                 .lock()?
                 .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
@@ -72,8 +90,22 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             Ok(RedisValue::NoReply)
         }
         AcquireDecision::Renew => {
-            let lock = held.ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
-            set_ttl(ctx, &key, options.ttl_ms)?;
+            let was_bound = held.and_then(|lock| lock.session.as_deref().copied());
+            if was_bound.is_none() && session.is_none() {
+                set_ttl(ctx, &key, options.ttl_ms)?;
+            } else {
+                rebind(
+                    ctx,
+                    &mut key,
+                    (db, argv[1]),
+                    was_bound,
+                    session,
+                    options.ttl_ms,
+                )?;
+            }
+            let lock = key
+                .lock()?
+                .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
             ffi::notify(ctx, EVENT_ACQUIRE, key.name());
             ffi::reply_granted(ctx, &lock.token, lock.fence);
             Ok(RedisValue::NoReply)
@@ -89,7 +121,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                     let expire_at = key.expire_at();
                     drop(key);
                     let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
-                    blocking::wait(ctx, db, argv[1], token, options.ttl_ms, timeout_ms)?;
+                    blocking::wait(ctx, db, argv[1], token, options.ttl_ms, timeout_ms, session)?;
                     handoff::waiting_for(ctx, db, argv[1], expire_at);
                     Ok(RedisValue::NoReply)
                 }
@@ -97,6 +129,37 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             }
         }
     }
+}
+
+/// The idempotent re-acquire of a session-bound lock, or one that asks to be: the lock
+/// leaves its old binding (ending its grace, if one ran: a reclaim), takes the new one
+/// (or none), and its TTL is reset. The whole state replicates, binding included.
+fn rebind(
+    ctx: &Context,
+    key: &mut Key,
+    (db, name): (i32, &[u8]),
+    was_bound: Option<Session>,
+    session: Option<Session>,
+    ttl_ms: i64,
+) -> Result<(), RedisError> {
+    if let Some(old) = &was_bound {
+        session::unbind(ctx, db, name, old);
+    }
+    if let Some(lock) = key.lock_mut()? {
+        lock.session = session.map(Box::new);
+    }
+    if let Some(new) = &session {
+        let id = (db, name.to_vec());
+        bindings::with(|b| b.bind(id, new.client, new.grace_ms));
+    }
+    let expire_at = ffi::now_ms().saturating_add(ttl_ms);
+    key.set_expire_at(Some(expire_at))?;
+    let lock = key
+        .lock()?
+        .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
+    ffi::replicate_lock_set(ctx, key.name(), lock, expire_at);
+    handoff::deadline_moved(ctx, db, name, Some(expire_at));
+    Ok(())
 }
 
 /// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
@@ -166,8 +229,10 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
 /// LOCK.INFO <key>
 ///
-/// Nil when the key does not exist; otherwise the fields `ttl`, `fence`, `acquired` and
-/// `waiters` (a map in RESP3, a flat field/value array in RESP2). Never the token.
+/// Nil when the key does not exist; otherwise the fields `ttl`, `fence`, `acquired`,
+/// `waiters`, `session` (the grace, -1 when not bound) and `connected` (1 while the bound
+/// connection is open, 0 while the grace runs, -1 when not bound): a map in RESP3, a flat
+/// field/value array in RESP2. Never the token.
 pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
@@ -180,6 +245,13 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
     let waiting = blocking::count(ffi::selected_db(ctx), args[1].as_slice());
+    let (grace, connected) = match lock.session.as_deref() {
+        None => (-1, -1),
+        Some(session) => (
+            session.grace_ms,
+            i64::from(ffi::client_connected(session.client)),
+        ),
+    };
     ffi::reply_map(
         ctx,
         &[
@@ -187,16 +259,20 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             ("fence", lock.fence as i64),
             ("acquired", lock.acquired_ms),
             ("waiters", waiting as i64),
+            ("session", grace),
+            ("connected", connected),
         ],
     );
     Ok(RedisValue::NoReply)
 }
 
-/// LOCK._SET <key> <token> <fence> <acquired-ms> <expire-at-ms | -1>
+/// LOCK._SET <key> <token> <fence> <acquired-ms> <expire-at-ms | -1> [grace-ms]
 ///
 /// Internal: the replicated effect of a grant. Sets the lock to exactly this state and
 /// raises the fencing clock to the fence, so a promoted replica never grants a smaller
-/// one. Accepted only from the master link and while loading the AOF.
+/// one. With `grace-ms` the lock is session-bound, to no connection here: its grace
+/// starts when this server serves it. Accepted only from the master link and while
+/// loading the AOF.
 pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
@@ -205,7 +281,7 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
         return Err(error::internal_command());
     }
-    if args.len() != 6 {
+    if !(6..=7).contains(&args.len()) {
         return Err(RedisError::WrongArity);
     }
     let token: Box<[u8]> = args::token(args[2].as_slice())?.into();
@@ -224,6 +300,14 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         at if at >= 0 => Some(at),
         _ => return Err(error::invalid_internal("expire-at-ms")),
     };
+    let session = match args.get(6) {
+        None => None,
+        Some(grace) => Some(Session {
+            grace_ms: args::grace(grace.as_slice())
+                .map_err(|_| error::invalid_internal("grace-ms"))?,
+            client: 0,
+        }),
+    };
 
     let key = Key::open_write(ctx, &args[1]);
     key.set_lock(
@@ -231,9 +315,13 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             token,
             fence,
             acquired_ms,
+            session: session.map(Box::new),
         },
         expire_at,
     )?;
+    if let Some(session) = session {
+        session::arrived(ffi::selected_db(ctx), key.name().as_slice(), session);
+    }
     fence::clock().observe(fence);
     // A replica's own AOF and its sub-replicas need the same absolute state.
     ctx.replicate_verbatim();

@@ -1,9 +1,12 @@
 //! The module's data type: how a lock is saved, loaded, rewritten into the AOF,
 //! measured, digested, copied and freed.
 //!
-//! Encoding version 1 stores the token, the fence and the grant time; the expiry is the
-//! key's own and the server stores it. `rdb_load` refuses versions it does not know
-//! rather than guess. The fencing clock's high-water mark travels as auxiliary data
+//! Encoding version 2 stores the token, the fence, the grant time and the session
+//! binding (grace, connection id, and the id of the server process that wrote it, so
+//! that only a `RESTORE` on that same running server keeps the connection); version 1,
+//! written before sessions, has the first three and still loads. The expiry is the key's
+//! own and the server stores it. `rdb_load` refuses versions it does not know rather
+//! than guess. The fencing clock's high-water mark travels as auxiliary data
 //! before the keys, so that a restart or full sync never hands out a smaller fence.
 
 use std::ffi::CString;
@@ -12,17 +15,22 @@ use std::ptr;
 
 use redis_module::{RedisString, native_types::RedisType, raw};
 
+use crate::args::MAX_TTL_MS;
+use crate::bindings;
 use crate::events;
 use crate::fence;
 use crate::ffi;
 use crate::guard;
-use crate::lock::LockState;
+use crate::lock::{LockState, Session};
 use crate::stats;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
 /// The current encoding version of a lock value and of the auxiliary data.
-pub const ENCODING_VERSION: i32 = 1;
+pub const ENCODING_VERSION: i32 = 2;
+
+/// What a version 2 value stores for a lock that is not session-bound.
+const NO_SESSION: i64 = -1;
 
 /// The registered type.
 pub static LOCK_TYPE: RedisType = RedisType::new(
@@ -41,12 +49,12 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save_triggers: raw::Aux::Before as c_int,
         free_effort: None,
         unlink: None,
-        copy: Some(copy),
+        copy: None,
         defrag: None,
         mem_usage2: None,
         free_effort2: None,
         unlink2: Some(unlink2),
-        copy2: None,
+        copy2: Some(copy2),
         aux_save2: None,
     },
 );
@@ -60,6 +68,7 @@ unsafe fn state<'a>(value: *mut c_void) -> &'a LockState {
     unsafe { &*value.cast::<LockState>() }
 }
 
+/// Loads the fields every version has: token, fence, grant time.
 fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
     let token: Box<[u8]> = raw::load_string_buffer(rdb).ok()?.as_ref().into();
     let fence = raw::load_unsigned(rdb).ok()?;
@@ -71,18 +80,59 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
         token,
         fence,
         acquired_ms,
+        session: None,
     })
+}
+
+/// Version 2: version 1's fields, then the grace (`NO_SESSION` for a plain lock) and,
+/// for a session-bound lock, the connection id and the id of the server process that
+/// wrote them. The connection is kept only by a `RESTORE` on that same running server
+/// while the connection is open; loading a file, or another server, sees none.
+fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
+    let mut lock = load_v1(rdb)?;
+    let grace_ms = raw::load_signed(rdb).ok()?;
+    if grace_ms == NO_SESSION {
+        return Some(lock);
+    }
+    if !(0..=MAX_TTL_MS).contains(&grace_ms) {
+        return None;
+    }
+    let client = raw::load_unsigned(rdb).ok()?;
+    let instance = raw::load_unsigned(rdb).ok()?;
+    let same_server = instance == bindings::instance() && !ffi::is_loading();
+    let client = if same_server && ffi::client_connected(client) {
+        client
+    } else {
+        0
+    };
+    lock.session = Some(Box::new(Session { grace_ms, client }));
+    Some(lock)
+}
+
+/// The database and name of the key being loaded, when the server tells them.
+fn loading_key(rdb: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
+    // SAFETY: rdb is the live I/O context of this load; the name, if any, is the server's
+    // and is copied before the callback returns.
+    unsafe {
+        let name = raw::RedisModule_GetKeyNameFromIO?(rdb);
+        let db = raw::RedisModule_GetDbIdFromIO?(rdb);
+        if name.is_null() {
+            return None;
+        }
+        Some((db, RedisString::string_as_slice(name.cast_mut()).to_vec()))
+    }
 }
 
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback(ptr::null_mut(), || {
         let loaded = match encver {
             1 => load_v1(rdb),
+            2 => load_v2(rdb),
             _ => {
                 raw::redis_log(
                     ptr::null_mut(),
                     &format!(
-                        "lock: cannot load a lock of encoding version {encver}: this module knows 1"
+                        "lock: cannot load a lock of encoding version {encver}: this module knows 1 and 2"
                     ),
                 );
                 None
@@ -91,6 +141,11 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         match loaded {
             Some(lock) => {
                 fence::clock().observe(lock.fence);
+                if let (Some(session), Some((db, key))) =
+                    (lock.session.as_deref().copied(), loading_key(rdb))
+                {
+                    events::session_arrived(db, &key, session);
+                }
                 Box::into_raw(Box::new(lock)).cast()
             }
             None => ptr::null_mut(),
@@ -105,6 +160,14 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
         raw::save_slice(rdb, &lock.token);
         raw::save_unsigned(rdb, lock.fence);
         raw::save_signed(rdb, lock.acquired_ms);
+        match lock.session.as_deref() {
+            None => raw::save_signed(rdb, NO_SESSION),
+            Some(session) => {
+                raw::save_signed(rdb, session.grace_ms);
+                raw::save_unsigned(rdb, session.client);
+                raw::save_unsigned(rdb, bindings::instance());
+            }
+        }
     })
 }
 
@@ -117,22 +180,46 @@ extern "C" fn aof_rewrite(
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value) };
         let command = CString::new("LOCK._SET").expect("no NUL");
-        let format = CString::new("sblll").expect("no NUL");
+        // SAFETY: reading a function pointer from the API table filled at load time.
+        let emit = unsafe { raw::RedisModule_EmitAOF }.expect("RedisModule_EmitAOF");
         // The expiry is left out (-1): the server appends PEXPIREAT for the key itself.
-        // SAFETY: the format matches the arguments: s = RedisModuleString*, b = pointer
-        // and length, l = long long; aof and key are live for this callback.
-        unsafe {
-            raw::RedisModule_EmitAOF.expect("RedisModule_EmitAOF")(
-                aof,
-                command.as_ptr(),
-                format.as_ptr(),
-                key,
-                lock.token.as_ptr(),
-                lock.token.len(),
-                lock.fence as i64,
-                lock.acquired_ms,
-                -1i64,
-            );
+        match lock.grace_ms() {
+            None => {
+                let format = CString::new("sblll").expect("no NUL");
+                // SAFETY: the format matches the arguments: s = RedisModuleString*, b =
+                // pointer and length, l = long long; aof and key are live for this callback.
+                unsafe {
+                    emit(
+                        aof,
+                        command.as_ptr(),
+                        format.as_ptr(),
+                        key,
+                        lock.token.as_ptr(),
+                        lock.token.len(),
+                        lock.fence as i64,
+                        lock.acquired_ms,
+                        -1i64,
+                    );
+                }
+            }
+            Some(grace_ms) => {
+                let format = CString::new("sbllll").expect("no NUL");
+                // SAFETY: as above, with the grace as one more long long.
+                unsafe {
+                    emit(
+                        aof,
+                        command.as_ptr(),
+                        format.as_ptr(),
+                        key,
+                        lock.token.as_ptr(),
+                        lock.token.len(),
+                        lock.fence as i64,
+                        lock.acquired_ms,
+                        -1i64,
+                        grace_ms,
+                    );
+                }
+            }
         }
     })
 }
@@ -141,7 +228,11 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(0, || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value.cast_mut()) };
-        std::mem::size_of::<LockState>() + lock.token.len()
+        let session = lock
+            .session
+            .as_ref()
+            .map_or(0, |_| std::mem::size_of::<Session>());
+        std::mem::size_of::<LockState>() + lock.token.len() + session
     })
 }
 
@@ -157,6 +248,10 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             );
             raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.fence as i64);
             raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.acquired_ms);
+            // The grace, not the connection: a replica's copy has none.
+            if let Some(grace_ms) = lock.grace_ms() {
+                raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, grace_ms);
+            }
             raw::RedisModule_DigestEndSequence.expect("DigestEndSequence")(md);
         }
     })
@@ -169,14 +264,22 @@ extern "C" fn free(value: *mut c_void) {
     })
 }
 
-extern "C" fn copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
-    value: *const c_void,
-) -> *mut c_void {
+/// `COPY`: the copy is the same lock, bound to the same connection if it is bound.
+extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     guard::callback(ptr::null_mut(), || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value.cast_mut()) };
+        if let Some(session) = lock.session.as_deref() {
+            // SAFETY: ctx is the live key context of this callback; the name is the
+            // server's and is only read here.
+            let (db, name) = unsafe {
+                (
+                    raw::RedisModule_GetToDbIdFromOptCtx.expect("GetToDbIdFromOptCtx")(ctx),
+                    raw::RedisModule_GetToKeyNameFromOptCtx.expect("GetToKeyNameFromOptCtx")(ctx),
+                )
+            };
+            events::session_arrived(db, RedisString::string_as_slice(name), *session);
+        }
         Box::into_raw(Box::new(lock.clone())).cast()
     })
 }
@@ -184,7 +287,7 @@ extern "C" fn copy(
 /// The server is removing a lock key from its keyspace, for whatever reason (release,
 /// `DEL`, expiry, eviction, `RENAME`/`MOVE` away, overwrite). Called for lock keys only,
 /// so the module hears of freed locks without listening to every key's events.
-extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void) {
+extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard::callback((), || {
         // SAFETY: ctx is the live key context of this callback; the name it returns is
         // the server's and is only read here.
@@ -195,6 +298,14 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, _value: *const c_void
             )
         };
         let key = RedisString::string_as_slice(name);
+        // SAFETY: the server passes the value of the lock key being removed.
+        if let Some(session) = unsafe { state(value.cast_mut()) }.session.as_deref() {
+            events::session_gone(db, key, *session);
+            if !events::is_releasing() {
+                // A RENAME or MOVE may be taking it to another key.
+                events::session_in_flight();
+            }
+        }
         // A release's own deletion is never an expiry, and the release hands the lock
         // over itself: no note, no news.
         if events::is_releasing() {
@@ -216,7 +327,8 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     let failed = raw::REDISMODULE_ERR as c_int;
     guard::callback(failed, || {
-        if encver != ENCODING_VERSION {
+        // The auxiliary data (the fencing clock) is the same in versions 1 and 2.
+        if !(1..=ENCODING_VERSION).contains(&encver) {
             return failed;
         }
         match raw::load_unsigned(rdb) {

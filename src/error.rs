@@ -21,6 +21,21 @@ pub fn invalid_timeout() -> RedisError {
     ))
 }
 
+/// `grace-ms` was not an integer from 0 to 2^47 - 1.
+pub fn invalid_grace() -> RedisError {
+    RedisError::String(format!(
+        "ERR invalid grace-ms: expected an integer from 0 to {MAX_TTL_MS}"
+    ))
+}
+
+/// `SESSION` asked for where no connection can be bound: inside a script or function (the
+/// module API does not tell which client ran it), or from a context without a client.
+pub fn session_without_connection() -> RedisError {
+    RedisError::Str(
+        "ERR SESSION cannot bind a lock inside a script or function: call LOCK.ACQUIRE directly or in MULTI/EXEC",
+    )
+}
+
 /// A token was empty or longer than 256 bytes.
 pub fn invalid_token() -> RedisError {
     RedisError::String(format!(
@@ -31,7 +46,7 @@ pub fn invalid_token() -> RedisError {
 /// An option name that the command does not know, quoted as the client gave it.
 pub fn unknown_option(given: &[u8]) -> RedisError {
     RedisError::String(format!(
-        "ERR unknown option '{}': expected TOKEN or WAIT",
+        "ERR unknown option '{}': expected TOKEN, WAIT or SESSION",
         printable(given)
     ))
 }

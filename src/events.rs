@@ -1,11 +1,27 @@
 //! A leaf for what the type's callbacks learn where the module may act on nothing: that
-//! a lock key left the keyspace. Whoever can act on it (the handoff) registers itself
-//! here at load; a type callback only reports the fact and calls nothing above it.
+//! a lock key left the keyspace, that a session-bound lock arrived in it or left it.
+//! Whoever can act on it (the handoff, the sessions) registers itself here at load; a
+//! type callback only reports the fact and calls nothing above it.
 
 use std::cell::Cell;
 
+use crate::lock::Session;
+
 /// Who is told that a lock key left the keyspace: database and key name.
 pub type Listener = fn(i32, &[u8]);
+
+/// Who is told of session-bound locks: database, key name and binding.
+pub type SessionListener = fn(i32, &[u8], Session);
+
+/// Who hears of session-bound locks: one for those that arrive (loaded, restored), one
+/// for those that leave the keyspace.
+#[derive(Clone, Copy)]
+pub struct SessionListeners {
+    /// A session-bound lock arrived under this name.
+    pub arrived: SessionListener,
+    /// A session-bound lock left the keyspace under this name.
+    pub gone: SessionListener,
+}
 
 thread_local! {
     /// Set while a release deletes its own key: the release grants the next waiter
@@ -13,6 +29,12 @@ thread_local! {
     static RELEASING: Cell<bool> = const { Cell::new(false) };
     /// Told when a lock key leaves the keyspace (set once, at load).
     static ON_LOCK_GONE: Cell<Option<Listener>> = const { Cell::new(None) };
+    /// Told of session-bound locks (set once, at load).
+    static ON_SESSION: Cell<Option<SessionListeners>> = const { Cell::new(None) };
+    /// Set when a session-bound lock leaves a key other than by a release: a `RENAME` or
+    /// `MOVE` may bring it to another key, where the sessions must find it (the
+    /// notification of the destination names no value).
+    static IN_FLIGHT: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `delete`, a release's removal of its own lock key.
@@ -39,6 +61,41 @@ pub fn lock_gone(db: i32, key: &[u8]) {
     if let Some(listener) = ON_LOCK_GONE.with(Cell::get) {
         listener(db, key);
     }
+}
+
+/// Registers who hears of session-bound locks.
+pub fn on_session(listeners: SessionListeners) {
+    ON_SESSION.with(|l| l.set(Some(listeners)));
+}
+
+/// A session-bound lock arrived at `key` of database `db` (loaded from an RDB file or a
+/// `RESTORE` payload, copied).
+pub fn session_arrived(db: i32, key: &[u8], session: Session) {
+    if let Some(listeners) = ON_SESSION.with(Cell::get) {
+        (listeners.arrived)(db, key, session);
+    }
+}
+
+/// A session-bound lock is leaving `key` of database `db`, by whatever means.
+pub fn session_gone(db: i32, key: &[u8], session: Session) {
+    if let Some(listeners) = ON_SESSION.with(Cell::get) {
+        (listeners.gone)(db, key, session);
+    }
+}
+
+/// A session-bound lock may be on its way to another key (see `IN_FLIGHT`).
+pub fn session_in_flight() {
+    IN_FLIGHT.with(|f| f.set(true));
+}
+
+/// Whether a session-bound lock may have moved since the last call; clears the mark.
+pub fn take_session_in_flight() -> bool {
+    IN_FLIGHT.with(|f| f.replace(false))
+}
+
+/// Whether a session-bound lock may have moved, without clearing the mark.
+pub fn is_session_in_flight() -> bool {
+    IN_FLIGHT.with(Cell::get)
 }
 
 #[cfg(test)]

@@ -32,6 +32,37 @@ pub fn writes_paused() -> bool {
     unsafe { raw::RedisModule_AvoidReplicaTraffic.expect("RedisModule_AvoidReplicaTraffic")() != 0 }
 }
 
+/// The id of the client of `ctx` (the one that sent the command, or ran `EXEC`); 0 when
+/// the context has none.
+pub fn client_id(ctx: &Context) -> u64 {
+    // SAFETY: ctx is the live context of the current command or callback.
+    unsafe { raw::RedisModule_GetClientId.expect("RedisModule_GetClientId")(ctx.get_raw()) }
+}
+
+/// Whether a client with this id is connected now (0 never is). Ids are never reused
+/// while the server runs.
+pub fn client_connected(id: u64) -> bool {
+    if id == 0 {
+        return false;
+    }
+    // SAFETY: a NULL info asks only whether the client exists; nothing is written.
+    let found = unsafe {
+        raw::RedisModule_GetClientInfoById.expect("RedisModule_GetClientInfoById")(
+            std::ptr::null_mut(),
+            id,
+        )
+    };
+    found == raw::REDISMODULE_OK as c_int
+}
+
+/// Whether the server is loading its data now (an RDB file, the AOF, a full sync).
+pub fn is_loading() -> bool {
+    // SAFETY: a NULL context asks for the server-wide flags only.
+    let flags =
+        unsafe { raw::RedisModule_GetContextFlags.expect("GetContextFlags")(std::ptr::null_mut()) };
+    flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int != 0
+}
+
 /// Whether the client of `ctx` is connected through a unix socket or from the loopback
 /// address, as the server decides for `enable-debug-command local`.
 pub fn client_is_local(ctx: &Context) -> bool {
@@ -185,6 +216,27 @@ impl<'ctx> Key<'ctx> {
         }
     }
 
+    /// The lock the key holds, to change in place (the key must be open for writing): as
+    /// `lock`, without replacing the value (a replacement would look like a removal).
+    pub fn lock_mut(&mut self) -> Result<Option<&mut LockState>, RedisError> {
+        match self.kind() {
+            KeyKind::Empty => Ok(None),
+            KeyKind::Other => Err(error::wrong_type()),
+            KeyKind::Lock => {
+                // SAFETY: as in `lock`; the borrow is exclusive through &mut self, and
+                // the server does not touch the value while a command runs.
+                let value = unsafe {
+                    raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
+                        self.key,
+                    )
+                    .cast::<LockState>()
+                    .as_mut()
+                };
+                Ok(value)
+            }
+        }
+    }
+
     /// Replaces whatever the key holds with `state`, expiring at the absolute unix time
     /// `expire_at` (`None`: no expiry). One write, so the key is signalled once.
     pub fn set_lock(&self, state: LockState, expire_at: Option<i64>) -> Result<(), RedisError> {
@@ -288,44 +340,68 @@ impl Drop for Key<'_> {
     }
 }
 
-/// Replicates a grant as `LOCK._SET key token fence acquired-ms expire-at-ms`.
+/// Replicates a grant as `LOCK._SET key token fence acquired-ms expire-at-ms [grace-ms]`
+/// (the grace for a session-bound lock).
 ///
 /// Raw `RedisModule_Replicate` with a typed format: the key goes as the string the
 /// server already has and the token as a buffer. The numbers are written as decimal
 /// here, on the stack, and passed as buffers too: the server's own `l` conversion makes
 /// two allocations per number (an object and its string), a buffer makes one (the
 /// profile put replication at more than a third of an acquire's cost).
-pub fn replicate_lock_set(
-    ctx: &Context,
-    key: &RedisString,
-    token: &[u8],
-    fence: u64,
-    acquired_ms: i64,
-    expire_at: i64,
-) {
+pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, expire_at: i64) {
     let (fence, acquired, expire) = (
-        Decimal::new(fence as i64),
-        Decimal::new(acquired_ms),
+        Decimal::new(lock.fence as i64),
+        Decimal::new(lock.acquired_ms),
         Decimal::new(expire_at),
     );
     let (fence, acquired, expire) = (fence.digits(), acquired.digits(), expire.digits());
-    // SAFETY: format `sbbbb`: s = RedisModuleString*, b = pointer and length; every
-    // argument is live for the call, which copies what it keeps.
-    unsafe {
-        raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
-            ctx.get_raw(),
-            c"LOCK._SET".as_ptr(),
-            c"sbbbb".as_ptr(),
-            key.inner,
-            token.as_ptr(),
-            token.len(),
-            fence.as_ptr(),
-            fence.len(),
-            acquired.as_ptr(),
-            acquired.len(),
-            expire.as_ptr(),
-            expire.len(),
-        );
+    let token = &lock.token;
+    // SAFETY: reading a function pointer from the API table filled at load time.
+    let replicate = unsafe { raw::RedisModule_Replicate }.expect("RedisModule_Replicate");
+    match lock.grace_ms() {
+        None => {
+            // SAFETY: format `sbbbb`: s = RedisModuleString*, b = pointer and length;
+            // every argument is live for the call, which copies what it keeps.
+            unsafe {
+                replicate(
+                    ctx.get_raw(),
+                    c"LOCK._SET".as_ptr(),
+                    c"sbbbb".as_ptr(),
+                    key.inner,
+                    token.as_ptr(),
+                    token.len(),
+                    fence.as_ptr(),
+                    fence.len(),
+                    acquired.as_ptr(),
+                    acquired.len(),
+                    expire.as_ptr(),
+                    expire.len(),
+                );
+            }
+        }
+        Some(grace_ms) => {
+            let grace = Decimal::new(grace_ms);
+            let grace = grace.digits();
+            // SAFETY: format `sbbbbb`, as above with one more buffer.
+            unsafe {
+                replicate(
+                    ctx.get_raw(),
+                    c"LOCK._SET".as_ptr(),
+                    c"sbbbbb".as_ptr(),
+                    key.inner,
+                    token.as_ptr(),
+                    token.len(),
+                    fence.as_ptr(),
+                    fence.len(),
+                    acquired.as_ptr(),
+                    acquired.len(),
+                    expire.as_ptr(),
+                    expire.len(),
+                    grace.as_ptr(),
+                    grace.len(),
+                );
+            }
+        }
     }
 }
 

@@ -24,7 +24,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::os::raw::{c_int, c_void};
+use std::os::raw::c_void;
 
 use redis_module::{Context, raw};
 
@@ -93,7 +93,7 @@ fn grant_to(ctx: &Context, key: &Key, mut waiter: Waiter) -> (Waiter, Answer) {
         return (waiter, Answer::Error(redirect));
     }
     let token = std::mem::take(&mut waiter.token).into_boxed_slice();
-    let answer = match store::grant(ctx, key, token.clone(), waiter.ttl_ms) {
+    let answer = match store::grant(ctx, key, token.clone(), waiter.ttl_ms, waiter.session) {
         Ok((fence, _)) => Answer::Granted { token, fence },
         Err(err) => Answer::Error(err.to_string()),
     };
@@ -185,52 +185,23 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     })
 }
 
-/// Server events: flushes and database swaps change many keys without a callback per
-/// key; a master that becomes a replica grants nothing more.
-extern "C" fn on_server_event(
-    ctx: *mut raw::RedisModuleCtx,
-    event: raw::RedisModuleEvent,
-    subevent: u64,
-    _data: *mut c_void,
-) {
-    guard::callback((), || {
-        let flushed = event.id == raw::REDISMODULE_EVENT_FLUSHDB
-            && subevent == raw::REDISMODULE_SUBEVENT_FLUSHDB_END;
-        if flushed || event.id == raw::REDISMODULE_EVENT_SWAPDB {
-            for id in blocking::keys() {
-                run_soon(id);
-            }
-        }
-        let demoted = event.id == raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED
-            && subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
-        if demoted {
-            // Redis has unblocked them already (they left through the disconnect
-            // callback); Valkey leaves a module's waiters to the module.
-            let refused = error::unblocked_by_role_change().to_string();
-            blocking::answer_all(&Context::new(ctx), |_| Answer::Error(refused.clone()));
-        }
-    })
+/// A flush or a database swap changed many keys without a callback per key: every key
+/// with waiters is looked at as soon as writes are allowed.
+pub fn many_keys_changed() {
+    for id in blocking::keys() {
+        run_soon(id);
+    }
 }
 
-/// Subscribes to the server events that free many locks at once or end all waits, and
-/// to the type's news of removed lock keys.
-pub fn init(ctx: &Context) -> bool {
+/// The server became a replica: it grants nothing more. Redis has unblocked the waiters
+/// already (they left through the disconnect callback); Valkey leaves a module's waiters
+/// to the module, which answers them with an error.
+pub fn demoted(ctx: &Context) {
+    let refused = error::unblocked_by_role_change().to_string();
+    blocking::answer_all(ctx, |_| Answer::Error(refused.clone()));
+}
+
+/// Registers for the type's news of removed lock keys (at load).
+pub fn init() {
     events::on_lock_gone(lock_gone);
-    [
-        raw::REDISMODULE_EVENT_FLUSHDB,
-        raw::REDISMODULE_EVENT_SWAPDB,
-        raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
-    ]
-    .into_iter()
-    .all(|id| {
-        // SAFETY: ctx is the load context; the callback lives as long as the module.
-        let status = unsafe {
-            raw::RedisModule_SubscribeToServerEvent.expect("SubscribeToServerEvent")(
-                ctx.get_raw(),
-                raw::RedisModuleEvent { id, dataver: 1 },
-                Some(on_server_event),
-            )
-        };
-        status == raw::REDISMODULE_OK as c_int
-    })
 }

@@ -4,9 +4,11 @@
 //! the server, with fencing tokens, blocking first-come-first-served waits, replication,
 //! persistence and cluster routing. This file registers the module; the rules live in
 //! `lock.rs` and `fence.rs`, the commands in `commands.rs`, the handoff of a freed lock
-//! to its waiters in `handoff.rs` and `blocking.rs`, the server's identity in `server.rs`.
+//! to its waiters in `handoff.rs` and `blocking.rs`, session-bound locks in `session.rs`
+//! and `bindings.rs`, the server's identity in `server.rs`.
 
 pub mod args;
+pub mod bindings;
 pub mod blocking;
 pub mod cluster;
 pub mod command_info;
@@ -22,6 +24,8 @@ pub mod handoff;
 pub mod lock;
 pub mod queue;
 pub mod server;
+pub mod server_events;
+pub mod session;
 pub mod stats;
 pub mod store;
 
@@ -80,7 +84,7 @@ const COMMAND_INFO: [(&std::ffi::CStr, i32, Option<KeyUse>); 6] = [
     (c"lock.release", 3, Some(KeyUse::Delete)),
     (c"lock.extend", 4, Some(KeyUse::Update)),
     (c"lock.info", 2, Some(KeyUse::Read)),
-    (c"lock._set", 6, Some(KeyUse::Overwrite)),
+    (c"lock._set", -6, Some(KeyUse::Overwrite)),
     (c"lock.debug", 2, None),
 ];
 
@@ -132,10 +136,19 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(stats::info));
     blocking::init(found.unblock_is_safe());
-    if !ffi::init_detached(ctx) || !handoff::init(ctx) {
+    handoff::init();
+    session::init();
+    bindings::instance();
+    if !ffi::init_detached(ctx) || !server_events::init(ctx) {
         ctx.log_warning(
-            "lock: could not set up blocking waits (detached context, flush/swapdb/role events)",
+            "lock: could not set up waits and sessions (detached context, server events)",
         );
+        return Status::Err;
+    }
+    // Finds a session-bound lock again where a RENAME or MOVE puts it, where subscribing
+    // to those events does no harm to other commands.
+    if found.key_moves_can_be_followed() && !server_events::follow_key_moves(ctx) {
+        ctx.log_warning("lock: could not subscribe to the generic keyspace events");
         return Status::Err;
     }
     Status::Ok

@@ -1,7 +1,8 @@
 //! The lock's state and its rules: pure Rust, no FFI.
 //!
 //! The key's expiry is the server's own; it is not stored here. What a key holds is the
-//! token that proves ownership, the fence granted with it and when it was granted.
+//! token that proves ownership, the fence granted with it, when it was granted and, for a
+//! session-bound lock, the connection it is bound to.
 
 /// The value of a lock key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -13,6 +14,27 @@ pub struct LockState {
     pub fence: u64,
     /// Unix time in ms when the lock was granted.
     pub acquired_ms: i64,
+    /// The connection the lock is bound to (`SESSION grace-ms`), if any. Boxed: a plain
+    /// lock pays one pointer for it, not the whole binding.
+    pub session: Option<Box<Session>>,
+}
+
+/// A lock's binding to its holder's connection: when that connection closes, the lock is
+/// released `grace_ms` later unless its holder reclaims it first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Session {
+    /// How long the lock outlives its connection, in ms (Chubby's lock-delay).
+    pub grace_ms: i64,
+    /// The server's id of the bound connection; 0 when the lock came from elsewhere (a
+    /// restart, a master, another server) and so has no connection here.
+    pub client: u64,
+}
+
+impl LockState {
+    /// The grace of a session-bound lock, `None` for a plain one.
+    pub fn grace_ms(&self) -> Option<i64> {
+        self.session.as_ref().map(|s| s.grace_ms)
+    }
 }
 
 /// What an acquire does, given what the key holds.
@@ -65,6 +87,7 @@ mod tests {
             token: token.into(),
             fence: 7,
             acquired_ms: 1,
+            session: None,
         }
     }
 

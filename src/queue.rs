@@ -7,6 +7,8 @@
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::lock::Session;
+
 /// A key in a database: waiters of different databases never meet.
 pub type KeyId = (i32, Vec<u8>);
 
@@ -23,6 +25,8 @@ pub struct Waiter {
     pub wake_timer: Option<u64>,
     /// The TTL of the lock once granted.
     pub ttl_ms: i64,
+    /// The connection the lock will be bound to, with its grace (`SESSION`), if any.
+    pub session: Option<Session>,
 }
 
 /// All waiters of the server.
@@ -145,6 +149,7 @@ mod tests {
             token: format!("t{handle}").into_bytes(),
             wake_timer: None,
             ttl_ms: 1000,
+            session: None,
         }
     }
 

@@ -87,6 +87,20 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Whether a module may subscribe to the generic keyspace events (`rename_to`,
+    /// `move_to`) without harm. Valkey 8.1 runs a module's notification callback on the
+    /// client that ran the command and selects the event's database on it without
+    /// selecting the client's own back, so a mere subscription leaves every client that
+    /// runs `MOVE` or `COPY ... DB` in the other database (valkey#4024, fixed in 9.1.2).
+    pub fn key_moves_can_be_followed(&self) -> bool {
+        match self.family {
+            Family::Redis => true,
+            Family::Valkey => !((8, 1, 0)..(9, 1, 2)).contains(&self.version),
+        }
+    }
+}
+
 impl fmt::Display for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self.family {
@@ -108,6 +122,17 @@ mod tests {
 
     fn valkey(version: &str) -> Server {
         Server::identify(Some("7.2.4"), Some(version)).unwrap()
+    }
+
+    #[test]
+    fn key_moves_are_followed_except_where_a_subscription_breaks_move() {
+        assert!(redis("7.0.15").key_moves_can_be_followed());
+        assert!(redis("8.2.3").key_moves_can_be_followed());
+        assert!(valkey("8.0.6").key_moves_can_be_followed());
+        assert!(!valkey("8.1.0").key_moves_can_be_followed());
+        assert!(!valkey("8.1.8").key_moves_can_be_followed());
+        assert!(!valkey("9.0.3").key_moves_can_be_followed());
+        assert!(valkey("9.1.2").key_moves_can_be_followed());
     }
 
     #[test]

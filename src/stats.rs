@@ -39,6 +39,10 @@ pub static EXPIRED: Counter = Counter::new();
 pub static WAITS: Counter = Counter::new();
 /// Waits that ended with the timeout.
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
+/// Session-bound locks released because their connection closed and the grace ran out.
+pub static SESSION_RELEASES: Counter = Counter::new();
+/// Graces ended by a reclaim: the holder's token acquired its lock again.
+pub static SESSION_RECLAIMS: Counter = Counter::new();
 
 thread_local! {
     /// The lock key the server unlinked last. The `expired` event comes right after the
@@ -100,6 +104,8 @@ pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_cra
             ("waits", WAITS.get()),
             ("wait_timeouts", WAIT_TIMEOUTS.get()),
             ("waiters", crate::blocking::total() as u64),
+            ("session_releases", SESSION_RELEASES.get()),
+            ("session_reclaims", SESSION_RECLAIMS.get()),
         ];
         let mut section = info.builder().add_section("stats");
         for (name, value) in fields {

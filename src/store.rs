@@ -5,10 +5,11 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError};
 
+use crate::bindings;
 use crate::error;
 use crate::fence;
 use crate::ffi::{self, Key};
-use crate::lock::LockState;
+use crate::lock::{LockState, Session};
 use crate::stats;
 
 /// Keyspace events, in the module class (`notify-keyspace-events` with `d`): a grant.
@@ -18,14 +19,16 @@ pub const EVENT_RELEASE: &CStr = c"lock.release";
 /// Fired when the holder extends the lock.
 pub const EVENT_EXTEND: &CStr = c"lock.extend";
 
-/// Grants the free lock `key` to `token` for `ttl_ms`: a new fence, the key's expiry,
-/// replication of the absolute state (`LOCK._SET`), the `lock.acquire` event and the
-/// `grants` counter. Returns the fence and the absolute expiry; the caller replies.
+/// Grants the free lock `key` to `token` for `ttl_ms`, bound to `session`'s connection if
+/// given: a new fence, the key's expiry, replication of the absolute state
+/// (`LOCK._SET`), the `lock.acquire` event and the `grants` counter. Returns the fence
+/// and the absolute expiry; the caller replies.
 pub fn grant(
     ctx: &Context,
     key: &Key,
     token: Box<[u8]>,
     ttl_ms: i64,
+    session: Option<Session>,
 ) -> Result<(u64, i64), RedisError> {
     let now = ffi::now_ms();
     let fence = fence::clock()
@@ -37,13 +40,18 @@ pub fn grant(
             token,
             fence,
             acquired_ms: now,
+            session: session.map(Box::new),
         },
         Some(expire_at),
     )?;
     let lock = key
         .lock()?
         .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
-    ffi::replicate_lock_set(ctx, key.name(), &lock.token, fence, now, expire_at);
+    ffi::replicate_lock_set(ctx, key.name(), lock, expire_at);
+    if let Some(session) = session {
+        let id = (ffi::selected_db(ctx), key.name().as_slice().to_vec());
+        bindings::with(|b| b.bind(id, session.client, session.grace_ms));
+    }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());
     stats::GRANTS.bump();
     Ok((fence, expire_at))

@@ -92,6 +92,13 @@ impl ServerKind {
         }
     }
 
+    /// Whether the module follows a session-bound lock that `RENAME` or `MOVE` takes to
+    /// another key: everywhere but Valkey 8.1 to 9.1.1, where subscribing to those
+    /// notifications would leave `MOVE` callers in the wrong database (valkey#4024).
+    pub fn follows_key_moves(&self) -> bool {
+        !(self.valkey && ((8, 1, 0)..(9, 1, 2)).contains(&self.version))
+    }
+
     /// Whether the server runs post-notification jobs (Redis 7.2+, every Valkey), so
     /// that a lock removed by `DEL` or expiry is handed over inside that same event.
     pub fn has_post_jobs(&self) -> bool {

@@ -1,0 +1,202 @@
+//! Session-bound locks on the server: a lock taken with `SESSION grace-ms` is released
+//! `grace-ms` after its connection closes, unless its holder reclaims it first.
+//!
+//! The registry (`bindings.rs`) knows every such lock; this file carries it out:
+//!
+//! - a connection's close (the server's client-change event) starts the grace of each
+//!   lock bound to it: one module timer per lock;
+//! - when a grace ends, the lock is released like `LOCK.RELEASE` releases it (deleted,
+//!   `DEL` replicated, `lock.release` notified, the next waiter granted at once), if it is
+//!   still the same binding: same connection, still gone. A lock released, deleted,
+//!   replaced or reclaimed meanwhile is left alone;
+//! - a reclaim (the holder's token acquires again) ends the grace and stops its timer;
+//! - a server that does not serve its keys yet (loading, a replica) watches nothing: its
+//!   session-bound locks wait, pending, until it does (end of loading, promotion), and
+//!   their graces start then.
+
+use std::os::raw::c_void;
+
+use redis_module::{Context, raw};
+
+use crate::bindings::{self, Binding};
+use crate::events::{self, SessionListeners};
+use crate::ffi::{self, Key};
+use crate::guard;
+use crate::handoff;
+use crate::lock::Session;
+use crate::queue::KeyId;
+use crate::stats;
+use crate::store::EVENT_RELEASE;
+
+/// How soon a grace that ended while the server held writes back is looked at again.
+const PAUSED_RETRY_MS: i64 = 10;
+
+/// The lock on `key`, bound as `session`, is about to lose that binding (its holder's
+/// token acquires it again, bound anew or not at all). Returns whether that ends a grace:
+/// a reclaim, counted in `session_reclaims`.
+pub fn unbind(ctx: &Context, db: i32, key: &[u8], session: &Session) -> bool {
+    let id = (db, key.to_vec());
+    if let Some(timer) = bindings::with(|b| b.forget(&id, session.client)) {
+        stop_grace_timer(ctx, timer);
+    }
+    let reclaimed = !ffi::client_connected(session.client);
+    if reclaimed {
+        stats::SESSION_RECLAIMS.bump();
+    }
+    reclaimed
+}
+
+/// The server's client-change event: connection `client` closed. Starts the grace of
+/// every lock bound to it; costs one lookup for a connection that held none.
+pub fn disconnected(ctx: &Context, client: u64) {
+    let locks = bindings::with(|b| b.disconnected(client));
+    for (key, grace_ms) in locks {
+        start_grace(ctx, key, Binding { client, grace_ms }, grace_ms);
+    }
+}
+
+/// The server starts serving its keys (loading ended on a master, or it was promoted):
+/// the grace of every pending lock starts now, unless its connection is still open.
+pub fn serving(ctx: &Context) {
+    if ffi::is_replica(ctx) || ffi::is_loading() {
+        return;
+    }
+    for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
+        if ffi::client_connected(binding.client) {
+            bindings::with(|b| b.bind(key, binding.client, binding.grace_ms));
+        } else {
+            start_grace(ctx, key, binding, binding.grace_ms);
+        }
+    }
+}
+
+/// The server follows a master now: it watches no connection and ends no grace.
+pub fn demoted(ctx: &Context) {
+    for timer in bindings::with(bindings::Bindings::demote) {
+        stop_grace_timer(ctx, timer);
+    }
+}
+
+/// Database `db` (all for `None`) was emptied.
+pub fn flushed(ctx: &Context, db: Option<i32>) {
+    for timer in bindings::with(|b| b.flushed(db)) {
+        stop_grace_timer(ctx, timer);
+    }
+}
+
+/// Databases `a` and `b` swapped their contents.
+pub fn swapped(a: i32, b: i32) {
+    bindings::with(|r| r.swapped(a, b));
+}
+
+/// A session-bound lock is now at `key`: granted elsewhere and copied here (replication,
+/// the AOF), loaded, restored, renamed, moved or copied. It is watched from now on: bound
+/// if its connection is open, else in grace, or pending if this server does not serve it.
+pub fn arrived(db: i32, key: &[u8], session: Session) {
+    let id = (db, key.to_vec());
+    let binding = Binding {
+        client: session.client,
+        grace_ms: session.grace_ms,
+    };
+    let ctx = ffi::detached();
+    if ffi::is_loading() || ffi::is_replica(&ctx) {
+        bindings::with(|b| b.pend(id, binding));
+    } else if ffi::client_connected(session.client) {
+        bindings::with(|b| b.bind(id, session.client, session.grace_ms));
+    } else {
+        start_grace(&ctx, id, binding, session.grace_ms);
+    }
+}
+
+/// A session-bound lock left `key`, by whatever means: forget it.
+fn gone(db: i32, key: &[u8], session: Session) {
+    let id = (db, key.to_vec());
+    if let Some(timer) = bindings::with(|b| b.forget(&id, session.client)) {
+        stop_grace_timer(&ffi::detached(), timer);
+    }
+}
+
+/// `RENAME` and `MOVE` bring a lock to a new key with no type callback that names the
+/// destination: their notification of it is where a session-bound lock that left another
+/// key is found again (`COPY` has its type callback). Any other event costs a flag check.
+pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
+    guard::callback((), || {
+        if !events::is_session_in_flight() || !matches!(event, b"rename_to" | b"move_to") {
+            return;
+        }
+        events::take_session_in_flight();
+        let name = ctx.create_string(key);
+        let opened = Key::open_read(ctx, &name);
+        if let Ok(Some(lock)) = opened.lock()
+            && let Some(session) = lock.session.as_deref().copied()
+        {
+            arrived(ffi::selected_db(ctx), key, session);
+        }
+    })
+}
+
+/// Starts (or restarts) the grace of the lock on `key`: its release `delay_ms` from now.
+fn start_grace(ctx: &Context, key: KeyId, binding: Binding, delay_ms: i64) {
+    let data = Box::into_raw(Box::new(key.clone()));
+    let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, data as usize);
+    if let Some(old) = bindings::with(|b| b.grace_started(key, timer, binding)) {
+        stop_grace_timer(ctx, old);
+    }
+}
+
+fn stop_grace_timer(ctx: &Context, timer: u64) {
+    if let Some(data) = ffi::stop_timer(ctx, timer) {
+        // SAFETY: data is the Box<KeyId> that start_grace gave the timer, not yet taken
+        // back (the timer had not fired).
+        drop(unsafe { Box::from_raw(data as *mut KeyId) });
+    }
+}
+
+extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the Box<KeyId> given to create_timer; a timer fires once.
+    let key = unsafe { Box::from_raw(data.cast::<KeyId>()) };
+    guard::callback((), || {
+        let ctx = Context::new(ctx);
+        let Some((_, binding)) = bindings::with(|b| b.grace_ended(&key)) else {
+            return;
+        };
+        if ffi::is_replica(&ctx) {
+            bindings::with(|b| b.pend(*key, binding));
+        } else if ffi::writes_paused() {
+            start_grace(&ctx, *key, binding, PAUSED_RETRY_MS);
+        } else {
+            release(&ctx, &key, binding);
+        }
+    })
+}
+
+/// The grace of the lock on `key` ran out: release it if it still has that binding.
+fn release(ctx: &Context, key: &KeyId, binding: Binding) {
+    let (db, name) = (key.0, key.1.as_slice());
+    if ffi::selected_db(ctx) != db && !ffi::select_db(ctx, db) {
+        return;
+    }
+    let key_name = ctx.create_string(name);
+    let opened = Key::open_write(ctx, &key_name);
+    let Ok(Some(lock)) = opened.lock() else {
+        return;
+    };
+    let still_bound = lock.session.as_deref().is_some_and(|session| {
+        session.client == binding.client && !ffi::client_connected(session.client)
+    });
+    if !still_bound {
+        return;
+    }
+    events::releasing(|| opened.delete());
+    ffi::replicate_del(ctx, opened.name());
+    ffi::notify(ctx, EVENT_RELEASE, opened.name());
+    stats::RELEASES.bump();
+    stats::SESSION_RELEASES.bump();
+    drop(opened);
+    handoff::handoff(ctx, db, name);
+}
+
+/// Registers for the type's news of session-bound locks (at load).
+pub fn init() {
+    events::on_session(SessionListeners { arrived, gone });
+}
