@@ -11,38 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-/// How long a test waits for something the server does on its own.
-const LIMIT: Duration = Duration::from_secs(10);
-
-/// `LOCK.ACQUIRE key ttl TOKEN token SESSION grace`: the fence.
-fn session_lock(con: &mut redis::Connection, key: &str, token: &str, grace_ms: i64) -> i64 {
-    let grace = grace_ms.to_string();
-    acquire(con, key, 60_000, &["TOKEN", token, "SESSION", &grace])
-        .expect("a free lock is granted")
-        .1
-}
-
-/// The connection's `CLIENT ID`.
-fn client_id(con: &mut redis::Connection) -> i64 {
-    redis::cmd("CLIENT")
-        .arg("ID")
-        .query(con)
-        .expect("CLIENT ID")
-}
-
-/// Waits until `key` is gone.
-fn wait_gone(con: &mut redis::Connection, key: &str, what: &str) {
-    poll_until(LIMIT, what, || !exists(con, key));
-}
-
-/// The binding fields of `LOCK.INFO key`: `(session, connected)`.
-fn binding(con: &mut redis::Connection, key: &str) -> (i64, i64) {
-    (
-        info_field(con, key, "session").expect("LOCK.INFO session"),
-        info_field(con, key, "connected").expect("LOCK.INFO connected"),
-    )
-}
-
 /// Takes `key` with `SESSION grace_ms` on a connection of its own, queues a waiter,
 /// closes the holder's connection with `close` (given its id and the connection), and
 /// checks that nobody gets the lock while the grace runs and the waiter gets it right
@@ -436,10 +404,22 @@ fn copied_renamed_and_moved_locks_stay_bound() {
     for key in ["a", "b", "c"] {
         session_lock(&mut holder, key, "t", 0);
     }
-    let copied: i64 = redis::cmd("COPY").arg("c").arg("c2").query(&mut admin).unwrap();
+    let copied: i64 = redis::cmd("COPY")
+        .arg("c")
+        .arg("c2")
+        .query(&mut admin)
+        .unwrap();
     assert_eq!(copied, 1);
-    let _: () = redis::cmd("RENAME").arg("a").arg("a2").query(&mut admin).unwrap();
-    let moved: i64 = redis::cmd("MOVE").arg("b").arg(5).query(&mut admin).unwrap();
+    let _: () = redis::cmd("RENAME")
+        .arg("a")
+        .arg("a2")
+        .query(&mut admin)
+        .unwrap();
+    let moved: i64 = redis::cmd("MOVE")
+        .arg("b")
+        .arg(5)
+        .query(&mut admin)
+        .unwrap();
     assert_eq!(moved, 1);
     assert_eq!(binding(&mut admin, "c2"), (0, 1));
     assert_eq!(binding(&mut admin, "a2"), (0, 1));

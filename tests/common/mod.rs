@@ -504,3 +504,35 @@ pub fn held_with_a_waiter(
     let waiter = Waiter::start(server, key, ttl_ms, extra);
     (holder, fence, waiter)
 }
+
+/// How long a test waits for something the server does on its own (a grace ending).
+pub const LIMIT: Duration = Duration::from_secs(10);
+
+/// `LOCK.ACQUIRE key 60000 TOKEN token SESSION grace`, which must be granted: the fence.
+pub fn session_lock(con: &mut redis::Connection, key: &str, token: &str, grace_ms: i64) -> i64 {
+    let grace = grace_ms.to_string();
+    acquire(con, key, 60_000, &["TOKEN", token, "SESSION", &grace])
+        .expect("a free lock is granted")
+        .1
+}
+
+/// The connection's `CLIENT ID`.
+pub fn client_id(con: &mut redis::Connection) -> i64 {
+    redis::cmd("CLIENT")
+        .arg("ID")
+        .query(con)
+        .expect("CLIENT ID")
+}
+
+/// Waits until `key` is gone.
+pub fn wait_gone(con: &mut redis::Connection, key: &str, what: &str) {
+    poll_until(LIMIT, what, || !exists(con, key));
+}
+
+/// The binding fields of `LOCK.INFO key`: `(session, connected)`.
+pub fn binding(con: &mut redis::Connection, key: &str) -> (i64, i64) {
+    (
+        info_field(con, key, "session").expect("LOCK.INFO session"),
+        info_field(con, key, "connected").expect("LOCK.INFO connected"),
+    )
+}
