@@ -25,6 +25,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,7 +34,9 @@ use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, RedisResult};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::commands::{Grant, LockInfo, acquire_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::commands::{
+    Grant, LockInfo, acquire_cmd, acquire_session_cmd, extend_cmd, info_cmd, release_cmd,
+};
 use crate::guard::{
     DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
 };
@@ -67,6 +70,9 @@ struct Conn {
     client: redis::Client,
     connect_timeout: Duration,
     slot: Mutex<Option<MultiplexedConnection>>,
+    /// How many connections the slot has held: session-bound locks know which one they
+    /// are bound to.
+    generation: AtomicU64,
 }
 
 impl Conn {
@@ -75,6 +81,7 @@ impl Conn {
             client,
             connect_timeout,
             slot: Mutex::new(None),
+            generation: AtomicU64::new(0),
         }
     }
 
@@ -94,6 +101,7 @@ impl Conn {
         }
         let con = self.open().await?;
         *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(con.clone());
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(con)
     }
 
@@ -161,7 +169,13 @@ impl Locker {
     ) -> RedisResult<Option<Lock>> {
         let key = key.as_ref().to_vec();
         let token = options.token_to_send();
-        let cmd = acquire_cmd(&key, options.ttl(), Some(&token), options.wait_timeout());
+        let cmd = acquire_session_cmd(
+            &key,
+            options.ttl(),
+            Some(&token),
+            options.wait_timeout(),
+            options.session_grace(),
+        );
         let reply: RedisResult<Option<Grant>> = match options.wait_timeout() {
             None => self.conn.query(&cmd, self.command_timeout).await,
             Some(_) => {
@@ -188,13 +202,23 @@ impl Locker {
             }
         };
         let (lost, _) = watch::channel(None);
+        // Granted on the shared connection, the lock is bound to it; granted after a wait
+        // on a connection of its own, it is bound to the shared one before that closes.
+        let bound_to = match options.wait_timeout() {
+            None => self.conn.generation.load(Ordering::SeqCst),
+            Some(_) => UNBOUND,
+        };
         let shared = Arc::new(Shared {
             conn: self.conn.clone(),
             command_timeout: self.command_timeout,
             key,
             token: grant.token,
             lost,
+            session: options.session_grace(),
+            ttl: options.ttl(),
+            bound_to: AtomicU64::new(bound_to),
         });
+        shared.stay_bound().await?;
         let watchdog = options
             .watchdog_interval()
             .map(|every| tokio::spawn(watchdog(shared.clone(), every, options.ttl())));
@@ -215,9 +239,41 @@ struct Shared {
     key: Vec<u8>,
     token: Vec<u8>,
     lost: watch::Sender<Option<LostReason>>,
+    /// The grace of a lock bound to the locker's shared connection.
+    session: Option<Duration>,
+    /// The lock's TTL, for a reclaim.
+    ttl: Duration,
+    /// The generation of the shared connection the lock is bound to.
+    bound_to: AtomicU64,
 }
 
+/// `Shared::bound_to` of a session-bound lock not yet bound to the shared connection.
+const UNBOUND: u64 = u64::MAX;
+
 impl Shared {
+    /// A session-bound lock follows the locker's shared connection: granted on another
+    /// connection, or the shared one reconnected since, its token acquires it again on
+    /// the current one (same fence, within the grace). If that finds it gone, the lock
+    /// counts as lost.
+    async fn stay_bound(&self) -> RedisResult<()> {
+        let Some(grace) = self.session else {
+            return Ok(());
+        };
+        // Opens the shared connection if it is not open, so that its generation is known.
+        let _ = self.conn.get().await?;
+        let current = self.conn.generation.load(Ordering::SeqCst);
+        if self.bound_to.load(Ordering::SeqCst) == current {
+            return Ok(());
+        }
+        let cmd = acquire_session_cmd(&self.key, self.ttl, Some(&self.token), None, Some(grace));
+        let reclaimed: Option<Grant> = self.conn.query(&cmd, self.command_timeout).await?;
+        if reclaimed.is_none() {
+            self.set_lost(LostReason::NotHeld);
+        }
+        self.bound_to.store(current, Ordering::SeqCst);
+        Ok(())
+    }
+
     fn set_lost(&self, reason: LostReason) {
         self.lost.send_if_modified(|slot| {
             if slot.is_none() {
@@ -237,6 +293,7 @@ impl Shared {
     }
 
     async fn extend(&self, ttl: Duration) -> RedisResult<bool> {
+        self.stay_bound().await?;
         let extended: bool = self
             .conn
             .query(

@@ -35,12 +35,26 @@ pub(crate) fn millis(duration: Duration) -> u64 {
 /// Reply: `Option<Grant>`, `None` when another token holds the lock (at once, or when the
 /// wait timed out). `wait` of `Some(Duration::ZERO)` waits without limit; a wait blocks
 /// the connection, so give it a connection of its own and a response timeout longer
-/// than the wait.
+/// than the wait. See [`acquire_session_cmd`] for a lock bound to the connection.
 pub fn acquire_cmd(
     key: impl AsRef<[u8]>,
     ttl: Duration,
     token: Option<&[u8]>,
     wait: Option<Duration>,
+) -> redis::Cmd {
+    acquire_session_cmd(key, ttl, token, wait, None)
+}
+
+/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`: with a
+/// `session` grace, the lock is bound to the connection that sends the command and is
+/// released `grace` after that connection closes (unless its token acquires it again
+/// first, from any connection: a reclaim). Reply as for [`acquire_cmd`].
+pub fn acquire_session_cmd(
+    key: impl AsRef<[u8]>,
+    ttl: Duration,
+    token: Option<&[u8]>,
+    wait: Option<Duration>,
+    session: Option<Duration>,
 ) -> redis::Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key.as_ref()).arg(millis(ttl));
@@ -49,6 +63,9 @@ pub fn acquire_cmd(
     }
     if let Some(wait) = wait {
         cmd.arg("WAIT").arg(millis(wait));
+    }
+    if let Some(grace) = session {
+        cmd.arg("SESSION").arg(millis(grace));
     }
     cmd
 }
@@ -120,6 +137,12 @@ pub struct LockInfo {
     pub acquired_unix_ms: u64,
     /// How many clients are blocked in `LOCK.ACQUIRE ... WAIT` on this key.
     pub waiters: u64,
+    /// For a session-bound lock, its grace; `None` for a plain lock (or a server whose
+    /// module predates sessions).
+    pub session: Option<Duration>,
+    /// For a session-bound lock, whether its connection is open (`false` while the grace
+    /// runs); `None` for a plain lock.
+    pub connected: Option<bool>,
 }
 
 impl FromRedisValue for LockInfo {
@@ -141,6 +164,8 @@ impl FromRedisValue for LockInfo {
         let mut fence = None;
         let mut acquired = None;
         let mut waiters = None;
+        let mut session = None;
+        let mut connected = None;
         for (name, value) in pairs {
             let name = String::from_redis_value(name)?;
             let slot = match name.as_str() {
@@ -148,6 +173,8 @@ impl FromRedisValue for LockInfo {
                 "fence" => &mut fence,
                 "acquired" => &mut acquired,
                 "waiters" => &mut waiters,
+                "session" => &mut session,
+                "connected" => &mut connected,
                 _ => continue,
             };
             *slot = Some(i64::from_redis_value(value)?);
@@ -161,6 +188,10 @@ impl FromRedisValue for LockInfo {
             fence: u64::try_from(field(fence, "fence")?).unwrap_or(0),
             acquired_unix_ms: u64::try_from(field(acquired, "acquired")?).unwrap_or(0),
             waiters: u64::try_from(field(waiters, "waiters")?).unwrap_or(0),
+            session: session
+                .and_then(|ms| u64::try_from(ms).ok())
+                .map(Duration::from_millis),
+            connected: connected.and_then(|c| (c >= 0).then_some(c == 1)),
         })
     }
 }
@@ -213,6 +244,8 @@ mod tests {
             ("fence", 7),
             ("acquired", 1_700),
             ("waiters", 2),
+            ("session", 500),
+            ("connected", 0),
         ];
         let flat = Value::Array(
             fields
@@ -231,6 +264,8 @@ mod tests {
             fence: 7,
             acquired_unix_ms: 1_700,
             waiters: 2,
+            session: Some(Duration::from_millis(500)),
+            connected: Some(false),
         };
         assert_eq!(LockInfo::from_redis_value(flat).unwrap(), expected);
         assert_eq!(LockInfo::from_redis_value(map).unwrap(), expected);
@@ -248,6 +283,7 @@ mod tests {
             Value::BulkString(b"waiters".to_vec()),
             Value::Int(0),
         ]);
-        assert_eq!(LockInfo::from_redis_value(reply).unwrap().ttl, None);
+        let info = LockInfo::from_redis_value(reply).unwrap();
+        assert_eq!((info.ttl, info.session, info.connected), (None, None, None));
     }
 }

@@ -24,6 +24,7 @@ pub struct LockOptions {
     wait: Option<Duration>,
     token: Option<Vec<u8>>,
     watchdog: Option<f64>,
+    session: Option<Duration>,
 }
 
 impl std::fmt::Debug for LockOptions {
@@ -33,6 +34,7 @@ impl std::fmt::Debug for LockOptions {
             .field("wait", &self.wait)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("watchdog", &self.watchdog)
+            .field("session", &self.session)
             .finish()
     }
 }
@@ -47,6 +49,7 @@ impl LockOptions {
             wait: None,
             token: None,
             watchdog: None,
+            session: None,
         }
     }
 
@@ -83,6 +86,29 @@ impl LockOptions {
         );
         self.watchdog = Some(fraction);
         self
+    }
+
+    /// Bind the lock to the guard's connection (`LOCK.ACQUIRE ... SESSION grace-ms`): if
+    /// the connection closes (the process dies, the network drops), the server releases
+    /// the lock `grace` later instead of at the end of the TTL, and gives it to the next
+    /// waiter. If the guard's connection is lost and opened again within the grace, the
+    /// guard reclaims the lock (same fence) before its next extend. The async
+    /// [`aio::Locker`](crate::aio::Locker) binds its locks to its one shared connection.
+    ///
+    /// Prefer it to a watchdog when the TTL must be long (work of unknown length) but a
+    /// crashed holder must not block everyone for that long: the lock lives as long as
+    /// the connection, plus `grace`. The grace is a lock-delay: a holder that is only cut
+    /// off may still be acting, so nobody else gets the lock before it ends. The TTL
+    /// still bounds the lock; combine it with [`watchdog`](Self::watchdog) to hold it
+    /// beyond the TTL while the process is alive.
+    pub fn session(mut self, grace: Duration) -> Self {
+        self.session = Some(grace);
+        self
+    }
+
+    /// The grace of a session-bound lock, if [`session`](Self::session) was set.
+    pub fn session_grace(&self) -> Option<Duration> {
+        self.session
     }
 
     /// The lock's time to live.

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, FromRedisValue, RedisResult};
 
-use crate::commands::{Grant, LockInfo, acquire_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::commands::{Grant, LockInfo, acquire_session_cmd, extend_cmd, info_cmd, release_cmd};
 use crate::guard::{
     DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
 };
@@ -68,7 +68,13 @@ impl Locker {
         let token = options.token_to_send();
         let mut con = connect(&self.client, self.command_timeout)?;
         con.set_read_timeout(options.reply_limit(self.command_timeout))?;
-        let cmd = acquire_cmd(&key, options.ttl(), Some(&token), options.wait_timeout());
+        let cmd = acquire_session_cmd(
+            &key,
+            options.ttl(),
+            Some(&token),
+            options.wait_timeout(),
+            options.session_grace(),
+        );
         let grant = match cmd.query::<Option<Grant>>(&mut con) {
             Ok(Some(grant)) => grant,
             Ok(None) => return Ok(None),
@@ -90,6 +96,8 @@ impl Locker {
             token: grant.token,
             con: Mutex::new(Some(con)),
             lost: LostFlag::default(),
+            session: options.session_grace(),
+            ttl: options.ttl(),
         });
         let watchdog = options
             .watchdog_interval()
@@ -113,6 +121,10 @@ struct Shared {
     /// The guard's connection; `None` after an error, reopened on next use.
     con: Mutex<Option<Connection>>,
     lost: LostFlag,
+    /// The grace of a lock bound to the guard's connection.
+    session: Option<Duration>,
+    /// The lock's TTL, for a reclaim.
+    ttl: Duration,
 }
 
 impl Shared {
@@ -120,7 +132,11 @@ impl Shared {
         let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
         let con = match slot.as_mut() {
             Some(con) => con,
-            None => slot.insert(connect(&self.client, self.command_timeout)?),
+            None => {
+                let mut con = connect(&self.client, self.command_timeout)?;
+                self.reclaim(&mut con)?;
+                slot.insert(con)
+            }
         };
         let result = cmd.query(con);
         if result.is_err() {
@@ -129,6 +145,20 @@ impl Shared {
             *slot = None;
         }
         result
+    }
+
+    /// A session-bound lock whose connection was lost is bound to the new one `con`
+    /// (its token acquires it again: same fence, while the grace runs); if that finds
+    /// it gone, the lock counts as lost.
+    fn reclaim(&self, con: &mut Connection) -> RedisResult<()> {
+        let Some(grace) = self.session else {
+            return Ok(());
+        };
+        let cmd = acquire_session_cmd(&self.key, self.ttl, Some(&self.token), None, Some(grace));
+        if cmd.query::<Option<Grant>>(con)?.is_none() {
+            self.lost.set(LostReason::NotHeld);
+        }
+        Ok(())
     }
 
     fn extend(&self, ttl: Duration) -> RedisResult<bool> {

@@ -215,3 +215,54 @@ async fn lost_stays_pending_while_the_lock_is_held() {
     assert!(waited.is_err(), "reported lost while held: {waited:?}");
     assert!(lock.release().await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_bound_async_lock_lives_as_long_as_the_lockers_connection() {
+    let server = TestServer::start();
+    let mut admin = server.connection();
+    let locker = Locker::new(server.client());
+    let holder = locker
+        .acquire("jobs:s", &ttl(60_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    // A waiting acquire is granted on a connection of its own, then bound to the
+    // locker's shared one before that closes.
+    let waiting = {
+        let locker = locker.clone();
+        tokio::spawn(async move {
+            let options = ttl(60_000)
+                .wait(Duration::from_secs(10))
+                .session(Duration::ZERO);
+            locker.acquire("jobs:s", &options).await
+        })
+    };
+    poll_until(Duration::from_secs(10), "the acquire to wait", || {
+        info_field(&mut admin, "jobs:s", "waiters") == Some(1)
+    });
+    assert!(holder.release().await.unwrap());
+    let lock = waiting
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted after the wait");
+    let info = lock.info().await.unwrap().expect("info");
+    assert_eq!(
+        (info.session, info.connected),
+        (Some(Duration::ZERO), Some(true))
+    );
+    assert_eq!(info.fence, lock.fence());
+    // The process dies: its connections close, and the lock goes at once.
+    let own: i64 = redis::cmd("CLIENT").arg("ID").query(&mut admin).unwrap();
+    let killed: i64 = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .query(&mut admin)
+        .unwrap();
+    assert!(killed >= 1, "killed the locker's connection (not {own})");
+    poll_until(Duration::from_secs(10), "the lock to go", || {
+        !exists(&mut admin, "jobs:s")
+    });
+    assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 1);
+}

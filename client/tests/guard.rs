@@ -359,3 +359,88 @@ fn without_the_module_acquire_fails() {
         "{err}"
     );
 }
+
+/// The `CLIENT ID`s of the server's normal clients other than `con`'s own.
+fn other_client_ids(con: &mut redis::Connection) -> Vec<i64> {
+    let own: i64 = redis::cmd("CLIENT").arg("ID").query(con).unwrap();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(con).unwrap();
+    list.lines()
+        .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .filter(|id| *id != own)
+        .collect()
+}
+
+#[test]
+fn a_session_bound_guard_is_released_when_its_connection_dies() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let options = ttl(60_000).session(Duration::ZERO);
+    let lock = locker
+        .acquire("orders:s1", &options)
+        .unwrap()
+        .expect("granted");
+    let info = lock.info().unwrap().expect("info");
+    assert_eq!(info.session, Some(Duration::ZERO));
+    assert_eq!(info.connected, Some(true));
+    // The holder's process dies: here, its connection is killed under it.
+    let mut admin = server.connection();
+    for id in other_client_ids(&mut admin) {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query(&mut admin)
+            .unwrap();
+    }
+    poll_until(
+        Duration::from_secs(10),
+        "the lock to go with its connection",
+        || !exists(&mut admin, "orders:s1"),
+    );
+    // Another process gets it at once, not after the 60 s TTL.
+    let next = locker.acquire("orders:s1", &ttl(1_000)).unwrap();
+    assert!(next.is_some());
+    // The first command finds the dead connection; the next one reconnects, and its
+    // reclaim finds the lock gone.
+    let _ = lock.extend(Duration::from_secs(60));
+    assert!(
+        !lock.extend(Duration::from_secs(60)).unwrap(),
+        "the old guard lost it"
+    );
+    assert!(lock.check().is_err());
+}
+
+#[test]
+fn a_session_bound_guard_reclaims_its_lock_after_a_reconnect() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let options = ttl(60_000).session(Duration::from_secs(30));
+    let lock = locker
+        .acquire("orders:s2", &options)
+        .unwrap()
+        .expect("granted");
+    let mut admin = server.connection();
+    for id in other_client_ids(&mut admin) {
+        let _: i64 = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("ID")
+            .arg(id)
+            .query(&mut admin)
+            .unwrap();
+    }
+    poll_until(Duration::from_secs(10), "the grace to start", || {
+        info_field(&mut admin, "orders:s2", "connected") == Some(0)
+    });
+    // The next command fails on the dead connection; the one after reconnects and
+    // reclaims the lock before it runs.
+    let _ = lock.extend(Duration::from_secs(60));
+    assert!(lock.extend(Duration::from_secs(60)).unwrap());
+    assert_eq!(info_field(&mut admin, "orders:s2", "connected"), Some(1));
+    assert_eq!(
+        info_field(&mut admin, "orders:s2", "fence"),
+        Some(lock.fence() as i64)
+    );
+    assert_eq!(lock_stat(&mut admin, "lock_session_reclaims"), 1);
+    lock.check().expect("still held");
+    assert!(lock.release().unwrap());
+}

@@ -29,21 +29,46 @@ final class OrderLock
     /**
      * Locks an order. Returns the lock id (keep it to release), or false when another
      * holder has it (after waiting up to $waitMs, if given; 0 waits without limit).
+     *
+     * $sessionMs binds the lock to this Redis connection: when the connection closes
+     * (the PHP process ends or is killed, the worker crashes, the network drops), the
+     * server releases the lock $sessionMs later instead of at the end of the TTL, and the
+     * next waiter gets it. Use it for work of unknown length under a long TTL, rather than
+     * renewing a short TTL: a crashed worker then blocks the order for $sessionMs, not for
+     * the whole TTL. Nobody else gets the lock during those $sessionMs (a lock-delay: the
+     * cut-off worker may still be acting); acquiring again with the same lock id
+     * (acquireWithFence's 'lock_id' passed as $lockId) within them reclaims it. Not for
+     * persistent connections (pconnect) shared across requests: the connection outlives
+     * the request.
      */
-    public function acquire($orderId, int $ttlMs = 10000, ?int $waitMs = null)
+    public function acquire($orderId, int $ttlMs = 10000, ?int $waitMs = null, ?int $sessionMs = null)
     {
-        $grant = $this->acquireWithFence($orderId, $ttlMs, $waitMs);
+        $grant = $this->acquireWithFence($orderId, $ttlMs, $waitMs, $sessionMs);
         return $grant === null ? false : $grant['lock_id'];
     }
 
     /**
      * Like acquire(), but also returns the fencing token: ['lock_id' => ..., 'fence' => int],
      * or null when busy. Store the fence with every write the lock protects and refuse
-     * writes with a lower one.
+     * writes with a lower one. $lockId acquires with your own id (acquiring again with
+     * the id that holds the lock renews it, same fence: a reclaim).
      */
-    public function acquireWithFence($orderId, int $ttlMs = 10000, ?int $waitMs = null): ?array
-    {
+    public function acquireWithFence(
+        $orderId,
+        int $ttlMs = 10000,
+        ?int $waitMs = null,
+        ?int $sessionMs = null,
+        ?string $lockId = null
+    ): ?array {
         $args = ['LOCK.ACQUIRE', $this->key($orderId), $ttlMs];
+        if ($lockId !== null) {
+            $args[] = 'TOKEN';
+            $args[] = $lockId;
+        }
+        if ($sessionMs !== null) {
+            $args[] = 'SESSION';
+            $args[] = $sessionMs;
+        }
         $previousTimeout = null;
         if ($waitMs !== null) {
             $args[] = 'WAIT';
@@ -82,7 +107,10 @@ final class OrderLock
         return $this->call(['LOCK.EXTEND', $this->key($orderId), $lockId, $ttlMs]) === 1;
     }
 
-    /** ['ttl' => ms, 'fence' => int, 'acquired' => unix ms, 'waiters' => int], or null. */
+    /**
+     * ['ttl' => ms, 'fence' => int, 'acquired' => unix ms, 'waiters' => int,
+     *  'session' => grace ms or -1, 'connected' => 1, 0 (grace running) or -1], or null.
+     */
     public function info($orderId): ?array
     {
         $reply = $this->call(['LOCK.INFO', $this->key($orderId)]);

@@ -61,6 +61,31 @@ check('and it waited for it', $elapsed >= 0.2);
 check('a waiting acquire on a held order times out with false', $locks->acquire(9, 10000, 200) === false);
 $waiter->release(9, $waited);
 
+// A worker holding a session-bound lock dies: the lock goes with its connection.
+$worker = connect($port);
+$workerLocks = new OrderLock($worker);
+$workerId = $workerLocks->acquire(11, 600000, null, 0);
+$info = $locks->info(11);
+check('a session-bound lock shows its grace and open connection', $info['session'] === 0 && $info['connected'] === 1);
+$worker->close();
+$deadline = microtime(true) + 10;
+while ($locks->info(11) !== null && microtime(true) < $deadline) {
+    usleep(5000);
+}
+check('the lock goes at once with the connection, not after its TTL', $locks->info(11) === null);
+
+$cutOff = connect($port);
+$grant = (new OrderLock($cutOff))->acquireWithFence(12, 600000, null, 2000, 'worker-12');
+$cutOff->close();
+$deadline = microtime(true) + 10;
+while ($locks->info(12)['connected'] !== 0 && microtime(true) < $deadline) {
+    usleep(5000);
+}
+check('nobody else gets the lock during the grace', $locks->acquire(12, 1000) === false);
+$again = $locks->acquireWithFence(12, 600000, null, 2000, 'worker-12');
+check('the worker reclaims it with the same fence', $again['fence'] === $grant['fence']);
+$locks->release(12, 'worker-12');
+
 $redis->set('order_lock:legacy', 'an old SET NX lock');
 $refused = false;
 try {

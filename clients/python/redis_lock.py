@@ -10,6 +10,18 @@
 A waiting acquire blocks its connection until the lock is granted or the wait times
 out: give it a client whose ``socket_timeout`` is None (the default) or longer than
 the wait.
+
+Session-bound locks (``session_ms=grace``): the lock is bound to the connection that
+acquired it (with redis-py, the pool connection that ran the command, which stays open
+in the pool) and the server releases it ``grace`` ms after that connection closes: the
+process exits or is killed, the network drops, ``r.close()``. Prefer it to renewing a
+short TTL from a background thread (a watchdog) when the work may take long and a
+crashed worker must not keep the lock for a whole long TTL: set a generous TTL as the
+upper bound and let the connection decide. The grace is a lock-delay: a worker that is
+only cut off may still be acting, so nobody else gets the lock before the grace ends;
+acquiring again with the same token within the grace reclaims it (same fence). A
+watchdog is still the tool when the lock must outlive the TTL while the process is
+alive, or when the connection is not long-lived (a serverless function).
 """
 
 from dataclasses import dataclass
@@ -42,16 +54,20 @@ class Lock:
 
 
 def acquire(r, key: str, ttl_ms: int, token: Optional[Token] = None,
-            wait_ms: Optional[int] = None) -> Optional[Lock]:
+            wait_ms: Optional[int] = None,
+            session_ms: Optional[int] = None) -> Optional[Lock]:
     """LOCK.ACQUIRE: a Lock, or None when another token holds it.
 
-    wait_ms=0 waits without limit; None does not wait.
+    wait_ms=0 waits without limit; None does not wait. session_ms binds the lock to the
+    connection (released session_ms after it closes; see the module's docstring).
     """
     args = ["LOCK.ACQUIRE", key, ttl_ms]
     if token is not None:
         args += ["TOKEN", token]
     if wait_ms is not None:
         args += ["WAIT", wait_ms]
+    if session_ms is not None:
+        args += ["SESSION", session_ms]
     reply = r.execute_command(*args)
     if reply is None:
         return None
@@ -70,7 +86,8 @@ def extend(r, key: str, token: Token, ttl_ms: int) -> bool:
 
 
 def info(r, key: str) -> Optional[dict]:
-    """LOCK.INFO as a dict of str to int (ttl, fence, acquired, waiters), or None."""
+    """LOCK.INFO as a dict of str to int (ttl, fence, acquired, waiters, session,
+    connected), or None."""
     reply = r.execute_command("LOCK.INFO", key)
     if reply is None:
         return None
@@ -88,6 +105,7 @@ class lock:
     lock was still held at release (False: it expired or was taken over meanwhile).
 
     ``wait_ms`` waits for a busy lock (``LOCK.ACQUIRE ... WAIT``; 0 waits without limit).
+    ``session_ms`` binds the lock to its connection (see the module's docstring).
 
     ``replicas=N`` makes the grant durable before the block runs: after the grant,
     Redis ``WAIT N replicas_timeout_ms`` waits until N replicas of the master have
@@ -102,7 +120,7 @@ class lock:
 
     def __init__(self, r, key: str, ttl_ms: int, wait_ms: Optional[int] = None,
                  token: Optional[Token] = None, replicas: Optional[int] = None,
-                 replicas_timeout_ms: int = 1_000):
+                 replicas_timeout_ms: int = 1_000, session_ms: Optional[int] = None):
         self._r = r
         self._key = key
         self._ttl_ms = ttl_ms
@@ -110,11 +128,13 @@ class lock:
         self._token = token
         self._replicas = replicas
         self._replicas_timeout_ms = replicas_timeout_ms
+        self._session_ms = session_ms
         self._lock: Optional[Lock] = None
         self.held_to_end: Optional[bool] = None
 
     def __enter__(self) -> Lock:
-        self._lock = acquire(self._r, self._key, self._ttl_ms, self._token, self._wait_ms)
+        self._lock = acquire(self._r, self._key, self._ttl_ms, self._token, self._wait_ms,
+                             self._session_ms)
         if self._lock is None:
             raise LockNotAcquired(self._key)
         if self._replicas:

@@ -162,6 +162,38 @@ def check_replicas(port, replica_port, r):
     check("and the unreplicated lock is released", info(r, "jobs:9") is None)
 
 
+def wait_until(what, condition, limit=10):
+    deadline = time.monotonic() + limit
+    while not condition():
+        if time.monotonic() > deadline:
+            check(what, False)
+        time.sleep(0.005)
+
+
+def check_session(port, r):
+    worker = redis.Redis(host="127.0.0.1", port=port)
+    with lock(worker, "jobs:session", 600_000, session_ms=0) as held:
+        fields = info(r, "jobs:session")
+        check("a session-bound lock shows its grace and its open connection",
+              fields["session"] == 0 and fields["connected"] == 1)
+        # The worker dies inside its critical section: its connections close.
+        worker.connection_pool.disconnect()
+        wait_until("the lock to go with its connection",
+                   lambda: info(r, "jobs:session") is None)
+        check("it went at once, not after its 10-minute TTL", True)
+    check("the late release finds the lock gone", not release(r, "jobs:session", held.token))
+
+    cut_off = redis.Redis(host="127.0.0.1", port=port)
+    first = acquire(cut_off, "jobs:grace", 600_000, token="w1", session_ms=2_000)
+    cut_off.connection_pool.disconnect()
+    wait_until("the grace to start", lambda: info(r, "jobs:grace")["connected"] == 0)
+    check("nobody else gets the lock during the grace",
+          acquire(r, "jobs:grace", 1_000) is None)
+    again = acquire(r, "jobs:grace", 600_000, token="w1", session_ms=2_000)
+    check("the holder reclaims it with the same fence", again.fence == first.fence)
+    release(r, "jobs:grace", "w1")
+
+
 def main(port, replica_port=None):
     r = redis.Redis(host="127.0.0.1", port=port)
 
@@ -226,6 +258,8 @@ def main(port, replica_port=None):
         time.sleep(0.4)
     check("held_to_end is False when the lock expired during the block",
           manager.held_to_end is False)
+
+    check_session(port, r)
 
     r.set("jobs:legacy", "an old SET NX lock")
     try:

@@ -87,3 +87,15 @@ pub fn assert_watchdog_stopped(con: &mut redis::Connection, calls: u64, extends:
         || !exists(con, key),
     );
 }
+
+/// One integer field of `LOCK.INFO key` (`None` if the key or the field is missing).
+pub fn info_field(con: &mut redis::Connection, key: &str, field: &str) -> Option<i64> {
+    let fields: Option<Vec<(String, i64)>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(con)
+        .expect("LOCK.INFO");
+    fields?
+        .into_iter()
+        .find(|(name, _)| name == field)
+        .map(|(_, value)| value)
+}
