@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The scenarios, by the names `--only` takes.
-pub const SCENARIOS: [&str; 7] = [
+pub const SCENARIOS: [&str; 8] = [
     "throughput",
     "callgrind",
     "contention",
@@ -12,6 +12,7 @@ pub const SCENARIOS: [&str; 7] = [
     "waiters",
     "expiry",
     "durability",
+    "sessions",
 ];
 
 /// Sizes and durations of one benchmark run.

@@ -25,7 +25,7 @@ use std::time::Instant;
 pub use config::Config;
 pub use report::Report;
 
-use scenarios::{callgrind, contention, durability, expiry, throughput, waiters};
+use scenarios::{callgrind, contention, durability, expiry, sessions, throughput, waiters};
 use server::{Launch, Server};
 
 /// Prints progress to stderr.
@@ -45,7 +45,7 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
         elapsed: Default::default(),
     };
     let launch = Launch {
-        module: &cfg.module,
+        module: Some(&cfg.module),
         extra: &[],
         callgrind: false,
     };
@@ -82,6 +82,10 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
     if cfg.runs("durability") {
         step("scenario 8: durability, acquire then WAIT 1 (one replica)");
         report.metrics.extend(durability::run(cfg)?);
+    }
+    if cfg.runs("sessions") {
+        step("scenario 9: session-bound locks: SESSION acquire, connection close");
+        report.metrics.extend(sessions::run(cfg)?);
     }
     report.elapsed = started.elapsed();
     Ok(report)

@@ -28,8 +28,8 @@ pub struct Server {
 
 /// How to start a server.
 pub struct Launch<'a> {
-    /// The module to load.
-    pub module: &'a Path,
+    /// The module to load (`None`: the bare server, for a baseline).
+    pub module: Option<&'a Path>,
     /// Extra `redis-server` arguments.
     pub extra: &'a [&'a str],
     /// Run it under `valgrind --tool=callgrind`, dumping into its directory.
@@ -67,10 +67,10 @@ pub fn binary() -> String {
 impl Server {
     /// Starts a server and waits until it answers.
     pub fn start(launch: &Launch) -> io::Result<Server> {
-        if !launch.module.exists() {
+        if let Some(module) = launch.module.filter(|m| !m.exists()) {
             return Err(io::Error::other(format!(
                 "module not built at {} (run `cargo build --release`)",
-                launch.module.display()
+                module.display()
             )));
         }
         let port = free_port()?;
@@ -93,8 +93,13 @@ impl Server {
             .arg(&dir)
             .args(["--logfile", "redis.log", "--daemonize", "no"])
             .args(["--save", "", "--appendonly", "no"])
-            .arg("--loadmodule")
-            .arg(launch.module)
+            .args(
+                launch
+                    .module
+                    .map(|m| ["--loadmodule".as_ref(), m.as_os_str()])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(launch.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -160,7 +160,7 @@ fn release_batch(
 /// Runs the callgrind part of scenario 4.
 pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
     let server = Server::start(&Launch {
-        module: &cfg.module,
+        module: Some(&cfg.module),
         extra: &[],
         callgrind: true,
     })?;

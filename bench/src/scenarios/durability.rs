@@ -72,13 +72,13 @@ fn wait_for_link(master: &mut Conn, replica: &mut Conn) -> io::Result<()> {
 /// from the other scenarios' servers. Both stop when dropped, on success or error.
 fn start_pair(cfg: &Config) -> io::Result<(Server, Server)> {
     let master = Server::start(&Launch {
-        module: &cfg.module,
+        module: Some(&cfg.module),
         extra: &["--repl-diskless-sync-delay", "0"],
         callgrind: false,
     })?;
     let port = master.port.to_string();
     let replica = Server::start(&Launch {
-        module: &cfg.module,
+        module: Some(&cfg.module),
         extra: &["--replicaof", "127.0.0.1", &port],
         callgrind: false,
     })?;

@@ -149,7 +149,7 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
     for round in 0..cfg.slow_rounds {
         for side in Side::alternating(round) {
             let server = Server::start(&Launch {
-                module: &cfg.module,
+                module: Some(&cfg.module),
                 extra: &[],
                 callgrind: false,
             })?;

@@ -6,5 +6,6 @@ pub mod contention;
 pub mod durability;
 pub mod expiry;
 pub mod memory;
+pub mod sessions;
 pub mod throughput;
 pub mod waiters;

@@ -92,7 +92,7 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
     let blpop: &[&[u8]] = &[b"BLPOP", b"empty-list", b"2"];
     for _ in 0..cfg.slow_rounds {
         let server = &Server::start(&Launch {
-            module: &cfg.module,
+            module: Some(&cfg.module),
             extra: &[],
             callgrind: false,
         })?;

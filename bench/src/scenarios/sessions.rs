@@ -1,0 +1,102 @@
+//! Scenario 9: what session-bound locks cost.
+//!
+//! - A `SESSION` acquire against a plain one: the server's `usec_per_call` of
+//!   `lock.acquire` over `ops` acquires of free keys, one at a time on one connection,
+//!   the same run alternating which goes first. (Here the "recipe" side is the module's
+//!   own plain acquire: the baseline is the lock without a binding.)
+//! - A connection's close when it holds no session-bound lock: the server's CPU time per
+//!   connect + `PING` + close, with the module loaded against the same server binary
+//!   without it. The module hears of every close (the client-change event); for a
+//!   connection that bound nothing that is one map lookup.
+
+use std::io;
+
+use crate::config::Config;
+use crate::cpu::Meter;
+use crate::info;
+use crate::resp::Reply;
+use crate::results::{Better, Metric, Target};
+use crate::server::{Launch, Server};
+use crate::sides::Side;
+
+const TTL: &[u8] = b"600000";
+
+/// Acquires `ops` free keys on one connection, with `SESSION 0` on the module side; the
+/// server's `usec_per_call` of `lock.acquire`.
+fn acquire_cost(server: &Server, ops: usize, side: Side) -> io::Result<f64> {
+    let mut admin = server.conn()?;
+    admin.cmd(&["FLUSHALL"])?;
+    admin.cmd(&["CONFIG", "RESETSTAT"])?;
+    let mut conn = server.conn()?;
+    for i in 0..ops {
+        let key = format!("session:{i}");
+        let mut args: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", key.as_bytes(), TTL];
+        if side == Side::Module {
+            args.extend_from_slice(&[b"SESSION", b"0"]);
+        }
+        match conn.call(&args)?.ok()? {
+            Reply::Array(_) => {}
+            other => return Err(crate::resp::unexpected("a grant", &other)),
+        }
+    }
+    let cost = info::usec_per_call(&mut admin, "lock.acquire")?;
+    // Closing the connection releases its session-bound locks; FLUSHALL on the next run
+    // forgets whatever is left.
+    drop(conn);
+    Ok(cost)
+}
+
+/// Server CPU microseconds per connect + `PING` + close, over `count` of them.
+fn close_cost(server: &Server, count: usize) -> io::Result<f64> {
+    let mut admin = server.conn()?;
+    let meter = Meter::start(&mut admin)?;
+    let started = std::time::Instant::now();
+    for _ in 0..count {
+        let mut conn = server.conn()?;
+        conn.call(&[b"PING"])?.ok()?;
+    }
+    let wall = started.elapsed().as_secs_f64();
+    let cpu = meter.stop(&mut admin)?;
+    Ok(cpu.server * wall * 1e6 / count as f64)
+}
+
+/// Runs scenario 9.
+pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
+    let mut acquire = Metric::new(
+        "9. session-bound locks",
+        "usec_per_call of LOCK.ACQUIRE ... SESSION 0 (INFO commandstats)",
+        "us",
+        "LOCK.ACQUIRE without SESSION",
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(1.1));
+    let closes = cfg.ops / 10;
+    let mut close = Metric::new(
+        "9. session-bound locks",
+        &format!("server CPU per connect+PING+close, no lock held ({closes} connections)"),
+        "us",
+        "the same server without the module",
+        Better::Lower,
+    );
+    let with_module = Server::start(&Launch {
+        module: Some(&cfg.module),
+        extra: &[],
+        callgrind: false,
+    })?;
+    let bare = Server::start(&Launch {
+        module: None,
+        extra: &[],
+        callgrind: false,
+    })?;
+    for round in 0..cfg.rounds {
+        for side in Side::alternating(round) {
+            acquire.push(side, acquire_cost(&with_module, cfg.ops, side)?, None);
+            let server = match side {
+                Side::Module => &with_module,
+                Side::Recipe => &bare,
+            };
+            close.push(side, close_cost(server, closes)?, None);
+        }
+    }
+    Ok(vec![acquire, close])
+}
