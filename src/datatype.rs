@@ -183,43 +183,27 @@ extern "C" fn aof_rewrite(
         // SAFETY: reading a function pointer from the API table filled at load time.
         let emit = unsafe { raw::RedisModule_EmitAOF }.expect("RedisModule_EmitAOF");
         // The expiry is left out (-1): the server appends PEXPIREAT for the key itself.
-        match lock.grace_ms() {
-            None => {
-                let format = CString::new("sblll").expect("no NUL");
-                // SAFETY: the format matches the arguments: s = RedisModuleString*, b =
-                // pointer and length, l = long long; aof and key are live for this callback.
-                unsafe {
-                    emit(
-                        aof,
-                        command.as_ptr(),
-                        format.as_ptr(),
-                        key,
-                        lock.token.as_ptr(),
-                        lock.token.len(),
-                        lock.fence as i64,
-                        lock.acquired_ms,
-                        -1i64,
-                    );
-                }
-            }
-            Some(grace_ms) => {
-                let format = CString::new("sbllll").expect("no NUL");
-                // SAFETY: as above, with the grace as one more long long.
-                unsafe {
-                    emit(
-                        aof,
-                        command.as_ptr(),
-                        format.as_ptr(),
-                        key,
-                        lock.token.as_ptr(),
-                        lock.token.len(),
-                        lock.fence as i64,
-                        lock.acquired_ms,
-                        -1i64,
-                        grace_ms,
-                    );
-                }
-            }
+        // A session-bound lock adds its grace; for a plain one the format stops before
+        // it, and the server reads no further argument.
+        let (format, grace_ms) = match lock.grace_ms() {
+            None => (c"sblll", 0),
+            Some(grace_ms) => (c"sbllll", grace_ms),
+        };
+        // SAFETY: the format matches the arguments: s = RedisModuleString*, b = pointer
+        // and length, l = long long; aof and key are live for this callback.
+        unsafe {
+            emit(
+                aof,
+                command.as_ptr(),
+                format.as_ptr(),
+                key,
+                lock.token.as_ptr(),
+                lock.token.len(),
+                lock.fence as i64,
+                lock.acquired_ms,
+                -1i64,
+                grace_ms,
+            );
         }
     })
 }

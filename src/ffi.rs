@@ -197,43 +197,32 @@ impl<'ctx> Key<'ctx> {
     /// The lock the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
     /// something else.
     pub fn lock(&self) -> Result<Option<&LockState>, RedisError> {
-        match self.kind() {
-            KeyKind::Empty => Ok(None),
-            KeyKind::Other => Err(error::wrong_type()),
-            KeyKind::Lock => {
-                // SAFETY: the key holds a value of LOCK_TYPE, which is always a
-                // Box<LockState> made by set_lock or the type's load/copy callbacks;
-                // the borrow ends before the key handle is closed.
-                let value = unsafe {
-                    raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
-                        self.key,
-                    )
-                    .cast::<LockState>()
-                    .as_ref()
-                };
-                Ok(value)
-            }
-        }
+        // SAFETY: the value of a lock key is always a Box<LockState> made by set_lock
+        // or the type's load/copy callbacks; the borrow ends before the key handle is
+        // closed.
+        Ok(self.value()?.and_then(|value| unsafe { value.as_ref() }))
     }
 
     /// The lock the key holds, to change in place (the key must be open for writing): as
     /// `lock`, without replacing the value (a replacement would look like a removal).
     pub fn lock_mut(&mut self) -> Result<Option<&mut LockState>, RedisError> {
+        // SAFETY: as in `lock`; the borrow is exclusive through &mut self, and the server
+        // does not touch the value while a command runs.
+        Ok(self.value()?.and_then(|value| unsafe { value.as_mut() }))
+    }
+
+    /// The pointer to the lock value of a lock key.
+    fn value(&self) -> Result<Option<*mut LockState>, RedisError> {
         match self.kind() {
             KeyKind::Empty => Ok(None),
             KeyKind::Other => Err(error::wrong_type()),
-            KeyKind::Lock => {
-                // SAFETY: as in `lock`; the borrow is exclusive through &mut self, and
-                // the server does not touch the value while a command runs.
-                let value = unsafe {
-                    raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
-                        self.key,
-                    )
-                    .cast::<LockState>()
-                    .as_mut()
-                };
-                Ok(value)
-            }
+            // SAFETY: self.key is an open, non-null key handle of a module key.
+            KeyKind::Lock => Ok(Some(unsafe {
+                raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
+                    self.key,
+                )
+                .cast::<LockState>()
+            })),
         }
     }
 
@@ -355,53 +344,32 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, ex
         Decimal::new(expire_at),
     );
     let (fence, acquired, expire) = (fence.digits(), acquired.digits(), expire.digits());
-    let token = &lock.token;
-    // SAFETY: reading a function pointer from the API table filled at load time.
-    let replicate = unsafe { raw::RedisModule_Replicate }.expect("RedisModule_Replicate");
-    match lock.grace_ms() {
-        None => {
-            // SAFETY: format `sbbbb`: s = RedisModuleString*, b = pointer and length;
-            // every argument is live for the call, which copies what it keeps.
-            unsafe {
-                replicate(
-                    ctx.get_raw(),
-                    c"LOCK._SET".as_ptr(),
-                    c"sbbbb".as_ptr(),
-                    key.inner,
-                    token.as_ptr(),
-                    token.len(),
-                    fence.as_ptr(),
-                    fence.len(),
-                    acquired.as_ptr(),
-                    acquired.len(),
-                    expire.as_ptr(),
-                    expire.len(),
-                );
-            }
-        }
-        Some(grace_ms) => {
-            let grace = Decimal::new(grace_ms);
-            let grace = grace.digits();
-            // SAFETY: format `sbbbbb`, as above with one more buffer.
-            unsafe {
-                replicate(
-                    ctx.get_raw(),
-                    c"LOCK._SET".as_ptr(),
-                    c"sbbbbb".as_ptr(),
-                    key.inner,
-                    token.as_ptr(),
-                    token.len(),
-                    fence.as_ptr(),
-                    fence.len(),
-                    acquired.as_ptr(),
-                    acquired.len(),
-                    expire.as_ptr(),
-                    expire.len(),
-                    grace.as_ptr(),
-                    grace.len(),
-                );
-            }
-        }
+    // A session-bound lock adds its grace; for a plain one the format stops before it,
+    // and the server reads no further argument.
+    let grace = lock.grace_ms().map(Decimal::new);
+    let (format, grace): (&CStr, &[u8]) = match &grace {
+        None => (c"sbbbb", b""),
+        Some(grace) => (c"sbbbbb", grace.digits()),
+    };
+    // SAFETY: format `sbbbb[b]`: s = RedisModuleString*, b = pointer and length; every
+    // argument is live for the call, which copies what it keeps.
+    unsafe {
+        raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
+            ctx.get_raw(),
+            c"LOCK._SET".as_ptr(),
+            format.as_ptr(),
+            key.inner,
+            lock.token.as_ptr(),
+            lock.token.len(),
+            fence.as_ptr(),
+            fence.len(),
+            acquired.as_ptr(),
+            acquired.len(),
+            expire.as_ptr(),
+            expire.len(),
+            grace.as_ptr(),
+            grace.len(),
+        );
     }
 }
 

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::thread;
 use std::time::Duration;
 
-use cluster_common::{Answer, Cluster, NodeInfo, Waiter, key_slot, redis_cli};
+use cluster_common::{Answer, Cluster, NodeInfo, Waiter, key_slot, redis_cli, setslot};
 use common::{error_of, info_field, poll_until};
 
 /// How long a waiter on a migrated key may go unanswered before the test calls it stuck.
@@ -93,16 +93,6 @@ fn lock_with_history(con: &mut redis::Connection, key: &str, token: &str) -> Vec
         "fences grow: {fences:?}"
     );
     fences
-}
-
-fn setslot(cluster: &Cluster, port: u16, slot: u16, state: &str, node_id: &str) {
-    let _: () = redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg(state)
-        .arg(node_id)
-        .query(&mut cluster.con(port))
-        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state} on {port}: {e}"));
 }
 
 #[test]

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use cluster_common::{Cluster, NodeInfo, key_slot};
+use cluster_common::{Cluster, NodeInfo, key_slot, setslot};
 use common::{acquire, binding, exists, info_field, lock_stat, poll_until, session_lock};
 
 const GRACE_MS: i64 = 400;
@@ -70,16 +70,6 @@ fn grace_runs_on(
     assert_eq!(lock_stat(&mut con, "lock_session_releases"), 1, "{step}");
     assert_eq!(lock_stat(&mut con, "lock_session_reclaims"), 1, "{step}");
     assert_eq!(info_field(&mut con, &names[0], "fence"), Some(fences[0]));
-}
-
-fn setslot(cluster: &Cluster, port: u16, slot: u16, state: &str, node_id: &str) {
-    let _: () = redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg(state)
-        .arg(node_id)
-        .query(&mut cluster.con(port))
-        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state} on {port}: {e}"));
 }
 
 #[test]

@@ -433,3 +433,14 @@ pub fn wait_for_waiters(con: &mut redis::Connection, key: &str, n: i64) {
         || crate::common::info_field(con, key, "waiters") == Some(n),
     );
 }
+
+/// `CLUSTER SETSLOT slot state node-id` on the node at `port`.
+pub fn setslot(cluster: &Cluster, port: u16, slot: u16, state: &str, node_id: &str) {
+    let _: () = redis::cmd("CLUSTER")
+        .arg("SETSLOT")
+        .arg(slot)
+        .arg(state)
+        .arg(node_id)
+        .query(&mut cluster.con(port))
+        .unwrap_or_else(|e| panic!("CLUSTER SETSLOT {slot} {state} on {port}: {e}"));
+}
