@@ -86,11 +86,11 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
             let lock = key
                 .lock()?
                 .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
-            ffi::reply_granted(ctx, &lock.token, fence);
+            ffi::reply_granted(ctx, lock.token(), fence);
             Ok(RedisValue::NoReply)
         }
         AcquireDecision::Renew => {
-            let was_bound = held.and_then(|lock| lock.session.as_deref().copied());
+            let was_bound = held.and_then(LockState::session);
             if was_bound.is_none() && session.is_none() {
                 set_ttl(ctx, &key, options.ttl_ms)?;
             } else {
@@ -107,7 +107,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 .lock()?
                 .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
             ffi::notify(ctx, EVENT_ACQUIRE, key.name());
-            ffi::reply_granted(ctx, &lock.token, lock.fence);
+            ffi::reply_granted(ctx, lock.token(), lock.fence());
             Ok(RedisValue::NoReply)
         }
         AcquireDecision::Busy => {
@@ -146,7 +146,7 @@ fn rebind(
         session::unbind(ctx, db, name, old);
     }
     if let Some(lock) = key.lock_mut()? {
-        lock.session = session.map(Box::new);
+        lock.set_session(session);
     }
     if let Some(new) = &session {
         let id = (db, name.to_vec());
@@ -245,7 +245,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
     let waiting = blocking::count(ffi::selected_db(ctx), args[1].as_slice());
-    let (grace, connected) = match lock.session.as_deref() {
+    let (grace, connected) = match lock.session() {
         None => (-1, -1),
         Some(session) => (
             session.grace_ms,
@@ -256,8 +256,8 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         ctx,
         &[
             ("ttl", ttl),
-            ("fence", lock.fence as i64),
-            ("acquired", lock.acquired_ms),
+            ("fence", lock.fence() as i64),
+            ("acquired", lock.acquired_ms()),
             ("waiters", waiting as i64),
             ("session", grace),
             ("connected", connected),
@@ -311,12 +311,7 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
     let key = Key::open_write(ctx, &args[1]);
     key.set_lock(
-        LockState {
-            token,
-            fence,
-            acquired_ms,
-            session: session.map(Box::new),
-        },
+        LockState::new(token, fence, acquired_ms, session),
         expire_at,
     )?;
     if let Some(session) = session {

@@ -76,12 +76,7 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
     if token.is_empty() || fence == 0 || fence > fence::MAX_FENCE {
         return None;
     }
-    Some(LockState {
-        token,
-        fence,
-        acquired_ms,
-        session: None,
-    })
+    Some(LockState::new(token, fence, acquired_ms, None))
 }
 
 /// Version 2: version 1's fields, then the grace (`NO_SESSION` for a plain lock) and,
@@ -105,7 +100,7 @@ fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
     } else {
         0
     };
-    lock.session = Some(Box::new(Session { grace_ms, client }));
+    lock.set_session(Some(Session { grace_ms, client }));
     Some(lock)
 }
 
@@ -140,10 +135,8 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
         };
         match loaded {
             Some(lock) => {
-                fence::clock().observe(lock.fence);
-                if let (Some(session), Some((db, key))) =
-                    (lock.session.as_deref().copied(), loading_key(rdb))
-                {
+                fence::clock().observe(lock.fence());
+                if let (Some(session), Some((db, key))) = (lock.session(), loading_key(rdb)) {
                     events::session_arrived(db, &key, session);
                 }
                 Box::into_raw(Box::new(lock)).cast()
@@ -157,10 +150,10 @@ extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::callback((), || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value) };
-        raw::save_slice(rdb, &lock.token);
-        raw::save_unsigned(rdb, lock.fence);
-        raw::save_signed(rdb, lock.acquired_ms);
-        match lock.session.as_deref() {
+        raw::save_slice(rdb, lock.token());
+        raw::save_unsigned(rdb, lock.fence());
+        raw::save_signed(rdb, lock.acquired_ms());
+        match lock.session() {
             None => raw::save_signed(rdb, NO_SESSION),
             Some(session) => {
                 raw::save_signed(rdb, session.grace_ms);
@@ -197,10 +190,10 @@ extern "C" fn aof_rewrite(
                 command.as_ptr(),
                 format.as_ptr(),
                 key,
-                lock.token.as_ptr(),
-                lock.token.len(),
-                lock.fence as i64,
-                lock.acquired_ms,
+                lock.token().as_ptr(),
+                lock.token().len(),
+                lock.fence() as i64,
+                lock.acquired_ms(),
                 -1i64,
                 grace_ms,
             );
@@ -212,11 +205,7 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(0, || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value.cast_mut()) };
-        let session = lock
-            .session
-            .as_ref()
-            .map_or(0, |_| std::mem::size_of::<Session>());
-        std::mem::size_of::<LockState>() + lock.token.len() + session
+        std::mem::size_of::<LockState>() + lock.heap_bytes()
     })
 }
 
@@ -227,11 +216,11 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             let lock = state(value);
             raw::RedisModule_DigestAddStringBuffer.expect("DigestAddStringBuffer")(
                 md,
-                lock.token.as_ptr().cast(),
-                lock.token.len(),
+                lock.token().as_ptr().cast(),
+                lock.token().len(),
             );
-            raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.fence as i64);
-            raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.acquired_ms);
+            raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.fence() as i64);
+            raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.acquired_ms());
             // The grace, not the connection: a replica's copy has none.
             if let Some(grace_ms) = lock.grace_ms() {
                 raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, grace_ms);
@@ -253,7 +242,7 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
     guard::callback(ptr::null_mut(), || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock = unsafe { state(value.cast_mut()) };
-        if let Some(session) = lock.session.as_deref() {
+        if let Some(session) = lock.session() {
             // SAFETY: ctx is the live key context of this callback; the name is the
             // server's and is only read here.
             let (db, name) = unsafe {
@@ -262,7 +251,7 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
                     raw::RedisModule_GetToKeyNameFromOptCtx.expect("GetToKeyNameFromOptCtx")(ctx),
                 )
             };
-            events::session_arrived(db, RedisString::string_as_slice(name), *session);
+            events::session_arrived(db, RedisString::string_as_slice(name), session);
         }
         Box::into_raw(Box::new(lock.clone())).cast()
     })
@@ -283,8 +272,8 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         };
         let key = RedisString::string_as_slice(name);
         // SAFETY: the server passes the value of the lock key being removed.
-        if let Some(session) = unsafe { state(value.cast_mut()) }.session.as_deref() {
-            events::session_gone(db, key, *session);
+        if let Some(session) = unsafe { state(value.cast_mut()) }.session() {
+            events::session_gone(db, key, session);
             if !events::is_releasing() {
                 // A RENAME or MOVE may be taking it to another key.
                 events::session_in_flight();

@@ -339,8 +339,8 @@ impl Drop for Key<'_> {
 /// profile put replication at more than a third of an acquire's cost).
 pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, expire_at: i64) {
     let (fence, acquired, expire) = (
-        Decimal::new(lock.fence as i64),
-        Decimal::new(lock.acquired_ms),
+        Decimal::new(lock.fence() as i64),
+        Decimal::new(lock.acquired_ms()),
         Decimal::new(expire_at),
     );
     let (fence, acquired, expire) = (fence.digits(), acquired.digits(), expire.digits());
@@ -359,8 +359,8 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, ex
             c"LOCK._SET".as_ptr(),
             format.as_ptr(),
             key.inner,
-            lock.token.as_ptr(),
-            lock.token.len(),
+            lock.token().as_ptr(),
+            lock.token().len(),
             fence.as_ptr(),
             fence.len(),
             acquired.as_ptr(),

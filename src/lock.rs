@@ -4,20 +4,27 @@
 //! token that proves ownership, the fence granted with it, when it was granted and, for a
 //! session-bound lock, the connection it is bound to.
 
-/// The value of a lock key.
+/// The value of a lock key: 32 bytes and one allocation (the token's), whether or not
+/// it is session-bound, so that a session-bound lock costs plain locks nothing.
+///
+/// A session-bound lock keeps its binding after the token, in the same allocation, and
+/// says so with the top bit of the fence word (fences stay below 2^53).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
-    /// The secret that proves ownership; never shown to anyone but the holder. A boxed
-    /// slice, not a `Vec`: no spare capacity, and 16 bytes less per lock.
-    pub token: Box<[u8]>,
-    /// The fencing token of this grant.
-    pub fence: u64,
+    /// The token (the secret that proves ownership; never shown to anyone but the
+    /// holder), followed by the binding for a session-bound lock. A boxed slice, not a
+    /// `Vec`: no spare capacity.
+    data: Box<[u8]>,
+    /// The fence of this grant, and `SESSION_BIT`.
+    fence_word: u64,
     /// Unix time in ms when the lock was granted.
-    pub acquired_ms: i64,
-    /// The connection the lock is bound to (`SESSION grace-ms`), if any. Boxed: a plain
-    /// lock pays one pointer for it, not the whole binding.
-    pub session: Option<Box<Session>>,
+    acquired_ms: i64,
 }
+
+/// Marks a session-bound lock in `LockState::fence_word`.
+const SESSION_BIT: u64 = 1 << 63;
+/// Bytes of a binding after the token: the grace, then the connection id.
+const SESSION_BYTES: usize = 16;
 
 /// A lock's binding to its holder's connection: when that connection closes, the lock is
 /// released `grace_ms` later unless its holder reclaims it first.
@@ -31,9 +38,74 @@ pub struct Session {
 }
 
 impl LockState {
+    /// A lock held by `token`, granted with `fence` at `acquired_ms`, bound as `session`.
+    pub fn new(token: Box<[u8]>, fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
+        let mut lock = LockState {
+            data: token,
+            fence_word: fence & !SESSION_BIT,
+            acquired_ms,
+        };
+        lock.set_session(session);
+        lock
+    }
+
+    /// The token that holds the lock.
+    pub fn token(&self) -> &[u8] {
+        let end = self.data.len() - if self.is_bound() { SESSION_BYTES } else { 0 };
+        &self.data[..end]
+    }
+
+    /// The fence of this grant.
+    pub fn fence(&self) -> u64 {
+        self.fence_word & !SESSION_BIT
+    }
+
+    /// Unix time in ms when the lock was granted.
+    pub fn acquired_ms(&self) -> i64 {
+        self.acquired_ms
+    }
+
+    fn is_bound(&self) -> bool {
+        self.fence_word & SESSION_BIT != 0
+    }
+
+    /// The connection the lock is bound to (`SESSION grace-ms`), if any.
+    pub fn session(&self) -> Option<Session> {
+        if !self.is_bound() {
+            return None;
+        }
+        let binding = &self.data[self.data.len() - SESSION_BYTES..];
+        let (grace, client) = binding.split_at(8);
+        Some(Session {
+            grace_ms: i64::from_le_bytes(grace.try_into().ok()?),
+            client: u64::from_le_bytes(client.try_into().ok()?),
+        })
+    }
+
     /// The grace of a session-bound lock, `None` for a plain one.
     pub fn grace_ms(&self) -> Option<i64> {
-        self.session.as_ref().map(|s| s.grace_ms)
+        self.session().map(|s| s.grace_ms)
+    }
+
+    /// Binds the lock as `session`, or unbinds it (`None`).
+    pub fn set_session(&mut self, session: Option<Session>) {
+        let mut data = Vec::with_capacity(self.token().len() + SESSION_BYTES);
+        data.extend_from_slice(self.token());
+        match session {
+            Some(session) => {
+                data.extend_from_slice(&session.grace_ms.to_le_bytes());
+                data.extend_from_slice(&session.client.to_le_bytes());
+                self.fence_word |= SESSION_BIT;
+            }
+            None if !self.is_bound() => return,
+            None => self.fence_word &= !SESSION_BIT,
+        }
+        self.data = data.into_boxed_slice();
+    }
+
+    /// The bytes the lock keeps on the heap: its token and binding.
+    pub fn heap_bytes(&self) -> usize {
+        self.data.len()
     }
 }
 
@@ -53,7 +125,7 @@ pub enum AcquireDecision {
 /// (a newcomer never jumps the queue, even onto a key that has just expired).
 pub fn decide(held: Option<&LockState>, token: Option<&[u8]>, queued: bool) -> AcquireDecision {
     match held {
-        Some(lock) if token == Some(&*lock.token) => AcquireDecision::Renew,
+        Some(lock) if token == Some(lock.token()) => AcquireDecision::Renew,
         Some(_) => AcquireDecision::Busy,
         None if queued => AcquireDecision::Busy,
         None => AcquireDecision::Grant,
@@ -62,7 +134,7 @@ pub fn decide(held: Option<&LockState>, token: Option<&[u8]>, queued: bool) -> A
 
 /// Whether `token` holds `held`: the only test that release and extend apply.
 pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
-    held.is_some_and(|lock| *lock.token == *token)
+    held.is_some_and(|lock| lock.token() == token)
 }
 
 /// A server-made token: 128 bits from a cryptographically secure generator (the
@@ -83,11 +155,38 @@ mod tests {
     use super::*;
 
     fn held(token: &[u8]) -> LockState {
-        LockState {
-            token: token.into(),
-            fence: 7,
-            acquired_ms: 1,
-            session: None,
+        LockState::new(token.into(), 7, 1, None)
+    }
+
+    #[test]
+    fn a_binding_is_kept_after_the_token_and_costs_plain_locks_nothing() {
+        assert_eq!(std::mem::size_of::<LockState>(), 32);
+        let session = Session {
+            grace_ms: 5_000,
+            client: u64::MAX,
+        };
+        let mut lock = LockState::new((*b"mine").into(), 9, 3, Some(session));
+        assert_eq!(
+            (lock.token(), lock.fence(), lock.acquired_ms()),
+            (&b"mine"[..], 9, 3)
+        );
+        assert_eq!(lock.session(), Some(session));
+        assert_eq!(lock.heap_bytes(), 4 + 16);
+        lock.set_session(None);
+        assert_eq!(
+            (lock.token(), lock.fence(), lock.session()),
+            (&b"mine"[..], 9, None)
+        );
+        assert_eq!(lock.heap_bytes(), 4);
+        lock.set_session(None);
+        assert_eq!(lock, held(b"mine").with_fence_and_time(9, 3));
+    }
+
+    impl LockState {
+        fn with_fence_and_time(mut self, fence: u64, acquired_ms: i64) -> Self {
+            self.fence_word = fence;
+            self.acquired_ms = acquired_ms;
+            self
         }
     }
 

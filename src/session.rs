@@ -128,7 +128,7 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
         let name = ctx.create_string(key);
         let opened = Key::open_read(ctx, &name);
         if let Ok(Some(lock)) = opened.lock()
-            && let Some(session) = lock.session.as_deref().copied()
+            && let Some(session) = lock.session()
         {
             arrived(ffi::selected_db(ctx), key, session);
         }
@@ -181,7 +181,7 @@ fn release(ctx: &Context, key: &KeyId, binding: Binding) {
     let Ok(Some(lock)) = opened.lock() else {
         return;
     };
-    let still_bound = lock.session.as_deref().is_some_and(|session| {
+    let still_bound = lock.session().is_some_and(|session| {
         session.client == binding.client && !ffi::client_connected(session.client)
     });
     if !still_bound {

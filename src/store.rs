@@ -35,15 +35,7 @@ pub fn grant(
         .next(now)
         .ok_or_else(error::fence_exhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
-    key.set_lock(
-        LockState {
-            token,
-            fence,
-            acquired_ms: now,
-            session: session.map(Box::new),
-        },
-        Some(expire_at),
-    )?;
+    key.set_lock(LockState::new(token, fence, now, session), Some(expire_at))?;
     let lock = key
         .lock()?
         .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
