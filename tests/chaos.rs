@@ -1,6 +1,7 @@
-//! Chaos: many clients wait on a few keys while an admin deletes, expires, flushes,
-//! renames, moves, swaps databases, reloads, restores over, overwrites, pauses, unblocks
-//! and kills clients under them. It passes when the server is alive, no client was left
+//! Chaos: many clients wait on a few keys (a third of their acquires session-bound, with
+//! a grace of up to 50 ms) while an admin deletes, expires, flushes, renames, moves,
+//! swaps databases, reloads, restores over, overwrites, pauses, unblocks and kills
+//! clients under them. It passes when the server is alive, no client was left
 //! blocked, no two clients ever held the same key at once, fences never repeat, and the
 //! lock still works afterwards.
 //!
@@ -118,6 +119,10 @@ fn worker(
         let token = format!("w{n}-{round}");
         let ttl = 300 + rng.below(700);
         let wait = 1 + rng.below(MAX_WAIT_MS);
+        let session: Vec<String> = match rng.below(3) {
+            0 => vec!["SESSION".into(), rng.below(50).to_string()],
+            _ => Vec::new(),
+        };
         let sent = Instant::now();
         let reply: redis::RedisResult<Option<(Vec<u8>, i64)>> = redis::cmd("LOCK.ACQUIRE")
             .arg(KEYS[key])
@@ -126,6 +131,7 @@ fn worker(
             .arg(&token)
             .arg("WAIT")
             .arg(wait)
+            .arg(&session)
             .query(c);
         let granted_at = Instant::now();
         let (fence, broken) = match reply {
