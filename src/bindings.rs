@@ -58,8 +58,14 @@ pub struct Binding {
 pub struct Bindings {
     /// Locks bound to an open connection, by connection id.
     bound: HashMap<u64, HashMap<KeyId, i64>>,
-    /// Locks whose grace runs: the timer that ends it, and what it was started with.
-    graces: HashMap<KeyId, (u64, Binding)>,
+    /// Locks whose grace runs: the grace's id, the timer that ends it, and what it was
+    /// started with.
+    graces: HashMap<KeyId, (u64, u64, Binding)>,
+    /// The key of each running grace, by the grace's id (what its timer carries: the
+    /// key may change database meanwhile, by `SWAPDB`).
+    grace_keys: HashMap<u64, KeyId>,
+    /// The id of the next grace.
+    next_grace: u64,
     /// Locks whose grace starts when the server starts serving them.
     pending: HashMap<KeyId, Binding>,
 }
@@ -79,18 +85,42 @@ impl Bindings {
             .unwrap_or_default()
     }
 
-    /// The grace of the lock on `key` runs until `timer` fires. Returns the timer of a
-    /// grace that ran before for the key, which the caller stops.
-    pub fn grace_started(&mut self, key: KeyId, timer: u64, binding: Binding) -> Option<u64> {
-        self.pending.remove(&key);
-        self.graces.insert(key, (timer, binding)).map(|(t, _)| t)
+    /// An id for a grace about to start, for its timer to carry.
+    pub fn new_grace_id(&mut self) -> u64 {
+        self.next_grace += 1;
+        self.next_grace
     }
 
-    /// The grace of the lock on `key` is over (its timer fired, or it was reclaimed).
-    /// Returns its timer, which the caller stops unless it is the one firing, and what
-    /// the grace was started with.
+    /// The grace `id` of the lock on `key` runs until `timer` fires. Returns the timer of
+    /// a grace that ran before for the key, which the caller stops.
+    pub fn grace_started(
+        &mut self,
+        key: KeyId,
+        id: u64,
+        timer: u64,
+        binding: Binding,
+    ) -> Option<u64> {
+        self.pending.remove(&key);
+        self.grace_keys.insert(id, key.clone());
+        let old = self.graces.insert(key, (id, timer, binding))?;
+        self.grace_keys.remove(&old.0);
+        Some(old.1)
+    }
+
+    /// The timer of grace `id` fired: the lock's key (where it is now) and what the grace
+    /// was started with; `None` for a grace that ended otherwise.
+    pub fn grace_fired(&mut self, id: u64) -> Option<(KeyId, Binding)> {
+        let key = self.grace_keys.remove(&id)?;
+        let (_, _, binding) = self.graces.remove(&key)?;
+        Some((key, binding))
+    }
+
+    /// The grace of the lock on `key` is over (it was reclaimed, the lock left). Returns
+    /// its timer, which the caller stops, and what the grace was started with.
     pub fn grace_ended(&mut self, key: &KeyId) -> Option<(u64, Binding)> {
-        self.graces.remove(key)
+        let (id, timer, binding) = self.graces.remove(key)?;
+        self.grace_keys.remove(&id);
+        Some((timer, binding))
     }
 
     /// The lock on `key` waits for the server to serve it before its grace starts.
@@ -113,10 +143,11 @@ impl Bindings {
             }
         }
         let mut timers = Vec::new();
-        for (key, (timer, binding)) in self.graces.drain() {
+        for (key, (_, timer, binding)) in self.graces.drain() {
             timers.push(timer);
             self.pending.insert(key, binding);
         }
+        self.grace_keys.clear();
         timers
     }
 
@@ -146,9 +177,10 @@ impl Bindings {
             .graces
             .iter()
             .filter(|(key, _)| gone(key))
-            .map(|(_, (timer, _))| *timer)
+            .map(|(_, (_, timer, _))| *timer)
             .collect();
         self.graces.retain(|key, _| !gone(key));
+        self.grace_keys.retain(|_, key| !gone(key));
         timers
     }
 
@@ -170,6 +202,10 @@ impl Bindings {
         self.graces = std::mem::take(&mut self.graces)
             .into_iter()
             .map(|(k, t)| (swap(k), t))
+            .collect();
+        self.grace_keys = std::mem::take(&mut self.grace_keys)
+            .into_iter()
+            .map(|(id, k)| (id, swap(k)))
             .collect();
         self.pending = std::mem::take(&mut self.pending)
             .into_iter()
@@ -224,11 +260,16 @@ mod tests {
                 grace_ms: 9,
             },
         );
-        assert_eq!(b.grace_started(key(0, "a"), 1, B), None);
+        assert_eq!(b.grace_started(key(0, "a"), 10, 1, B), None);
         assert_eq!(b.counts(), (0, 1, 0));
-        assert_eq!(b.grace_started(key(0, "a"), 2, B), Some(1));
+        assert_eq!(b.grace_started(key(0, "a"), 11, 2, B), Some(1));
+        assert_eq!(b.grace_fired(10), None, "the replaced grace ends nothing");
         assert_eq!(b.grace_ended(&key(0, "a")), Some((2, B)));
         assert_eq!(b.grace_ended(&key(0, "a")), None);
+        assert_eq!(b.grace_fired(11), None);
+        b.grace_started(key(0, "b"), 12, 3, B);
+        assert_eq!(b.grace_fired(12), Some((key(0, "b"), B)));
+        assert_eq!(b.counts(), (0, 0, 0));
     }
 
     #[test]
@@ -238,7 +279,7 @@ mod tests {
         b.bind(key(0, "b"), 7, 100);
         b.forget(&key(0, "a"), 7);
         assert_eq!(b.disconnected(7), vec![(key(0, "b"), 100)]);
-        b.grace_started(key(0, "c"), 4, B);
+        b.grace_started(key(0, "c"), 1, 4, B);
         assert_eq!(b.forget(&key(0, "c"), 0), Some(4));
         b.pend(
             key(1, "d"),
@@ -255,7 +296,7 @@ mod tests {
     fn a_demoted_server_keeps_every_lock_pending() {
         let mut b = Bindings::default();
         b.bind(key(0, "a"), 7, 100);
-        b.grace_started(key(0, "b"), 3, B);
+        b.grace_started(key(0, "b"), 1, 3, B);
         let timers = b.demote();
         assert_eq!(timers, vec![3]);
         let mut pending = b.take_pending();
@@ -280,7 +321,7 @@ mod tests {
         let mut b = Bindings::default();
         b.bind(key(0, "a"), 7, 1);
         b.bind(key(1, "a"), 7, 1);
-        b.grace_started(key(1, "g"), 5, B);
+        b.grace_started(key(1, "g"), 1, 5, B);
         b.pend(
             key(1, "p"),
             Binding {
@@ -298,7 +339,7 @@ mod tests {
     fn a_swap_moves_locks_between_databases() {
         let mut b = Bindings::default();
         b.bind(key(0, "a"), 7, 1);
-        b.grace_started(key(1, "g"), 5, B);
+        b.grace_started(key(1, "g"), 1, 5, B);
         b.pend(
             key(2, "p"),
             Binding {
@@ -308,7 +349,11 @@ mod tests {
         );
         b.swapped(0, 1);
         assert_eq!(b.disconnected(7), vec![(key(1, "a"), 1)]);
-        assert_eq!(b.grace_ended(&key(0, "g")), Some((5, B)));
+        assert_eq!(
+            b.grace_fired(1),
+            Some((key(0, "g"), B)),
+            "the timer finds the new db"
+        );
         assert_eq!(b.take_pending()[0].0, key(2, "p"));
     }
 }

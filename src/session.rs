@@ -136,34 +136,30 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
 }
 
 /// Starts (or restarts) the grace of the lock on `key`: its release `delay_ms` from now.
+/// The timer carries the grace's id, not the key, which `SWAPDB` may move meanwhile.
 fn start_grace(ctx: &Context, key: KeyId, binding: Binding, delay_ms: i64) {
-    let data = Box::into_raw(Box::new(key.clone()));
-    let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, data as usize);
-    if let Some(old) = bindings::with(|b| b.grace_started(key, timer, binding)) {
+    let id = bindings::with(bindings::Bindings::new_grace_id);
+    let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, id as usize);
+    if let Some(old) = bindings::with(|b| b.grace_started(key, id, timer, binding)) {
         stop_grace_timer(ctx, old);
     }
 }
 
 fn stop_grace_timer(ctx: &Context, timer: u64) {
-    if let Some(data) = ffi::stop_timer(ctx, timer) {
-        // SAFETY: data is the Box<KeyId> that start_grace gave the timer, not yet taken
-        // back (the timer had not fired).
-        drop(unsafe { Box::from_raw(data as *mut KeyId) });
-    }
+    // The timer's data is an id: nothing to free.
+    ffi::stop_timer(ctx, timer);
 }
 
 extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the Box<KeyId> given to create_timer; a timer fires once.
-    let key = unsafe { Box::from_raw(data.cast::<KeyId>()) };
     guard::callback((), || {
         let ctx = Context::new(ctx);
-        let Some((_, binding)) = bindings::with(|b| b.grace_ended(&key)) else {
+        let Some((key, binding)) = bindings::with(|b| b.grace_fired(data as u64)) else {
             return;
         };
         if ffi::is_replica(&ctx) {
-            bindings::with(|b| b.pend(*key, binding));
+            bindings::with(|b| b.pend(key, binding));
         } else if ffi::writes_paused() {
-            start_grace(&ctx, *key, binding, PAUSED_RETRY_MS);
+            start_grace(&ctx, key, binding, PAUSED_RETRY_MS);
         } else {
             release(&ctx, &key, binding);
         }

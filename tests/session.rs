@@ -571,3 +571,63 @@ fn a_close_without_session_locks_changes_nothing() {
     assert_eq!(binding(&mut admin, "k"), (-1, -1));
     assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 0);
 }
+
+#[test]
+fn swapdb_takes_bound_locks_and_running_graces_along() {
+    let server = TestServer::start();
+    let mut admin = server.connection();
+    let mut bound = server.connection();
+    session_lock(&mut bound, "bound", "t", 0);
+    let mut cut = server.connection();
+    session_lock(&mut cut, "in-grace", "t", 300);
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut admin).unwrap();
+    acquire(&mut admin, "stay", 60_000, &["TOKEN", "plain"]).expect("granted in db 1");
+    drop(cut);
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut admin).unwrap();
+    poll_until(LIMIT, "the grace to start", || {
+        binding(&mut admin, "in-grace").1 == 0
+    });
+    let _: () = redis::cmd("SWAPDB")
+        .arg(0)
+        .arg(1)
+        .query(&mut admin)
+        .unwrap();
+    let _: () = redis::cmd("SELECT").arg(1).query(&mut admin).unwrap();
+    wait_gone(
+        &mut admin,
+        "in-grace",
+        "the running grace to end in the new database",
+    );
+    assert!(exists(&mut admin, "bound"));
+    drop(bound);
+    wait_gone(
+        &mut admin,
+        "bound",
+        "the bound lock to go from the new database",
+    );
+    let _: () = redis::cmd("SELECT").arg(0).query(&mut admin).unwrap();
+    assert!(
+        exists(&mut admin, "stay"),
+        "the plain lock swapped in is untouched"
+    );
+    assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 2);
+}
+
+#[test]
+fn a_flush_forgets_the_bindings_of_its_locks() {
+    let server = TestServer::start();
+    let mut admin = server.connection();
+    let mut holder = server.connection();
+    session_lock(&mut holder, "k", "old", 0);
+    let _: () = redis::cmd("FLUSHALL").query(&mut admin).unwrap();
+    acquire(&mut admin, "k", 60_000, &["TOKEN", "new"]).expect("free after the flush");
+    drop(holder);
+    ping(&mut admin);
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        release(&mut admin, "k", b"new"),
+        1,
+        "left to its new holder"
+    );
+    assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 0);
+}

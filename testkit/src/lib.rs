@@ -292,11 +292,12 @@ impl TestServer {
                 self.child = None;
                 return Err(format!("exited at start ({status})\n{}", self.log()));
             }
-            if let Ok(mut con) = self.try_connection() {
-                let ping: redis::RedisResult<String> = redis::cmd("PING").query(&mut con);
-                if ping.is_ok() {
-                    return Ok(());
-                }
+            // PING answers once the data is loaded (LOADING before).
+            if let Ok(mut con) = self.try_connection()
+                && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                && self.is_own_process(&mut con)
+            {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 self.kill();
@@ -304,6 +305,21 @@ impl TestServer {
             }
             thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// Whether the server answering on the port is the process this harness started:
+    /// two tests may pick the same free port at once, and the one whose server loses the
+    /// race must not take the other's server, still answering there, for its own.
+    fn is_own_process(&self, con: &mut redis::Connection) -> bool {
+        let Some(pid) = self.child.as_ref().map(Child::id) else {
+            return false;
+        };
+        let info: redis::RedisResult<String> = redis::cmd("INFO").arg("server").query(con);
+        info.is_ok_and(|info| {
+            info.lines()
+                .filter_map(|line| line.strip_prefix("process_id:"))
+                .any(|id| id.trim() == pid.to_string())
+        })
     }
 
     /// The server's log so far.
