@@ -173,7 +173,7 @@ fn the_holder_reclaims_its_lock_during_the_grace_with_the_same_fence() {
     let server = TestServer::start();
     let mut admin = server.connection();
     let mut holder = server.connection();
-    let fence = session_lock(&mut holder, "k", "mine", 300);
+    let fence = session_lock(&mut holder, "k", "mine", 1_000);
     let mut waiter = Waiter::start(&server, "k", 5_000, &["WAIT", "0"]);
     drop(holder);
     poll_until(LIMIT, "the grace to start", || {
@@ -181,16 +181,21 @@ fn the_holder_reclaims_its_lock_during_the_grace_with_the_same_fence() {
     });
 
     let mut back = server.connection();
-    let reclaimed = acquire(&mut back, "k", 60_000, &["TOKEN", "mine", "SESSION", "300"]);
+    let reclaimed = acquire(
+        &mut back,
+        "k",
+        60_000,
+        &["TOKEN", "mine", "SESSION", "1000"],
+    );
     assert_eq!(reclaimed, Some((b"mine".to_vec(), fence)));
     assert_eq!(
         binding(&mut admin, "k"),
-        (300, 1),
+        (1_000, 1),
         "bound to the new connection"
     );
     assert_eq!(lock_stat(&mut admin, "lock_session_reclaims"), 1);
     // The first grace's timer no longer fires: the lock outlives it.
-    thread::sleep(Duration::from_millis(500));
+    thread::sleep(Duration::from_millis(1_200));
     assert!(waiter.is_blocked(), "nobody got the lock in between");
     assert_eq!(info_field(&mut admin, "k", "fence"), Some(fence));
     assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 0);
@@ -206,7 +211,7 @@ fn a_reclaim_without_session_makes_a_plain_ttl_lock() {
     let server = TestServer::start();
     let mut admin = server.connection();
     let mut holder = server.connection();
-    let fence = session_lock(&mut holder, "k", "mine", 200);
+    let fence = session_lock(&mut holder, "k", "mine", 1_000);
     drop(holder);
     poll_until(LIMIT, "the grace to start", || {
         binding(&mut admin, "k").1 == 0
@@ -215,7 +220,7 @@ fn a_reclaim_without_session_makes_a_plain_ttl_lock() {
     assert_eq!(reclaimed, Some((b"mine".to_vec(), fence)));
     assert_eq!(binding(&mut admin, "k"), (-1, -1));
     assert_eq!(lock_stat(&mut admin, "lock_session_reclaims"), 1);
-    thread::sleep(Duration::from_millis(400));
+    thread::sleep(Duration::from_millis(1_200));
     assert!(
         exists(&mut admin, "k"),
         "a plain lock outlives the old grace"
@@ -579,7 +584,7 @@ fn swapdb_takes_bound_locks_and_running_graces_along() {
     let mut bound = server.connection();
     session_lock(&mut bound, "bound", "t", 0);
     let mut cut = server.connection();
-    session_lock(&mut cut, "in-grace", "t", 300);
+    session_lock(&mut cut, "in-grace", "t", 1_000);
     let _: () = redis::cmd("SELECT").arg(1).query(&mut admin).unwrap();
     acquire(&mut admin, "stay", 60_000, &["TOKEN", "plain"]).expect("granted in db 1");
     drop(cut);

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use cluster_common::{Cluster, NodeInfo, key_slot, setslot};
 use common::{acquire, binding, exists, info_field, lock_stat, poll_until, session_lock};
 
-const GRACE_MS: i64 = 400;
+const GRACE_MS: i64 = 1_000;
 
 /// Two session-bound locks on `node`, in one slot (a hash tag): `kept` (token `owner`)
 /// and `lost` (token `gone`). Returns their names and fences, and the holder's

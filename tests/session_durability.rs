@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// The grace of the tests' locks: long enough for a loaded machine to look at a lock
+/// after a restart before its grace ends.
+const GRACE_MS: i64 = 1_000;
+
 /// Takes `kept` (token `owner`) and `lost` (token `gone`) with `SESSION grace_ms` on
 /// `holder`: the fences.
 fn two_session_locks(holder: &mut redis::Connection, grace_ms: i64) -> (i64, i64) {
@@ -113,25 +117,25 @@ fn the_release_at_the_end_of_a_grace_reaches_replicas_and_the_aof() {
 fn after_debug_reload_the_grace_starts_and_the_owner_reclaims() {
     let server = TestServer::start();
     let mut holder = server.connection();
-    let fences = two_session_locks(&mut holder, 300);
+    let fences = two_session_locks(&mut holder, GRACE_MS);
     let since = Instant::now();
     let _: () = redis::cmd("DEBUG")
         .arg("RELOAD")
         .query(&mut holder)
         .expect("RELOAD");
-    grace_runs_from(&server, 300, fences, since, "DEBUG RELOAD");
+    grace_runs_from(&server, GRACE_MS, fences, since, "DEBUG RELOAD");
 }
 
 #[test]
 fn after_a_restart_from_rdb_the_grace_starts_and_the_owner_reclaims() {
     let mut server = TestServer::with_args(&["--save", "3600 1"]);
     let mut holder = server.connection();
-    let fences = two_session_locks(&mut holder, 300);
+    let fences = two_session_locks(&mut holder, GRACE_MS);
     let _: () = redis::cmd("SAVE").query(&mut holder).expect("SAVE");
     server.kill();
     let since = Instant::now();
     server.restart();
-    grace_runs_from(&server, 300, fences, since, "restart from RDB");
+    grace_runs_from(&server, GRACE_MS, fences, since, "restart from RDB");
 }
 
 #[test]
@@ -139,17 +143,17 @@ fn after_a_restart_from_the_aof_the_grace_starts_and_the_owner_reclaims() {
     let mut server =
         TestServer::with_args(&["--appendonly", "yes", "--aof-use-rdb-preamble", "no"]);
     let mut holder = server.connection();
-    let fences = two_session_locks(&mut holder, 300);
+    let fences = two_session_locks(&mut holder, GRACE_MS);
     let aof = String::from_utf8_lossy(&aof_files(&server, "i")).into_owned();
     assert!(aof.contains("LOCK._SET"), "the grant is in the AOF");
     server.kill();
     let since = Instant::now();
     server.restart();
-    grace_runs_from(&server, 300, fences, since, "restart from the AOF");
+    grace_runs_from(&server, GRACE_MS, fences, since, "restart from the AOF");
 
     // The same after a rewrite, which writes the lock and its grace anew.
     let mut holder = server.connection();
-    session_lock(&mut holder, "rewritten", "r", 300);
+    session_lock(&mut holder, "rewritten", "r", GRACE_MS);
     let _: String = redis::cmd("BGREWRITEAOF")
         .query(&mut holder)
         .expect("rewrite");
@@ -157,7 +161,7 @@ fn after_a_restart_from_the_aof_the_grace_starts_and_the_owner_reclaims() {
     server.kill();
     server.restart();
     let mut con = server.connection();
-    assert_eq!(binding(&mut con, "rewritten"), (300, 0));
+    assert_eq!(binding(&mut con, "rewritten"), (GRACE_MS, 0));
     wait_gone(
         &mut con,
         "rewritten",
@@ -170,7 +174,7 @@ fn after_a_promotion_the_grace_starts_and_the_owner_reclaims() {
     let mut master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let mut holder = master.connection();
-    let fences = two_session_locks(&mut holder, 300);
+    let fences = two_session_locks(&mut holder, GRACE_MS);
     sync_replicas(&mut holder, 1);
     master.kill();
     let since = Instant::now();
@@ -179,7 +183,7 @@ fn after_a_promotion_the_grace_starts_and_the_owner_reclaims() {
         .arg("ONE")
         .query(&mut replica.connection())
         .expect("REPLICAOF NO ONE");
-    grace_runs_from(&replica, 300, fences, since, "promotion");
+    grace_runs_from(&replica, GRACE_MS, fences, since, "promotion");
 }
 
 #[test]
@@ -211,7 +215,7 @@ fn a_lock_restored_on_another_server_starts_its_grace_there() {
     let source = TestServer::start();
     let target = TestServer::start();
     let mut holder = source.connection();
-    let fences = two_session_locks(&mut holder, 300);
+    let fences = two_session_locks(&mut holder, GRACE_MS);
     let mut con = target.connection();
     let since = Instant::now();
     for key in ["kept", "lost"] {
@@ -224,7 +228,13 @@ fn a_lock_restored_on_another_server_starts_its_grace_there() {
             .query(&mut con)
             .expect("RESTORE");
     }
-    grace_runs_from(&target, 300, fences, since, "RESTORE on another server");
+    grace_runs_from(
+        &target,
+        GRACE_MS,
+        fences,
+        since,
+        "RESTORE on another server",
+    );
 }
 
 #[test]
