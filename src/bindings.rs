@@ -17,6 +17,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use crate::lock::Session;
 use crate::queue::KeyId;
 
 thread_local! {
@@ -164,6 +165,26 @@ impl Bindings {
         self.grace_ended(key).map(|(timer, _)| timer)
     }
 
+    /// A session-bound lock bound to `client` left `key`, which now holds `successor` (the
+    /// binding of the session-bound lock there now, if any: a `RESTORE` or `COPY` with
+    /// `REPLACE` registers the new value before the old one goes). What was the old
+    /// lock's goes; the successor's stays. Returns the timer of a grace that ended.
+    pub fn left(&mut self, key: &KeyId, client: u64, successor: Option<Session>) -> Option<u64> {
+        if successor.map(|s| s.client) != Some(client)
+            && let Some(locks) = self.bound.get_mut(&client)
+        {
+            locks.remove(key);
+            if locks.is_empty() {
+                self.bound.remove(&client);
+            }
+        }
+        if successor.is_some() {
+            return None;
+        }
+        self.pending.remove(key);
+        self.grace_ended(key).map(|(timer, _)| timer)
+    }
+
     /// Database `db` (every database for `None`) was emptied: its locks go. Returns the
     /// timers of their graces.
     pub fn flushed(&mut self, db: Option<i32>) -> Vec<u64> {
@@ -289,6 +310,28 @@ mod tests {
             },
         );
         b.forget(&key(1, "d"), 0);
+        assert_eq!(b.counts(), (0, 0, 0));
+    }
+
+    #[test]
+    fn a_lock_that_left_takes_only_its_own_traces() {
+        let mut b = Bindings::default();
+        let same = Session {
+            grace_ms: 1,
+            client: 7,
+        };
+        // Replaced by a lock of the same connection (RESTORE ... REPLACE): kept.
+        b.bind(key(0, "a"), 7, 1);
+        assert_eq!(b.left(&key(0, "a"), 7, Some(same)), None);
+        assert_eq!(b.counts(), (1, 0, 0));
+        // Replaced by another connection's lock: only the old binding goes.
+        b.bind(key(0, "a"), 8, 1);
+        b.left(&key(0, "a"), 7, Some(Session { client: 8, ..same }));
+        assert_eq!(b.disconnected(8), vec![(key(0, "a"), 1)]);
+        assert!(b.disconnected(7).is_empty());
+        // Gone for good: its grace ends too.
+        b.grace_started(key(0, "g"), 1, 4, B);
+        assert_eq!(b.left(&key(0, "g"), 0, None), Some(4));
         assert_eq!(b.counts(), (0, 0, 0));
     }
 

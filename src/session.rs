@@ -14,6 +14,7 @@
 //!   session-bound locks wait, pending, until it does (end of loading, promotion), and
 //!   their graces start then.
 
+use std::cell::RefCell;
 use std::os::raw::c_void;
 
 use redis_module::{Context, raw};
@@ -23,7 +24,7 @@ use crate::events::{self, SessionListeners};
 use crate::ffi::{self, Key};
 use crate::guard;
 use crate::handoff;
-use crate::lock::Session;
+use crate::lock::{LockState, Session};
 use crate::queue::KeyId;
 use crate::stats;
 use crate::store::EVENT_RELEASE;
@@ -108,12 +109,44 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     }
 }
 
-/// A session-bound lock left `key`, by whatever means: forget it.
+thread_local! {
+    /// Session-bound locks that left their key, with their connection, to be forgotten
+    /// once the command that removed them is over.
+    static LEFT: RefCell<Vec<(KeyId, u64)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A session-bound lock left `key`, by whatever means. The key may already hold its
+/// successor (`RESTORE` or `COPY` with `REPLACE` load the new value before the old one
+/// goes), so the registry is told once the command is over, with what the key holds then.
 fn gone(db: i32, key: &[u8], session: Session) {
-    let id = (db, key.to_vec());
-    if let Some(timer) = bindings::with(|b| b.forget(&id, session.client)) {
-        stop_grace_timer(&ffi::detached(), timer);
+    let first = LEFT.with(|left| {
+        let mut left = left.borrow_mut();
+        left.push(((db, key.to_vec()), session.client));
+        left.len() == 1
+    });
+    if first {
+        ffi::create_timer(&ffi::detached(), 0, on_left, 0);
     }
+}
+
+extern "C" fn on_left(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
+    guard::callback((), || {
+        let ctx = Context::new(ctx);
+        for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
+            if ffi::selected_db(&ctx) != key.0 && !ffi::select_db(&ctx, key.0) {
+                continue;
+            }
+            let name = ctx.create_string(key.1.as_slice());
+            let successor = Key::open_read(&ctx, &name)
+                .lock()
+                .ok()
+                .flatten()
+                .and_then(LockState::session);
+            if let Some(timer) = bindings::with(|b| b.left(&key, client, successor)) {
+                stop_grace_timer(&ctx, timer);
+            }
+        }
+    })
 }
 
 /// `RENAME` and `MOVE` bring a lock to a new key with no type callback that names the

@@ -205,6 +205,16 @@ fn dump_and_restore_keep_the_binding_on_the_same_server() {
         "still bound to the holder"
     );
     assert_eq!(info_field(&mut con, "copy", "fence"), Some(fence));
+    // Restored over itself: the new value's binding outlives the old value's removal.
+    let _: () = redis::cmd("RESTORE")
+        .arg("k")
+        .arg(0)
+        .arg(&payload)
+        .arg("REPLACE")
+        .query(&mut con)
+        .expect("RESTORE REPLACE");
+    ping(&mut con);
+    assert_eq!(binding(&mut con, "k"), (0, 1));
     drop(holder);
     wait_gone(&mut con, "k", "the lock to go with its connection");
     wait_gone(&mut con, "copy", "the restored copy too");
