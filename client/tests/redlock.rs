@@ -270,11 +270,10 @@ fn a_failed_attempt_is_retried_until_the_lock_frees_up() {
                 .retry_delay(Duration::from_millis(100), Duration::from_millis(50)),
         )
         .expect("granted once the other client's copies expire");
-    assert_eq!(
-        guard.fences().iter().flatten().count(),
-        5,
-        "all free by then"
-    );
+    // A majority (3 of 5) is reached as soon as one of the other client's three copies
+    // has expired; the others may expire a moment later, so the grant holds 3 to 5.
+    let held = guard.fences().iter().flatten().count();
+    assert!((3..=5).contains(&held), "a majority: {held}");
     // Counted by the servers: the free masters granted the lock once per attempt (the
     // failed ones were released), the held ones refused it at least once.
     let granted = delta(&grants, &stats(&servers, "lock_grants"));
@@ -282,11 +281,14 @@ fn a_failed_attempt_is_retried_until_the_lock_frees_up() {
     assert!(granted[3] >= 2, "a single attempt: {granted:?}");
     assert_eq!(granted[3], granted[4], "every attempt asked every master");
     assert!(
-        refused[..3].iter().all(|&n| n >= 1 && n < granted[3]),
-        "the first attempt was refused, the last granted: {refused:?} vs {granted:?}"
+        refused[..3].iter().all(|&n| n >= 1 && n <= granted[3]),
+        "the first attempt was refused everywhere it was held: {refused:?} vs {granted:?}"
     );
-    assert_eq!(guard.release(), 5);
-    assert_eq!(held_on(&servers), 0);
+    assert_eq!(guard.release(), held);
+    // The other client's last copies expire within moments of the first.
+    poll_until(Duration::from_secs(5), "every copy gone", || {
+        held_on(&servers) == 0
+    });
 }
 
 #[test]
