@@ -295,6 +295,9 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         .filter(|f| (1..=fence::MAX_FENCE).contains(f))
         .ok_or_else(|| error::invalid_internal("fence"))?;
     let acquired_ms = number(4, "acquired-ms")?;
+    if !lock::in_contract(&token, fence, acquired_ms) {
+        return Err(error::invalid_internal("acquired-ms"));
+    }
     let expire_at = match number(5, "expire-at-ms")? {
         -1 => None,
         at if at >= 0 => Some(at),

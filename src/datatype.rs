@@ -21,7 +21,7 @@ use crate::events;
 use crate::fence;
 use crate::ffi;
 use crate::guard;
-use crate::lock::{LockState, Session};
+use crate::lock::{self, LockState, Session};
 use crate::stats;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
@@ -73,7 +73,7 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
     let token: Box<[u8]> = raw::load_string_buffer(rdb).ok()?.as_ref().into();
     let fence = raw::load_unsigned(rdb).ok()?;
     let acquired_ms = raw::load_signed(rdb).ok()?;
-    if token.is_empty() || fence == 0 || fence > fence::MAX_FENCE {
+    if !lock::in_contract(&token, fence, acquired_ms) {
         return None;
     }
     Some(LockState::new(token, fence, acquired_ms, None))

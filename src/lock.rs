@@ -4,6 +4,9 @@
 //! token that proves ownership, the fence granted with it, when it was granted and, for a
 //! session-bound lock, the connection it is bound to.
 
+use crate::args::MAX_TOKEN_LEN;
+use crate::fence::MAX_FENCE;
+
 /// The value of a lock key: 32 bytes and one allocation (the token's), whether or not
 /// it is session-bound, so that a session-bound lock costs plain locks nothing.
 ///
@@ -109,6 +112,19 @@ impl LockState {
     }
 }
 
+/// The latest grant time a lock may carry: 2^53 - 1 ms, as fences (about 285,000 years).
+pub const MAX_TIME_MS: i64 = (1 << 53) - 1;
+
+/// Whether a token, fence and grant time that come from outside (a `RESTORE` payload, an
+/// RDB file, `LOCK._SET`) are within the contract: a token of 1 to 256 bytes, a fence from
+/// 1 to 2^53 - 1, a grant time from 0 to `MAX_TIME_MS`. Anything else is refused, not
+/// loaded.
+pub fn in_contract(token: &[u8], fence: u64, acquired_ms: i64) -> bool {
+    (1..=MAX_TOKEN_LEN).contains(&token.len())
+        && (1..=MAX_FENCE).contains(&fence)
+        && (0..=MAX_TIME_MS).contains(&acquired_ms)
+}
+
 /// What an acquire does, given what the key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireDecision {
@@ -153,6 +169,18 @@ pub fn new_token() -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_values_within_the_contract_are_accepted_from_outside() {
+        assert!(in_contract(b"t", 1, 0));
+        assert!(in_contract(&[0; 256], MAX_FENCE, MAX_TIME_MS));
+        assert!(!in_contract(b"", 1, 0));
+        assert!(!in_contract(&[0; 257], 1, 0));
+        assert!(!in_contract(b"t", 0, 0));
+        assert!(!in_contract(b"t", MAX_FENCE + 1, 0));
+        assert!(!in_contract(b"t", 1, -1));
+        assert!(!in_contract(b"t", 1, MAX_TIME_MS + 1));
+    }
 
     fn held(token: &[u8]) -> LockState {
         LockState::new(token.into(), 7, 1, None)

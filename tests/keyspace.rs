@@ -609,3 +609,108 @@ fn a_restore_payload_with_a_newer_encoding_version_is_refused_and_changes_nothin
     ping(&mut con);
     assert_eq!(dbsize(&mut con), 2, "only the lock and the control copy");
 }
+
+/// An RDB length as the server writes it (`rdbSaveLen`).
+fn rdb_len(value: u64) -> Vec<u8> {
+    match value {
+        0..0x40 => vec![value as u8],
+        0x40..0x4000 => vec![0x40 | (value >> 8) as u8, value as u8],
+        0x4000..=0xFFFF_FFFF => [&[0x80][..], &(value as u32).to_be_bytes()].concat(),
+        _ => [&[0x81][..], &value.to_be_bytes()].concat(),
+    }
+}
+
+/// A `DUMP` payload of a lock written field by field, as the module's `rdb_save` does
+/// (opcode 5 and a raw string for the token, opcode 2 and a length for each number),
+/// with the header (type and module id, `encver` in its low bits) and the RDB version of
+/// `template`, a real `DUMP` of a lock, and a valid CRC: what a `RESTORE` of a tampered
+/// or foreign payload hands the module.
+fn lock_payload(template: &[u8], encver: u64, token: &[u8], numbers: &[i64]) -> Vec<u8> {
+    let mut payload = with_encoding_version(template, encver)[..10].to_vec();
+    payload.push(5);
+    payload.extend(rdb_len(token.len() as u64));
+    payload.extend_from_slice(token);
+    for &number in numbers {
+        payload.push(2);
+        payload.extend(rdb_len(number as u64));
+    }
+    payload.push(0);
+    let version_at = template.len() - 10;
+    payload.extend_from_slice(&template[version_at..version_at + 2]);
+    let crc = crc64(&payload);
+    payload.extend_from_slice(&crc.to_le_bytes());
+    payload
+}
+
+#[test]
+fn a_restore_payload_out_of_the_contracts_range_is_refused_and_changes_nothing() {
+    const MAX_FENCE: i64 = (1 << 53) - 1;
+    let server = TestServer::start();
+    let mut con = server.connection();
+    hold(&mut con, "lk");
+    let template = dump(&mut con, "lk").unwrap();
+    let restore = |con: &mut redis::Connection, key: &str, payload: &[u8]| {
+        redis::cmd("RESTORE")
+            .arg(key)
+            .arg(0)
+            .arg(payload)
+            .query::<redis::Value>(con)
+    };
+
+    // The encoder is sound: in-range payloads of both versions restore as written.
+    let v1 = lock_payload(&template, 1, b"tok-a", &[1_000, 1_700_000_000_000]);
+    restore(&mut con, "v1", &v1).expect("a version 1 payload");
+    assert_eq!(info_field(&mut con, "v1", "fence"), Some(1_000));
+    let v2 = lock_payload(&template, 2, b"tok-b", &[7, 0, 250, 99, 1]);
+    restore(&mut con, "v2", &v2).expect("a version 2 payload of another server");
+    assert_eq!(
+        (
+            info_field(&mut con, "v2", "fence"),
+            info_field(&mut con, "v2", "session")
+        ),
+        (Some(7), Some(250))
+    );
+    assert_eq!(info_field(&mut con, "v2", "connected"), Some(0));
+
+    let long_token = vec![b'x'; 257];
+    for (what, encver, token, numbers) in [
+        ("fence 2^53", 1, &b"tok"[..], vec![MAX_FENCE + 1, 0]),
+        ("fence 0", 1, b"tok", vec![0, 0]),
+        ("a negative grant time", 1, b"tok", vec![5, -1]),
+        ("a token of 257 bytes", 1, &long_token, vec![5, 0]),
+        ("an empty token", 1, b"", vec![5, 0]),
+        ("a negative grace", 2, b"tok", vec![5, 0, -2, 1, 1]),
+        (
+            "a grace over 2^47 - 1",
+            2,
+            b"tok",
+            vec![5, 0, 1 << 47, 1, 1],
+        ),
+        (
+            "fence 2^53 in version 2",
+            2,
+            b"tok",
+            vec![MAX_FENCE + 1, 0, -1],
+        ),
+        ("a missing field", 2, b"tok", vec![5, 0]),
+    ] {
+        let payload = lock_payload(&template, encver, token, &numbers);
+        assert!(
+            restore(&mut con, "bad", &payload).is_err(),
+            "{what}: refused"
+        );
+        assert!(!exists(&mut con, "bad"), "{what}: nothing created");
+        let replaced = redis::cmd("RESTORE")
+            .arg("lk")
+            .arg(0)
+            .arg(&payload)
+            .arg("REPLACE")
+            .query::<redis::Value>(&mut con);
+        assert!(replaced.is_err(), "{what}: no lock replaced");
+        assert_eq!(dump(&mut con, "lk").as_ref(), Some(&template), "{what}");
+    }
+    ping(&mut con);
+    // No refused fence reached the fencing clock: it is not exhausted.
+    let (_, fence) = acquire(&mut con, "fresh", 1000, &[]).expect("granted below 2^53");
+    assert!(fence < MAX_FENCE);
+}
