@@ -4,7 +4,7 @@ CARGO ?= cargo
 PORT ?= 7379
 MODULE := target/release/libredis_lock.so
 
-.PHONY: help deps deps-test servers build run test test-cluster chaos lint fmt clean
+.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ test: build deps-test ## run every test on every server CI tests (REDIS_SERVER=p
 
 chaos: build ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server
 	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(CARGO) test --release --test chaos -- --nocapture
+
+fuzz: ## the property tests of the parser, rules, value encoding, queues and registry with many cases (PROPTEST_CASES, default 100000; no server)
+	PROPTEST_CASES=$${PROPTEST_CASES:-100000} $(CARGO) test --release --lib -- properties bindings
 
 test-cluster: build ## run only the Redis Cluster and failover tests (real 6-node clusters)
 	$(CARGO) test --release --test cluster_routing --test cluster_resharding --test cluster_failover

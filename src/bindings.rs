@@ -399,4 +399,87 @@ mod tests {
         );
         assert_eq!(b.take_pending()[0].0, key(2, "p"));
     }
+
+    /// Every part of the registry agrees with the others.
+    fn consistent(b: &Bindings) -> Result<(), String> {
+        if b.graces.len() != b.grace_keys.len() {
+            return Err(format!(
+                "{} graces, {} ids",
+                b.graces.len(),
+                b.grace_keys.len()
+            ));
+        }
+        for (key, (id, _, _)) in &b.graces {
+            if b.grace_keys.get(id) != Some(key) {
+                return Err(format!("grace {id} of {key:?} not found by its id"));
+            }
+        }
+        if b.bound.values().any(HashMap::is_empty) {
+            return Err("an empty connection entry".into());
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_sequence_of_events_leaves_the_registry_consistent(
+            ops in proptest::collection::vec((0u8..10, 0i32..2, 0u8..3, 1u64..4), 0..80),
+        ) {
+            let mut b = Bindings::default();
+            let mut timer = 0;
+            for (op, db, name, client) in ops {
+                let k = (db, vec![name]);
+                let binding = Binding { client, grace_ms: 1 };
+                match op {
+                    0 => b.bind(k, client, 1),
+                    1 => {
+                        b.disconnected(client);
+                        proptest::prop_assert!(!b.bound.contains_key(&client));
+                    }
+                    2 => {
+                        let id = b.new_grace_id();
+                        timer += 1;
+                        b.grace_started(k, id, timer, binding);
+                    }
+                    3 => {
+                        let id = b.next_grace.saturating_sub(u64::from(name));
+                        if let Some((key, _)) = b.grace_fired(id) {
+                            proptest::prop_assert!(!b.graces.contains_key(&key));
+                        }
+                    }
+                    4 => {
+                        b.grace_ended(&k);
+                    }
+                    5 => b.pend(k, binding),
+                    6 => {
+                        b.forget(&k, client);
+                    }
+                    7 => {
+                        let successor = (name == 0).then_some(Session { grace_ms: 1, client });
+                        b.left(&k, client, successor);
+                    }
+                    8 => {
+                        b.flushed(Some(db));
+                        let (bound, graces, pending) = (
+                            b.bound.values().flat_map(HashMap::keys).any(|k| k.0 == db),
+                            b.graces.keys().any(|k| k.0 == db),
+                            b.pending.keys().any(|k| k.0 == db),
+                        );
+                        proptest::prop_assert!(!bound && !graces && !pending);
+                    }
+                    _ => b.swapped(0, 1),
+                }
+                if let Err(why) = consistent(&b) {
+                    proptest::prop_assert!(false, "after op {}: {}", op, why);
+                }
+            }
+            // A demoted server keeps every lock it watched, pending, and watches none.
+            let (bound, graces, pending) = b.counts();
+            b.demote();
+            let (bound_after, graces_after, pending_after) = b.counts();
+            proptest::prop_assert_eq!((bound_after, graces_after), (0, 0));
+            proptest::prop_assert!(pending_after <= bound + graces + pending);
+            proptest::prop_assert!(pending_after >= pending);
+        }
+    }
 }

@@ -22,6 +22,8 @@ pub mod ffi;
 pub mod guard;
 pub mod handoff;
 pub mod lock;
+#[cfg(test)]
+mod properties;
 pub mod queue;
 pub mod server;
 pub mod server_events;

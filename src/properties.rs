@@ -1,0 +1,215 @@
+//! Property tests of the pure parts, on generated inputs (proptest): the argument parser,
+//! the lock rules, the lock value's encoding and the waiter queues. No server: they run
+//! with the unit tests (`cargo test --lib`, part of `make test`), 256 cases each;
+//! `make fuzz` runs them with many more (`PROPTEST_CASES`).
+
+use proptest::prelude::*;
+
+use crate::args::{self, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::fence::MAX_FENCE;
+use crate::lock::{self, AcquireDecision, LockState, MAX_TIME_MS, Session};
+use crate::queue::{Queues, Waiter};
+
+/// An argument as clients send them: mostly option names and numbers, any bytes too.
+fn argument() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "TOKEN",
+            "token",
+            "WAIT",
+            "wait",
+            "SESSION",
+            "Session",
+            "0",
+            "1",
+            "-1",
+            "010",
+            "140737488355327",
+            "140737488355328",
+            "",
+        ])
+        .prop_map(|s| s.as_bytes().to_vec()),
+        any::<i64>().prop_map(|n| n.to_string().into_bytes()),
+        prop::collection::vec(any::<u8>(), 0..300),
+    ]
+}
+
+/// Writes `name` in a random mix of upper and lower case.
+fn any_case(name: &str, mask: u32) -> Vec<u8> {
+    name.bytes()
+        .enumerate()
+        .map(|(i, b)| {
+            if mask >> (i % 32) & 1 == 1 {
+                b.to_ascii_lowercase()
+            } else {
+                b
+            }
+        })
+        .collect()
+}
+
+proptest! {
+    #[test]
+    fn the_parser_never_panics_and_accepts_only_what_is_in_range(
+        args in prop::collection::vec(argument(), 0..9)
+    ) {
+        let argv: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        if let Ok((options, token_at)) = args::acquire(&argv) {
+            prop_assert!((1..=MAX_TTL_MS).contains(&options.ttl_ms));
+            prop_assert!(options.wait_ms.is_none_or(|ms| (0..=MAX_TTL_MS).contains(&ms)));
+            prop_assert!(options.grace_ms.is_none_or(|ms| (0..=MAX_TTL_MS).contains(&ms)));
+            match (options.token, token_at) {
+                (Some(token), Some(at)) => {
+                    prop_assert!((1..=MAX_TOKEN_LEN).contains(&token.len()));
+                    // The index returned is the token value's, within the arguments.
+                    prop_assert_eq!(argv[at], token);
+                }
+                (None, None) => {}
+                other => prop_assert!(false, "token and its index disagree: {:?}", other),
+            }
+        } else {
+            let err = args::acquire(&argv).unwrap_err().to_string();
+            prop_assert!(err.starts_with("ERR") || argv.is_empty(), "{}", err);
+        }
+    }
+
+    #[test]
+    fn every_well_formed_acquire_parses_in_any_order_and_case(
+        ttl in 1..=MAX_TTL_MS,
+        token in prop::option::of(prop::collection::vec(any::<u8>(), 1..=MAX_TOKEN_LEN)),
+        wait in prop::option::of(0..=MAX_TTL_MS),
+        grace in prop::option::of(0..=MAX_TTL_MS),
+        order in Just([0usize, 1, 2]).prop_shuffle(),
+        mask in any::<u32>(),
+    ) {
+        let mut argv: Vec<Vec<u8>> = vec![ttl.to_string().into_bytes()];
+        for option in order {
+            match option {
+                0 => if let Some(token) = &token {
+                    argv.push(any_case("TOKEN", mask));
+                    argv.push(token.clone());
+                },
+                1 => if let Some(wait) = wait {
+                    argv.push(any_case("WAIT", mask));
+                    argv.push(wait.to_string().into_bytes());
+                },
+                _ => if let Some(grace) = grace {
+                    argv.push(any_case("SESSION", mask));
+                    argv.push(grace.to_string().into_bytes());
+                },
+            }
+        }
+        let argv: Vec<&[u8]> = argv.iter().map(Vec::as_slice).collect();
+        let (options, _) = args::acquire(&argv).expect("well formed");
+        prop_assert_eq!(options.ttl_ms, ttl);
+        prop_assert_eq!(options.token, token.as_deref());
+        prop_assert_eq!(options.wait_ms, wait);
+        prop_assert_eq!(options.grace_ms, grace);
+    }
+
+    #[test]
+    fn an_out_of_range_value_names_its_argument(
+        which in 0usize..3,
+        bad in prop_oneof![Just(-1i64), (MAX_TTL_MS + 1)..i64::MAX],
+    ) {
+        let (name, expected) = [("WAIT", "timeout-ms"), ("SESSION", "grace-ms"), ("", "ttl-ms")][which];
+        let bad = bad.to_string();
+        let argv: Vec<&[u8]> = if name.is_empty() {
+            vec![bad.as_bytes()]
+        } else {
+            vec![b"100", name.as_bytes(), bad.as_bytes()]
+        };
+        let err = args::acquire(&argv).unwrap_err().to_string();
+        prop_assert!(err.contains(expected), "{}", err);
+    }
+
+    #[test]
+    fn decide_follows_the_rules(
+        held in prop::option::of(prop::collection::vec(0u8..4, 1..3)),
+        token in prop::option::of(prop::collection::vec(0u8..4, 1..3)),
+        queued in any::<bool>(),
+    ) {
+        let lock = held.map(|t| LockState::new(t.into(), 1, 0, None));
+        let decision = lock::decide(lock.as_ref(), token.as_deref(), queued);
+        let expected = match &lock {
+            Some(l) if token.as_deref() == Some(l.token()) => AcquireDecision::Renew,
+            Some(_) => AcquireDecision::Busy,
+            None if queued => AcquireDecision::Busy,
+            None => AcquireDecision::Grant,
+        };
+        prop_assert_eq!(decision, expected);
+        if let Some(token) = &token {
+            prop_assert_eq!(
+                lock::is_held_by(lock.as_ref(), token),
+                decision == AcquireDecision::Renew
+            );
+        }
+    }
+
+    #[test]
+    fn a_lock_value_keeps_every_field_whatever_its_binding(
+        token in prop::collection::vec(any::<u8>(), 1..=MAX_TOKEN_LEN),
+        fence in 1..=MAX_FENCE,
+        acquired in 0..=MAX_TIME_MS,
+        sessions in prop::collection::vec(
+            prop::option::of((0..=MAX_TTL_MS, any::<u64>())), 1..5),
+    ) {
+        let mut lock = LockState::new(token.clone().into(), fence, acquired, None);
+        prop_assert!(lock::in_contract(lock.token(), lock.fence(), lock.acquired_ms()));
+        for session in sessions {
+            let session = session.map(|(grace_ms, client)| Session { grace_ms, client });
+            lock.set_session(session);
+            prop_assert_eq!(lock.token(), token.as_slice());
+            prop_assert_eq!(lock.fence(), fence);
+            prop_assert_eq!(lock.acquired_ms(), acquired);
+            prop_assert_eq!(lock.session(), session);
+            prop_assert_eq!(lock.heap_bytes(), token.len() + if session.is_some() { 16 } else { 0 });
+        }
+    }
+
+    #[test]
+    fn waiters_are_served_first_come_first_served(
+        ops in prop::collection::vec((0u8..3, 0u8..3), 0..60),
+    ) {
+        // Per key, the order the model expects: pushes append, pops take the front,
+        // removals (a timeout, a disconnect) take one out wherever it is.
+        let mut queues = Queues::default();
+        let mut model: Vec<Vec<(u64, usize)>> = vec![Vec::new(); 3];
+        let mut next_handle = 1usize;
+        for (op, k) in ops {
+            let key = (0, vec![b'k', k]);
+            let slot = usize::from(k);
+            match op {
+                0 => {
+                    let id = queues.push(Waiter {
+                        handle: next_handle,
+                        key: key.clone(),
+                        token: b"t".to_vec(),
+                        wake_timer: None,
+                        ttl_ms: 1,
+                        session: None,
+                    });
+                    model[slot].push((id, next_handle));
+                    next_handle += 1;
+                }
+                1 => {
+                    let served = queues.pop_head(&key).map(|w| w.handle);
+                    let expected = (!model[slot].is_empty()).then(|| model[slot].remove(0).1);
+                    prop_assert_eq!(served, expected);
+                }
+                _ => {
+                    if let Some(&(id, handle)) = model[slot].get(model[slot].len() / 2) {
+                        prop_assert_eq!(queues.remove(id).map(|w| w.handle), Some(handle));
+                        model[slot].retain(|&(m, _)| m != id);
+                    }
+                }
+            }
+            prop_assert_eq!(queues.waiting(&key), model[slot].len());
+            prop_assert_eq!(
+                queues.head(&key).map(|(id, _)| id),
+                model[slot].first().map(|&(id, _)| id)
+            );
+        }
+        prop_assert_eq!(queues.total(), model.iter().map(Vec::len).sum::<usize>());
+    }
+}
