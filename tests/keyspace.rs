@@ -505,24 +505,6 @@ fn debug_digest_value_answers_and_follows_the_lock_value() {
     assert_ne!(whole, "0".repeat(40));
 }
 
-/// CRC-64 as Redis computes it for DUMP payloads ("Jones" polynomial, reflected,
-/// initial value 0, no final xor).
-fn crc64(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
-    let mut crc = 0u64;
-    for &byte in data {
-        crc ^= u64::from(byte);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ POLY_REFLECTED
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    crc
-}
-
 /// The DUMP payload with the module type's encoding version replaced, CRC recomputed.
 fn with_encoding_version(payload: &[u8], encver: u64) -> Vec<u8> {
     let mut patched = payload.to_vec();

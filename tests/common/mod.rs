@@ -536,3 +536,21 @@ pub fn binding(con: &mut redis::Connection, key: &str) -> (i64, i64) {
         info_field(con, key, "connected").expect("LOCK.INFO connected"),
     )
 }
+
+/// CRC-64 as Redis computes it for DUMP payloads ("Jones" polynomial, reflected,
+/// initial value 0, no final xor).
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
+    let mut crc = 0u64;
+    for &byte in data {
+        crc ^= u64::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY_REFLECTED
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
