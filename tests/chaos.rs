@@ -33,24 +33,9 @@ const WORKERS: usize = 12;
 const MAX_WAIT_MS: u64 = 400;
 const REPLY_SLACK: Duration = Duration::from_secs(5);
 
-/// A small deterministic generator (xorshift64*), so that a seed replays the admin.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn key(&mut self) -> &'static str {
-        KEYS[self.below(KEYS.len() as u64) as usize]
-    }
+/// Picks one of `KEYS`.
+fn pick_key(rng: &mut Rng) -> &'static str {
+    KEYS[rng.below(KEYS.len() as u64) as usize]
 }
 
 /// A time a lock was certainly held by one client: `[granted, releasing]`.
@@ -186,7 +171,7 @@ fn admin(
     decoy: &[u8],
     ids: &[Arc<AtomicI64>],
 ) -> &'static str {
-    let key = rng.key();
+    let key = pick_key(rng);
     // Refusals (a RENAME of a missing key, a MOVE onto an existing one) are fine.
     let mut run = |args: &[&[u8]]| {
         let mut cmd = redis::Cmd::new();
