@@ -80,9 +80,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     let held = key.lock()?;
     match lock::decide(held, options.token, queued) {
         AcquireDecision::Grant => {
-            let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
-            let (fence, _) =
-                store::grant(ctx, &key, token.into_boxed_slice(), options.ttl_ms, session)?;
+            let token = lock::token_buffer(options.token, session.is_some());
+            let (fence, _) = store::grant(ctx, &key, token, options.ttl_ms, session)?;
             let lock = key
                 .lock()?
                 .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
@@ -120,7 +119,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
                 Some(timeout_ms) if can_block => {
                     let expire_at = key.expire_at();
                     drop(key);
-                    let token = options.token.map_or_else(lock::new_token, <[u8]>::to_vec);
+                    let token = lock::token_buffer(options.token, session.is_some());
                     blocking::wait(ctx, db, argv[1], token, options.ttl_ms, timeout_ms, session)?;
                     handoff::waiting_for(ctx, db, argv[1], expire_at);
                     Ok(RedisValue::NoReply)
@@ -284,7 +283,7 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !(6..=7).contains(&args.len()) {
         return Err(RedisError::WrongArity);
     }
-    let token: Box<[u8]> = args::token(args[2].as_slice())?.into();
+    let token = args::token(args[2].as_slice())?.to_vec();
     let number = |i: usize, what: &str| -> Result<i64, RedisError> {
         args[i]
             .parse_integer()

@@ -70,7 +70,7 @@ unsafe fn state<'a>(value: *mut c_void) -> &'a LockState {
 
 /// Loads the fields every version has: token, fence, grant time.
 fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
-    let token: Box<[u8]> = raw::load_string_buffer(rdb).ok()?.as_ref().into();
+    let token = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
     let fence = raw::load_unsigned(rdb).ok()?;
     let acquired_ms = raw::load_signed(rdb).ok()?;
     if !lock::in_contract(&token, fence, acquired_ms) {

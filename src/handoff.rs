@@ -92,9 +92,13 @@ fn grant_to(ctx: &Context, key: &Key, mut waiter: Waiter) -> (Waiter, Answer) {
     if let Some(redirect) = cluster::route(ctx, &waiter.key.1).redirect() {
         return (waiter, Answer::Error(redirect));
     }
-    let token = std::mem::take(&mut waiter.token).into_boxed_slice();
-    let answer = match store::grant(ctx, key, token.clone(), waiter.ttl_ms, waiter.session) {
-        Ok((fence, _)) => Answer::Granted { token, fence },
+    let token = std::mem::take(&mut waiter.token);
+    let reply_token: Box<[u8]> = token.as_slice().into();
+    let answer = match store::grant(ctx, key, token, waiter.ttl_ms, waiter.session) {
+        Ok((fence, _)) => Answer::Granted {
+            token: reply_token,
+            fence,
+        },
         Err(err) => Answer::Error(err.to_string()),
     };
     (waiter, answer)

@@ -42,14 +42,21 @@ pub struct Session {
 
 impl LockState {
     /// A lock held by `token`, granted with `fence` at `acquired_ms`, bound as `session`.
-    pub fn new(token: Box<[u8]>, fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
-        let mut lock = LockState {
-            data: token,
-            fence_word: fence & !SESSION_BIT,
+    /// A token made by [`token_buffer`] for a session-bound lock has room for the
+    /// binding already: one allocation either way.
+    pub fn new(mut token: Vec<u8>, fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
+        let mut fence_word = fence & !SESSION_BIT;
+        if let Some(session) = session {
+            token.reserve_exact(SESSION_BYTES);
+            token.extend_from_slice(&session.grace_ms.to_le_bytes());
+            token.extend_from_slice(&session.client.to_le_bytes());
+            fence_word |= SESSION_BIT;
+        }
+        LockState {
+            data: token.into_boxed_slice(),
+            fence_word,
             acquired_ms,
-        };
-        lock.set_session(session);
-        lock
+        }
     }
 
     /// The token that holds the lock.
@@ -92,6 +99,10 @@ impl LockState {
 
     /// Binds the lock as `session`, or unbinds it (`None`).
     pub fn set_session(&mut self, session: Option<Session>) {
+        if session.is_none() && !self.is_bound() {
+            // A plain lock stays as it is: no allocation on the common path.
+            return;
+        }
         let mut data = Vec::with_capacity(self.token().len() + SESSION_BYTES);
         data.extend_from_slice(self.token());
         match session {
@@ -100,7 +111,6 @@ impl LockState {
                 data.extend_from_slice(&session.client.to_le_bytes());
                 self.fence_word |= SESSION_BIT;
             }
-            None if !self.is_bound() => return,
             None => self.fence_word &= !SESSION_BIT,
         }
         self.data = data.into_boxed_slice();
@@ -157,13 +167,31 @@ pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
 /// thread-local ChaCha12 generator, seeded and reseeded from the operating system),
 /// written as 32 lowercase hexadecimal characters.
 pub fn new_token() -> Vec<u8> {
+    token_buffer(None, false)
+}
+
+/// The token a grant will hold (the caller's own, or a new server-made one) in a buffer
+/// with room for a session binding when `bound`, so that the lock is one allocation.
+pub fn token_buffer(own: Option<&[u8]>, bound: bool) -> Vec<u8> {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut bytes = [0u8; 16];
-    rand::fill(&mut bytes);
-    bytes
-        .iter()
-        .flat_map(|byte| [HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]])
-        .collect()
+    let room = if bound { SESSION_BYTES } else { 0 };
+    match own {
+        Some(token) => {
+            let mut buffer = Vec::with_capacity(token.len() + room);
+            buffer.extend_from_slice(token);
+            buffer
+        }
+        None => {
+            let mut bytes = [0u8; 16];
+            rand::fill(&mut bytes);
+            let mut buffer = Vec::with_capacity(32 + room);
+            for byte in bytes {
+                buffer.push(HEX[usize::from(byte >> 4)]);
+                buffer.push(HEX[usize::from(byte & 0xf)]);
+            }
+            buffer
+        }
+    }
 }
 
 #[cfg(test)]
@@ -183,7 +211,7 @@ mod tests {
     }
 
     fn held(token: &[u8]) -> LockState {
-        LockState::new(token.into(), 7, 1, None)
+        LockState::new(token.to_vec(), 7, 1, None)
     }
 
     #[test]
@@ -193,7 +221,8 @@ mod tests {
             grace_ms: 5_000,
             client: u64::MAX,
         };
-        let mut lock = LockState::new((*b"mine").into(), 9, 3, Some(session));
+        let mut lock = LockState::new(token_buffer(Some(b"mine"), true), 9, 3, Some(session));
+        assert_eq!(lock.heap_bytes(), 4 + 16);
         assert_eq!(
             (lock.token(), lock.fence(), lock.acquired_ms()),
             (&b"mine"[..], 9, 3)

@@ -129,7 +129,7 @@ proptest! {
         token in prop::option::of(prop::collection::vec(0u8..4, 1..3)),
         queued in any::<bool>(),
     ) {
-        let lock = held.map(|t| LockState::new(t.into(), 1, 0, None));
+        let lock = held.map(|t| LockState::new(t, 1, 0, None));
         let decision = lock::decide(lock.as_ref(), token.as_deref(), queued);
         let expected = match &lock {
             Some(l) if token.as_deref() == Some(l.token()) => AcquireDecision::Renew,
@@ -154,7 +154,7 @@ proptest! {
         sessions in prop::collection::vec(
             prop::option::of((0..=MAX_TTL_MS, any::<u64>())), 1..5),
     ) {
-        let mut lock = LockState::new(token.clone().into(), fence, acquired, None);
+        let mut lock = LockState::new(token.clone(), fence, acquired, None);
         prop_assert!(lock::in_contract(lock.token(), lock.fence(), lock.acquired_ms()));
         for session in sessions {
             let session = session.map(|(grace_ms, client)| Session { grace_ms, client });

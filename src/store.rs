@@ -26,7 +26,7 @@ pub const EVENT_EXTEND: &CStr = c"lock.extend";
 pub fn grant(
     ctx: &Context,
     key: &Key,
-    token: Box<[u8]>,
+    token: Vec<u8>,
     ttl_ms: i64,
     session: Option<Session>,
 ) -> Result<(u64, i64), RedisError> {

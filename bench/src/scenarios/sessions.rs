@@ -40,9 +40,16 @@ fn acquire_cost(server: &Server, ops: usize, side: Side) -> io::Result<f64> {
         }
     }
     let cost = info::usec_per_call(&mut admin, "lock.acquire")?;
-    // Closing the connection releases its session-bound locks; FLUSHALL on the next run
-    // forgets whatever is left.
+    // Closing the connection releases its session-bound locks (grace 0): wait until the
+    // server has done so, so that the work does not spill into the next measurement.
     drop(conn);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while side == Side::Module && admin.cmd(&["DBSIZE"])?.int()? > 0 {
+        if std::time::Instant::now() > deadline {
+            return Err(io::Error::other("session-bound locks not released in 60 s"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     Ok(cost)
 }
 
