@@ -54,36 +54,58 @@ pub struct Binding {
     pub grace_ms: i64,
 }
 
+/// A lock's place in the registry: its key and the connection it is bound to (0: none).
+pub type Bound = (KeyId, u64);
+
+/// The locks bound to one open connection: an append-only list, so that a bind hashes no
+/// key. It may hold locks that have left or been bound elsewhere since (`stale` counts
+/// the departures it was told of): a close dedupes it, and `compact` prunes it once
+/// half of it is stale.
+#[derive(Debug, Default)]
+struct ClientLocks {
+    locks: Vec<(KeyId, i64)>,
+    stale: usize,
+}
+
 /// The registry of one server.
 #[derive(Debug, Default)]
 pub struct Bindings {
     /// Locks bound to an open connection, by connection id.
-    bound: HashMap<u64, HashMap<KeyId, i64>>,
-    /// Locks whose grace runs: the grace's id, the timer that ends it, and what it was
-    /// started with.
-    graces: HashMap<KeyId, (u64, u64, Binding)>,
-    /// The key of each running grace, by the grace's id (what its timer carries: the
-    /// key may change database meanwhile, by `SWAPDB`).
-    grace_keys: HashMap<u64, KeyId>,
+    bound: HashMap<u64, ClientLocks>,
+    /// Locks whose grace runs, by key and connection: the grace's id, the timer that
+    /// ends it, and its length.
+    graces: HashMap<Bound, (u64, u64, i64)>,
+    /// The key and connection of each running grace, by the grace's id (what its timer
+    /// carries: the key may change database meanwhile, by `SWAPDB`).
+    grace_keys: HashMap<u64, Bound>,
     /// The id of the next grace.
     next_grace: u64,
-    /// Locks whose grace starts when the server starts serving them.
-    pending: HashMap<KeyId, Binding>,
+    /// Locks whose grace starts when the server starts serving them: their grace.
+    pending: HashMap<Bound, i64>,
 }
+
+/// How many stale entries a connection's list may hold before it is compacted.
+const COMPACT_AFTER: usize = 32;
 
 impl Bindings {
     /// The lock on `key` is bound to the open connection `client`.
     pub fn bind(&mut self, key: KeyId, client: u64, grace_ms: i64) {
-        self.bound.entry(client).or_default().insert(key, grace_ms);
+        self.bound
+            .entry(client)
+            .or_default()
+            .locks
+            .push((key, grace_ms));
     }
 
-    /// Connection `client` closed: its locks, each with its grace, now leave the registry
-    /// (the caller starts their graces). Nothing for a connection that held none.
+    /// Connection `client` closed: its locks, each once with its latest grace, now leave
+    /// the registry (the caller starts their graces; a grace of a lock that has left or
+    /// been bound elsewhere ends on nothing). Nothing for a connection that held none.
     pub fn disconnected(&mut self, client: u64) -> Vec<(KeyId, i64)> {
-        self.bound
-            .remove(&client)
-            .map(|locks| locks.into_iter().collect())
-            .unwrap_or_default()
+        let Some(entry) = self.bound.remove(&client) else {
+            return Vec::new();
+        };
+        let latest: HashMap<KeyId, i64> = entry.locks.into_iter().collect();
+        latest.into_iter().collect()
     }
 
     /// An id for a grace about to start, for its timer to carry.
@@ -92,8 +114,9 @@ impl Bindings {
         self.next_grace
     }
 
-    /// The grace `id` of the lock on `key` runs until `timer` fires. Returns the timer of
-    /// a grace that ran before for the key, which the caller stops.
+    /// The grace `id` of the lock on `key` bound as `binding` runs until `timer` fires.
+    /// Returns the timer of a grace that ran before for the same key and connection,
+    /// which the caller stops.
     pub fn grace_started(
         &mut self,
         key: KeyId,
@@ -101,9 +124,10 @@ impl Bindings {
         timer: u64,
         binding: Binding,
     ) -> Option<u64> {
-        self.pending.remove(&key);
-        self.grace_keys.insert(id, key.clone());
-        let old = self.graces.insert(key, (id, timer, binding))?;
+        let place = (key, binding.client);
+        self.pending.remove(&place);
+        self.grace_keys.insert(id, place.clone());
+        let old = self.graces.insert(place, (id, timer, binding.grace_ms))?;
         self.grace_keys.remove(&old.0);
         Some(old.1)
     }
@@ -111,133 +135,155 @@ impl Bindings {
     /// The timer of grace `id` fired: the lock's key (where it is now) and what the grace
     /// was started with; `None` for a grace that ended otherwise.
     pub fn grace_fired(&mut self, id: u64) -> Option<(KeyId, Binding)> {
-        let key = self.grace_keys.remove(&id)?;
-        let (_, _, binding) = self.graces.remove(&key)?;
-        Some((key, binding))
+        let place = self.grace_keys.remove(&id)?;
+        let (_, _, grace_ms) = self.graces.remove(&place)?;
+        let (key, client) = place;
+        Some((key, Binding { client, grace_ms }))
     }
 
-    /// The grace of the lock on `key` is over (it was reclaimed, the lock left). Returns
-    /// its timer, which the caller stops, and what the grace was started with.
-    pub fn grace_ended(&mut self, key: &KeyId) -> Option<(u64, Binding)> {
-        let (id, timer, binding) = self.graces.remove(key)?;
+    /// The grace of the lock on `key` bound to `client` is over (it was reclaimed, the
+    /// lock left). Returns its timer, which the caller stops.
+    pub fn grace_ended(&mut self, key: &KeyId, client: u64) -> Option<u64> {
+        let (id, timer, _) = self.graces.remove(&(key.clone(), client))?;
         self.grace_keys.remove(&id);
-        Some((timer, binding))
+        Some(timer)
     }
 
     /// The lock on `key` waits for the server to serve it before its grace starts.
     pub fn pend(&mut self, key: KeyId, binding: Binding) {
-        self.pending.insert(key, binding);
+        self.pending.insert((key, binding.client), binding.grace_ms);
     }
 
     /// Every pending lock: the server serves them now (loaded, promoted).
     pub fn take_pending(&mut self) -> Vec<(KeyId, Binding)> {
-        self.pending.drain().collect()
+        self.pending
+            .drain()
+            .map(|((key, client), grace_ms)| (key, Binding { client, grace_ms }))
+            .collect()
     }
 
     /// The server follows a master now: every lock it was watching becomes pending (with
     /// the connection and grace it had), and the timers of running graces are returned
     /// for the caller to stop.
     pub fn demote(&mut self) -> Vec<u64> {
-        for (client, locks) in self.bound.drain() {
-            for (key, grace_ms) in locks {
-                self.pending.insert(key, Binding { client, grace_ms });
+        for (client, entry) in self.bound.drain() {
+            for (key, grace_ms) in entry.locks {
+                self.pending.insert((key, client), grace_ms);
             }
         }
         let mut timers = Vec::new();
-        for (key, (_, timer, binding)) in self.graces.drain() {
+        for (place, (_, timer, grace_ms)) in self.graces.drain() {
             timers.push(timer);
-            self.pending.insert(key, binding);
+            self.pending.insert(place, grace_ms);
         }
         self.grace_keys.clear();
         timers
     }
 
-    /// The lock on `key`, bound to `client` (0: none), left the keyspace or lost its
-    /// binding: every trace of it goes. Returns the timer of its grace, if one ran.
+    /// The lock on `key`, bound to `client` (0: none), lost that binding (its token
+    /// acquired it again): its grace and pending start go; its entry in the connection's
+    /// list counts as stale. Returns the timer of its grace, if one ran.
     pub fn forget(&mut self, key: &KeyId, client: u64) -> Option<u64> {
-        if let Some(locks) = self.bound.get_mut(&client) {
-            locks.remove(key);
-            if locks.is_empty() {
-                self.bound.remove(&client);
-            }
+        if let Some(entry) = self.bound.get_mut(&client) {
+            entry.stale += 1;
         }
-        self.pending.remove(key);
-        self.grace_ended(key).map(|(timer, _)| timer)
+        self.pending.remove(&(key.clone(), client));
+        self.grace_ended(key, client)
     }
 
     /// A session-bound lock bound to `client` left `key`, which now holds `successor` (the
     /// binding of the session-bound lock there now, if any: a `RESTORE` or `COPY` with
     /// `REPLACE` registers the new value before the old one goes). What was the old
-    /// lock's goes; the successor's stays. Returns the timer of a grace that ended.
+    /// lock's goes, unless the successor has the same connection. Returns the timer of a
+    /// grace that ended.
     pub fn left(&mut self, key: &KeyId, client: u64, successor: Option<Session>) -> Option<u64> {
-        if successor.map(|s| s.client) != Some(client)
-            && let Some(locks) = self.bound.get_mut(&client)
-        {
-            locks.remove(key);
-            if locks.is_empty() {
-                self.bound.remove(&client);
-            }
-        }
-        if successor.is_some() {
+        if successor.is_some_and(|s| s.client == client) {
             return None;
         }
-        self.pending.remove(key);
-        self.grace_ended(key).map(|(timer, _)| timer)
+        self.forget(key, client)
+    }
+
+    /// The entries of `client`'s list when half of it is stale, for the caller to check
+    /// against the keyspace and `compact`; `None` while it is not.
+    pub fn to_compact(&self, client: u64) -> Option<Vec<KeyId>> {
+        let entry = self.bound.get(&client)?;
+        (entry.stale >= COMPACT_AFTER && entry.stale * 2 >= entry.locks.len())
+            .then(|| entry.locks.iter().map(|(key, _)| key.clone()).collect())
+    }
+
+    /// Keeps in `client`'s list only the keys still bound to it (`still_bound`), each once.
+    pub fn compact(&mut self, client: u64, still_bound: &[KeyId]) {
+        let Some(entry) = self.bound.get_mut(&client) else {
+            return;
+        };
+        let keep: std::collections::HashSet<&KeyId> = still_bound.iter().collect();
+        let mut latest: HashMap<KeyId, i64> = HashMap::new();
+        for (key, grace_ms) in entry.locks.drain(..) {
+            if keep.contains(&key) {
+                latest.insert(key, grace_ms);
+            }
+        }
+        entry.locks = latest.into_iter().collect();
+        entry.stale = 0;
+        if entry.locks.is_empty() {
+            self.bound.remove(&client);
+        }
     }
 
     /// Database `db` (every database for `None`) was emptied: its locks go. Returns the
     /// timers of their graces.
     pub fn flushed(&mut self, db: Option<i32>) -> Vec<u64> {
         let gone = |key: &KeyId| db.is_none_or(|db| key.0 == db);
-        for locks in self.bound.values_mut() {
-            locks.retain(|key, _| !gone(key));
+        for entry in self.bound.values_mut() {
+            entry.locks.retain(|(key, _)| !gone(key));
+            entry.stale = entry.stale.min(entry.locks.len());
         }
-        self.bound.retain(|_, locks| !locks.is_empty());
-        self.pending.retain(|key, _| !gone(key));
+        self.bound.retain(|_, entry| !entry.locks.is_empty());
+        self.pending.retain(|(key, _), _| !gone(key));
         let timers = self
             .graces
             .iter()
-            .filter(|(key, _)| gone(key))
+            .filter(|((key, _), _)| gone(key))
             .map(|(_, (_, timer, _))| *timer)
             .collect();
-        self.graces.retain(|key, _| !gone(key));
-        self.grace_keys.retain(|_, key| !gone(key));
+        self.graces.retain(|(key, _), _| !gone(key));
+        self.grace_keys.retain(|_, (key, _)| !gone(key));
         timers
     }
 
     /// Databases `a` and `b` swapped their contents (`SWAPDB`).
     pub fn swapped(&mut self, a: i32, b: i32) {
-        let swap = |key: KeyId| -> KeyId {
-            match key.0 {
-                db if db == a => (b, key.1),
-                db if db == b => (a, key.1),
-                _ => key,
+        let swap = |key: &mut KeyId| {
+            if key.0 == a {
+                key.0 = b;
+            } else if key.0 == b {
+                key.0 = a;
             }
         };
-        for locks in self.bound.values_mut() {
-            *locks = std::mem::take(locks)
-                .into_iter()
-                .map(|(k, g)| (swap(k), g))
-                .collect();
+        for entry in self.bound.values_mut() {
+            entry.locks.iter_mut().for_each(|(key, _)| swap(key));
         }
         self.graces = std::mem::take(&mut self.graces)
             .into_iter()
-            .map(|(k, t)| (swap(k), t))
+            .map(|((mut k, c), t)| {
+                swap(&mut k);
+                ((k, c), t)
+            })
             .collect();
-        self.grace_keys = std::mem::take(&mut self.grace_keys)
-            .into_iter()
-            .map(|(id, k)| (id, swap(k)))
-            .collect();
+        self.grace_keys.values_mut().for_each(|(key, _)| swap(key));
         self.pending = std::mem::take(&mut self.pending)
             .into_iter()
-            .map(|(k, b)| (swap(k), b))
+            .map(|((mut k, c), g)| {
+                swap(&mut k);
+                ((k, c), g)
+            })
             .collect();
     }
 
-    /// How many locks are bound to open connections, in grace and pending.
+    /// How many entries the connections' lists hold, graces run and locks are pending.
     pub fn counts(&self) -> (usize, usize, usize) {
         (
-            self.bound.values().map(HashMap::len).sum(),
+            self.bound.values().map(|e| e.locks.len()).sum(),
             self.graces.len(),
             self.pending.len(),
         )
@@ -257,60 +303,57 @@ mod tests {
         grace_ms: 9,
     };
 
+    fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+        v.sort();
+        v
+    }
+
     #[test]
-    fn a_close_finds_all_of_its_locks_and_only_its_own() {
+    fn a_close_finds_all_of_its_locks_once_and_only_its_own() {
         let mut b = Bindings::default();
         b.bind(key(0, "a"), 7, 100);
         b.bind(key(3, "b"), 7, 0);
         b.bind(key(0, "c"), 8, 5);
-        let mut gone = b.disconnected(7);
-        gone.sort();
-        assert_eq!(gone, vec![(key(0, "a"), 100), (key(3, "b"), 0)]);
+        b.bind(key(0, "a"), 7, 50);
+        assert_eq!(
+            sorted(b.disconnected(7)),
+            vec![(key(0, "a"), 50), (key(3, "b"), 0)],
+            "once each, with the latest grace"
+        );
         assert!(b.disconnected(7).is_empty());
         assert!(b.disconnected(99).is_empty());
         assert_eq!(b.counts(), (1, 0, 0));
     }
 
     #[test]
-    fn a_grace_replaces_the_one_before_and_ends_once() {
+    fn graces_are_per_key_and_connection_and_end_once() {
         let mut b = Bindings::default();
-        b.pend(
-            key(0, "a"),
-            Binding {
-                client: 0,
-                grace_ms: 9,
-            },
-        );
+        b.pend(key(0, "a"), B);
         assert_eq!(b.grace_started(key(0, "a"), 10, 1, B), None);
-        assert_eq!(b.counts(), (0, 1, 0));
+        assert_eq!(b.counts(), (0, 1, 0), "the pending start is replaced");
         assert_eq!(b.grace_started(key(0, "a"), 11, 2, B), Some(1));
         assert_eq!(b.grace_fired(10), None, "the replaced grace ends nothing");
-        assert_eq!(b.grace_ended(&key(0, "a")), Some((2, B)));
-        assert_eq!(b.grace_ended(&key(0, "a")), None);
+        // Another connection's grace on the same key stands beside it.
+        let other = Binding { client: 5, ..B };
+        assert_eq!(b.grace_started(key(0, "a"), 12, 3, other), None);
+        assert_eq!(b.grace_ended(&key(0, "a"), 0), Some(2));
+        assert_eq!(b.grace_ended(&key(0, "a"), 0), None);
         assert_eq!(b.grace_fired(11), None);
-        b.grace_started(key(0, "b"), 12, 3, B);
-        assert_eq!(b.grace_fired(12), Some((key(0, "b"), B)));
+        assert_eq!(b.grace_fired(12), Some((key(0, "a"), other)));
         assert_eq!(b.counts(), (0, 0, 0));
     }
 
     #[test]
-    fn forgetting_a_lock_removes_every_trace() {
+    fn forgetting_a_lock_ends_its_grace_and_marks_its_entry_stale() {
         let mut b = Bindings::default();
         b.bind(key(0, "a"), 7, 100);
-        b.bind(key(0, "b"), 7, 100);
-        b.forget(&key(0, "a"), 7);
-        assert_eq!(b.disconnected(7), vec![(key(0, "b"), 100)]);
+        assert_eq!(b.forget(&key(0, "a"), 7), None);
+        assert_eq!(b.bound[&7].stale, 1);
         b.grace_started(key(0, "c"), 1, 4, B);
         assert_eq!(b.forget(&key(0, "c"), 0), Some(4));
-        b.pend(
-            key(1, "d"),
-            Binding {
-                client: 0,
-                grace_ms: 1,
-            },
-        );
+        b.pend(key(1, "d"), B);
         b.forget(&key(1, "d"), 0);
-        assert_eq!(b.counts(), (0, 0, 0));
+        assert_eq!(b.counts(), (1, 0, 0));
     }
 
     #[test]
@@ -323,15 +366,35 @@ mod tests {
         // Replaced by a lock of the same connection (RESTORE ... REPLACE): kept.
         b.bind(key(0, "a"), 7, 1);
         assert_eq!(b.left(&key(0, "a"), 7, Some(same)), None);
-        assert_eq!(b.counts(), (1, 0, 0));
-        // Replaced by another connection's lock: only the old binding goes.
+        assert_eq!(b.bound[&7].stale, 0);
+        // Replaced by another connection's lock: the old entry is stale.
         b.bind(key(0, "a"), 8, 1);
         b.left(&key(0, "a"), 7, Some(Session { client: 8, ..same }));
+        assert_eq!(b.bound[&7].stale, 1);
         assert_eq!(b.disconnected(8), vec![(key(0, "a"), 1)]);
-        assert!(b.disconnected(7).is_empty());
         // Gone for good: its grace ends too.
         b.grace_started(key(0, "g"), 1, 4, B);
         assert_eq!(b.left(&key(0, "g"), 0, None), Some(4));
+    }
+
+    #[test]
+    fn a_half_stale_list_is_compacted_to_what_is_still_bound() {
+        let mut b = Bindings::default();
+        for i in 0..64 {
+            b.bind(key(0, &format!("k{i}")), 7, 1);
+        }
+        for i in 0..31 {
+            b.forget(&key(0, &format!("k{i}")), 7);
+        }
+        assert_eq!(b.to_compact(7), None, "under the threshold");
+        b.forget(&key(0, "k31"), 7);
+        let keys = b.to_compact(7).expect("half stale");
+        assert_eq!(keys.len(), 64);
+        let still: Vec<KeyId> = (32..64).map(|i| key(0, &format!("k{i}"))).collect();
+        b.compact(7, &still);
+        assert_eq!(b.counts(), (32, 0, 0));
+        assert_eq!(b.to_compact(7), None);
+        b.compact(7, &[]);
         assert_eq!(b.counts(), (0, 0, 0));
     }
 
@@ -342,10 +405,8 @@ mod tests {
         b.grace_started(key(0, "b"), 1, 3, B);
         let timers = b.demote();
         assert_eq!(timers, vec![3]);
-        let mut pending = b.take_pending();
-        pending.sort();
         assert_eq!(
-            pending,
+            sorted(b.take_pending()),
             vec![
                 (
                     key(0, "a"),
@@ -365,13 +426,7 @@ mod tests {
         b.bind(key(0, "a"), 7, 1);
         b.bind(key(1, "a"), 7, 1);
         b.grace_started(key(1, "g"), 1, 5, B);
-        b.pend(
-            key(1, "p"),
-            Binding {
-                client: 0,
-                grace_ms: 1,
-            },
-        );
+        b.pend(key(1, "p"), B);
         assert_eq!(b.flushed(Some(1)), vec![5]);
         assert_eq!(b.counts(), (1, 0, 0));
         assert!(b.flushed(None).is_empty());
@@ -383,13 +438,7 @@ mod tests {
         let mut b = Bindings::default();
         b.bind(key(0, "a"), 7, 1);
         b.grace_started(key(1, "g"), 1, 5, B);
-        b.pend(
-            key(2, "p"),
-            Binding {
-                client: 0,
-                grace_ms: 1,
-            },
-        );
+        b.pend(key(2, "p"), B);
         b.swapped(0, 1);
         assert_eq!(b.disconnected(7), vec![(key(1, "a"), 1)]);
         assert_eq!(
@@ -409,12 +458,12 @@ mod tests {
                 b.grace_keys.len()
             ));
         }
-        for (key, (id, _, _)) in &b.graces {
-            if b.grace_keys.get(id) != Some(key) {
-                return Err(format!("grace {id} of {key:?} not found by its id"));
+        for (place, (id, _, _)) in &b.graces {
+            if b.grace_keys.get(id) != Some(place) {
+                return Err(format!("grace {id} of {place:?} not found by its id"));
             }
         }
-        if b.bound.values().any(HashMap::is_empty) {
+        if b.bound.values().any(|e| e.locks.is_empty() && e.stale == 0) {
             return Err("an empty connection entry".into());
         }
         Ok(())
@@ -443,12 +492,12 @@ mod tests {
                     }
                     3 => {
                         let id = b.next_grace.saturating_sub(u64::from(name));
-                        if let Some((key, _)) = b.grace_fired(id) {
-                            proptest::prop_assert!(!b.graces.contains_key(&key));
+                        if let Some((key, binding)) = b.grace_fired(id) {
+                            proptest::prop_assert!(!b.graces.contains_key(&(key, binding.client)));
                         }
                     }
                     4 => {
-                        b.grace_ended(&k);
+                        b.grace_ended(&k, client);
                     }
                     5 => b.pend(k, binding),
                     6 => {
@@ -461,9 +510,9 @@ mod tests {
                     8 => {
                         b.flushed(Some(db));
                         let (bound, graces, pending) = (
-                            b.bound.values().flat_map(HashMap::keys).any(|k| k.0 == db),
-                            b.graces.keys().any(|k| k.0 == db),
-                            b.pending.keys().any(|k| k.0 == db),
+                            b.bound.values().flat_map(|e| &e.locks).any(|(k, _)| k.0 == db),
+                            b.graces.keys().any(|(k, _)| k.0 == db),
+                            b.pending.keys().any(|(k, _)| k.0 == db),
                         );
                         proptest::prop_assert!(!bound && !graces && !pending);
                     }

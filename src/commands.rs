@@ -43,6 +43,8 @@ fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, R
     let Some(grace_ms) = grace_ms else {
         return Ok(None);
     };
+    // A script runs on a client of the server's own (on Valkey 9.1 one that exists only
+    // while it runs), never the caller's connection.
     let client = ffi::client_id(ctx);
     if client == 0 || ctx.get_flags().contains(ContextFlags::LUA) {
         return Err(error::session_without_connection());

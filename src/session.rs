@@ -132,21 +132,42 @@ fn gone(db: i32, key: &[u8], session: Session) {
 extern "C" fn on_left(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
     guard::callback((), || {
         let ctx = Context::new(ctx);
+        let mut clients = Vec::new();
         for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
-            if ffi::selected_db(&ctx) != key.0 && !ffi::select_db(&ctx, key.0) {
-                continue;
-            }
-            let name = ctx.create_string(key.1.as_slice());
-            let successor = Key::open_read(&ctx, &name)
-                .lock()
-                .ok()
-                .flatten()
-                .and_then(LockState::session);
+            let successor = session_at(&ctx, &key);
             if let Some(timer) = bindings::with(|b| b.left(&key, client, successor)) {
                 stop_grace_timer(&ctx, timer);
             }
+            if !clients.contains(&client) {
+                clients.push(client);
+            }
+        }
+        // A connection that binds and releases many locks leaves stale entries in its
+        // list: once half of it is, keep only the keys still bound to it.
+        for client in clients {
+            let Some(keys) = bindings::with(|b| b.to_compact(client)) else {
+                continue;
+            };
+            let still_bound: Vec<KeyId> = keys
+                .into_iter()
+                .filter(|key| session_at(&ctx, key).is_some_and(|s| s.client == client))
+                .collect();
+            bindings::with(|b| b.compact(client, &still_bound));
         }
     })
+}
+
+/// The binding of the session-bound lock on `key`, if it holds one.
+fn session_at(ctx: &Context, key: &KeyId) -> Option<Session> {
+    if ffi::selected_db(ctx) != key.0 && !ffi::select_db(ctx, key.0) {
+        return None;
+    }
+    let name = ctx.create_string(key.1.as_slice());
+    Key::open_read(ctx, &name)
+        .lock()
+        .ok()
+        .flatten()
+        .and_then(LockState::session)
 }
 
 /// `RENAME` and `MOVE` bring a lock to a new key with no type callback that names the
