@@ -176,14 +176,18 @@ impl Locker {
             options.wait_timeout(),
             options.session_grace(),
         );
+        // A wait takes a connection of its own, dropped (and so leaving the server's wait
+        // queue) once this returns: after a session-bound grant has been bound to the
+        // shared connection, for closing it first would release the lock.
+        let mut waited_on = None;
         let reply: RedisResult<Option<Grant>> = match options.wait_timeout() {
             None => self.conn.query(&cmd, self.command_timeout).await,
             Some(_) => {
-                // A connection of its own, dropped (and so leaving the server's wait
-                // queue) as soon as this returns.
                 within(options.reply_limit(self.command_timeout), async {
                     let mut con = self.conn.open().await?;
-                    cmd.query_async(&mut con).await
+                    let reply = cmd.query_async(&mut con).await;
+                    waited_on = Some(con);
+                    reply
                 })
                 .await
             }
@@ -213,12 +217,14 @@ impl Locker {
             command_timeout: self.command_timeout,
             key,
             token: grant.token,
+            fence: grant.fence,
             lost,
             session: options.session_grace(),
             ttl: options.ttl(),
             bound_to: AtomicU64::new(bound_to),
         });
         shared.stay_bound().await?;
+        drop(waited_on);
         let watchdog = options
             .watchdog_interval()
             .map(|every| tokio::spawn(watchdog(shared.clone(), every, options.ttl())));
@@ -238,6 +244,8 @@ struct Shared {
     command_timeout: Duration,
     key: Vec<u8>,
     token: Vec<u8>,
+    /// The fence of the grant: a reclaim must find the same one.
+    fence: u64,
     lost: watch::Sender<Option<LostReason>>,
     /// The grace of a lock bound to the locker's shared connection.
     session: Option<Duration>,
@@ -267,8 +275,18 @@ impl Shared {
         }
         let cmd = acquire_session_cmd(&self.key, self.ttl, Some(&self.token), None, Some(grace));
         let reclaimed: Option<Grant> = self.conn.query(&cmd, self.command_timeout).await?;
-        if reclaimed.is_none() {
-            self.set_lost(LostReason::NotHeld);
+        match reclaimed {
+            Some(grant) if grant.fence == self.fence => {}
+            Some(_) => {
+                // The lock was released in between and this took it anew: not the same
+                // lock, whatever was done under the old one may overlap another holder.
+                self.set_lost(LostReason::NotHeld);
+                let _: RedisResult<bool> = self
+                    .conn
+                    .query(&release_cmd(&self.key, &self.token), self.command_timeout)
+                    .await;
+            }
+            None => self.set_lost(LostReason::NotHeld),
         }
         self.bound_to.store(current, Ordering::SeqCst);
         Ok(())

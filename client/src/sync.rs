@@ -96,6 +96,7 @@ impl Locker {
             token: grant.token,
             con: Mutex::new(Some(con)),
             lost: LostFlag::default(),
+            fence: grant.fence,
             session: options.session_grace(),
             ttl: options.ttl(),
         });
@@ -121,6 +122,8 @@ struct Shared {
     /// The guard's connection; `None` after an error, reopened on next use.
     con: Mutex<Option<Connection>>,
     lost: LostFlag,
+    /// The fence of the grant: a reclaim must find the same one.
+    fence: u64,
     /// The grace of a lock bound to the guard's connection.
     session: Option<Duration>,
     /// The lock's TTL, for a reclaim.
@@ -155,8 +158,14 @@ impl Shared {
             return Ok(());
         };
         let cmd = acquire_session_cmd(&self.key, self.ttl, Some(&self.token), None, Some(grace));
-        if cmd.query::<Option<Grant>>(con)?.is_none() {
-            self.lost.set(LostReason::NotHeld);
+        match cmd.query::<Option<Grant>>(con)? {
+            Some(grant) if grant.fence == self.fence => {}
+            Some(_) => {
+                // Released in between and taken anew: not the same lock.
+                self.lost.set(LostReason::NotHeld);
+                let _: RedisResult<bool> = release_cmd(&self.key, &self.token).query(con);
+            }
+            None => self.lost.set(LostReason::NotHeld),
         }
         Ok(())
     }

@@ -430,3 +430,30 @@ fn a_session_bound_guard_reclaims_its_lock_after_a_reconnect() {
     lock.check().expect("still held");
     assert!(lock.release().unwrap());
 }
+
+#[test]
+fn a_reclaim_that_finds_the_lock_gone_does_not_take_it_anew() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let options = ttl(60_000).session(Duration::ZERO);
+    let lock = locker
+        .acquire("orders:s3", &options)
+        .unwrap()
+        .expect("granted");
+    let mut admin = server.connection();
+    kill_other_clients(&mut admin);
+    poll_until(
+        Duration::from_secs(10),
+        "the lock to go with its connection",
+        || !exists(&mut admin, "orders:s3"),
+    );
+    // The dead connection fails one command; on the next, the reclaim finds the key
+    // free: acquiring it would be a new grant with a new fence, not the guard's lock.
+    let _ = lock.extend(Duration::from_secs(60));
+    assert!(!lock.extend(Duration::from_secs(60)).unwrap());
+    assert!(lock.check().is_err(), "the guard knows it lost the lock");
+    assert!(
+        !exists(&mut admin, "orders:s3"),
+        "nothing taken in its name"
+    );
+}
