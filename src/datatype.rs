@@ -285,7 +285,7 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             return;
         }
         if stats::note_unlinked_lock(key) {
-            ffi::after_this_command(stats::forget_unlinked_lock);
+            ffi::after_this_command(|_| stats::forget_unlinked_lock());
         }
         events::lock_gone(db, key);
     })

@@ -518,15 +518,19 @@ pub fn detached() -> Context {
     Context::new(DETACHED.with(std::cell::Cell::get))
 }
 
+/// A task for `after_this_command`: it gets the timer's context, where keys may be
+/// opened and written.
+pub type Task = fn(&Context);
+
 /// Runs `task` from a timer as soon as the current command or cycle is over.
-pub fn after_this_command(task: fn()) {
+pub fn after_this_command(task: Task) {
     create_timer(&detached(), 0, run_task, task as usize);
 }
 
-extern "C" fn run_task(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the `fn()` that after_this_command passed.
-    let task: fn() = unsafe { std::mem::transmute::<*mut c_void, fn()>(data) };
-    crate::guard::callback((), task);
+extern "C" fn run_task(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the `Task` that after_this_command passed.
+    let task: Task = unsafe { std::mem::transmute::<*mut c_void, Task>(data) };
+    crate::guard::callback((), || task(&Context::new(ctx)));
 }
 
 /// Whether the server is a replica now: it follows its master, and grants nothing itself.

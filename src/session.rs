@@ -33,18 +33,16 @@ use crate::store::EVENT_RELEASE;
 const PAUSED_RETRY_MS: i64 = 10;
 
 /// The lock on `key`, bound as `session`, is about to lose that binding (its holder's
-/// token acquires it again, bound anew or not at all). Returns whether that ends a grace:
-/// a reclaim, counted in `session_reclaims`.
-pub fn unbind(ctx: &Context, db: i32, key: &[u8], session: &Session) -> bool {
+/// token acquires it again, bound anew or not at all). If that ends a grace, it is a
+/// reclaim, counted in `session_reclaims`.
+pub fn unbind(ctx: &Context, db: i32, key: &[u8], session: &Session) {
     let id = (db, key.to_vec());
     if let Some(timer) = bindings::with(|b| b.forget(&id, session.client)) {
         stop_grace_timer(ctx, timer);
     }
-    let reclaimed = !ffi::client_connected(session.client);
-    if reclaimed {
+    if !ffi::client_connected(session.client) {
         stats::SESSION_RECLAIMS.bump();
     }
-    reclaimed
 }
 
 /// The server's client-change event: connection `client` closed. Starts the grace of
@@ -125,36 +123,34 @@ fn gone(db: i32, key: &[u8], session: Session) {
         left.len() == 1
     });
     if first {
-        ffi::create_timer(&ffi::detached(), 0, on_left, 0);
+        ffi::after_this_command(reconcile_left);
     }
 }
 
-extern "C" fn on_left(ctx: *mut raw::RedisModuleCtx, _data: *mut c_void) {
-    guard::callback((), || {
-        let ctx = Context::new(ctx);
-        let mut clients = Vec::new();
-        for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
-            let successor = session_at(&ctx, &key);
-            if let Some(timer) = bindings::with(|b| b.left(&key, client, successor)) {
-                stop_grace_timer(&ctx, timer);
-            }
-            if !clients.contains(&client) {
-                clients.push(client);
-            }
+/// Tells the registry what the keys that session-bound locks left hold now.
+fn reconcile_left(ctx: &Context) {
+    let mut clients = Vec::new();
+    for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
+        let successor = session_at(ctx, &key);
+        if let Some(timer) = bindings::with(|b| b.left(&key, client, successor)) {
+            stop_grace_timer(ctx, timer);
         }
-        // A connection that binds and releases many locks leaves stale entries in its
-        // list: once half of it is, keep only the keys still bound to it.
-        for client in clients {
-            let Some(keys) = bindings::with(|b| b.to_compact(client)) else {
-                continue;
-            };
-            let still_bound: Vec<KeyId> = keys
-                .into_iter()
-                .filter(|key| session_at(&ctx, key).is_some_and(|s| s.client == client))
-                .collect();
-            bindings::with(|b| b.compact(client, &still_bound));
+        if !clients.contains(&client) {
+            clients.push(client);
         }
-    })
+    }
+    // A connection that binds and releases many locks leaves stale entries in its
+    // list: once half of it is, keep only the keys still bound to it.
+    for client in clients {
+        let Some(keys) = bindings::with(|b| b.to_compact(client)) else {
+            continue;
+        };
+        let still_bound: Vec<KeyId> = keys
+            .into_iter()
+            .filter(|key| session_at(ctx, key).is_some_and(|s| s.client == client))
+            .collect();
+        bindings::with(|b| b.compact(client, &still_bound));
+    }
 }
 
 /// The binding of the session-bound lock on `key`, if it holds one.
