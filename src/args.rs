@@ -29,36 +29,51 @@ pub struct AcquireOptions<'a> {
 /// Parses a decimal integer the way the server does (`string2ll`): an optional `-`,
 /// digits only, no sign `+`, no spaces, no leading zero (`0` itself aside, and no
 /// `-0`), no overflow.
-fn parse_integer(arg: &[u8]) -> Option<i64> {
-    let digits = arg.strip_prefix(b"-").unwrap_or(arg);
-    let canonical = match digits {
-        [] => false,
-        [b'0'] => digits.len() == arg.len(),
-        [first, ..] => *first != b'0',
+pub fn integer(arg: &[u8]) -> Option<i64> {
+    let (negative, digits) = match arg {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, arg),
     };
-    if !canonical || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
+    match digits {
+        [] => return None,
+        [b'0'] => return (!negative).then_some(0),
+        [b'0', ..] => return None,
+        _ => {}
     }
-    std::str::from_utf8(arg).ok()?.parse().ok()
+    // Accumulated as a negative number, so that i64::MIN itself fits.
+    let mut value: i64 = 0;
+    for &digit in digits {
+        if !digit.is_ascii_digit() {
+            return None;
+        }
+        value = value
+            .checked_mul(10)?
+            .checked_sub(i64::from(digit - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
 }
 
 /// `ttl-ms`: an integer from 1 to [`MAX_TTL_MS`].
 pub fn ttl(arg: &[u8]) -> Result<i64, RedisError> {
-    parse_integer(arg)
+    integer(arg)
         .filter(|ms| (1..=MAX_TTL_MS).contains(ms))
         .ok_or_else(error::invalid_ttl)
 }
 
 /// `timeout-ms`: an integer from 0 to [`MAX_TTL_MS`].
 pub fn timeout(arg: &[u8]) -> Result<i64, RedisError> {
-    parse_integer(arg)
+    integer(arg)
         .filter(|ms| (0..=MAX_TTL_MS).contains(ms))
         .ok_or_else(error::invalid_timeout)
 }
 
 /// `grace-ms`: an integer from 0 to [`MAX_TTL_MS`].
 pub fn grace(arg: &[u8]) -> Result<i64, RedisError> {
-    parse_integer(arg)
+    integer(arg)
         .filter(|ms| (0..=MAX_TTL_MS).contains(ms))
         .ok_or_else(error::invalid_grace)
 }
@@ -151,11 +166,26 @@ mod tests {
 
     #[test]
     fn integers_are_written_as_the_server_writes_them() {
-        assert_eq!(parse_integer(b"0"), Some(0));
-        assert_eq!(parse_integer(b"10"), Some(10));
-        assert_eq!(parse_integer(b"-10"), Some(-10));
-        for bad in [&b"010"[..], b"00", b"-0", b"-01", b"+1", b"1_0"] {
-            assert_eq!(parse_integer(bad), None, "{bad:?}");
+        assert_eq!(integer(b"0"), Some(0));
+        assert_eq!(integer(b"10"), Some(10));
+        assert_eq!(integer(b"-10"), Some(-10));
+        assert_eq!(integer(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(integer(b"-9223372036854775808"), Some(i64::MIN));
+        for bad in [
+            &b"010"[..],
+            b"00",
+            b"-0",
+            b"-01",
+            b"+1",
+            b"1_0",
+            b"",
+            b"-",
+            b"--1",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"1 ",
+        ] {
+            assert_eq!(integer(bad), None, "{bad:?}");
         }
     }
 

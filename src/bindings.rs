@@ -15,6 +15,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
 use crate::lock::Session;
@@ -67,17 +68,44 @@ struct ClientLocks {
     stale: usize,
 }
 
+/// Hashes ids handed out in sequence (the server's connection ids, the registry's own
+/// grace ids), which no client chooses, so a multiply spreads them and no flood of chosen keys can collide
+/// them (what SipHash, the default, guards against at ten times the cost).
+#[derive(Debug, Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = (self.0 ^ id).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        // hashbrown takes its bucket from the low bits and its tag from the top seven:
+        // fold the well-mixed high half down.
+        self.0 ^ (self.0 >> 32)
+    }
+}
+
+/// A map keyed by such an id.
+type ById<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
+
 /// The registry of one server.
 #[derive(Debug, Default)]
 pub struct Bindings {
     /// Locks bound to an open connection, by connection id.
-    bound: HashMap<u64, ClientLocks>,
+    bound: ById<ClientLocks>,
     /// Locks whose grace runs, by key and connection: the grace's id, the timer that
     /// ends it, and its length.
     graces: HashMap<Bound, (u64, u64, i64)>,
     /// The key and connection of each running grace, by the grace's id (what its timer
     /// carries: the key may change database meanwhile, by `SWAPDB`).
-    grace_keys: HashMap<u64, Bound>,
+    grace_keys: ById<Bound>,
     /// The id of the next grace.
     next_grace: u64,
     /// Locks whose grace starts when the server starts serving them: their grace.

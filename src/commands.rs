@@ -5,7 +5,9 @@
 //! chose, `PEXPIREAT` with an absolute time, `DEL`), never as the command itself: a
 //! replica or an AOF replay must not invent its own token, fence or clock reading.
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use std::cell::Cell;
+
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::args;
 use crate::bindings;
@@ -13,16 +15,13 @@ use crate::blocking;
 use crate::error;
 use crate::events;
 use crate::fence;
+use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
 use crate::handoff;
 use crate::lock::{self, AcquireDecision, LockState, Session};
 use crate::session;
 use crate::stats;
 use crate::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
-
-fn bytes(args: &[RedisString]) -> Vec<&[u8]> {
-    args.iter().map(RedisString::as_slice).collect()
-}
 
 /// Hides every `TOKEN` value of an acquire from `SLOWLOG` and `MONITOR`, before any
 /// validation: even a rejected command must not leak the token it carried, wherever a
@@ -36,6 +35,13 @@ fn redact_acquire_tokens(ctx: &Context, argv: &[&[u8]]) {
     }
 }
 
+thread_local! {
+    /// The last client found to be a connection, not a script's own client: its next
+    /// commands skip the check, which is a tenth of the cost of binding. (The server
+    /// never reuses an id, and a script's client is never the connection that ran it.)
+    static LAST_CONNECTION: Cell<u64> = const { Cell::new(0) };
+}
+
 /// The binding that `SESSION grace-ms` asks for: to the caller's connection (the one
 /// that ran `EXEC`, inside a transaction). Refused inside a script or function, where the
 /// module API does not name the client that ran it.
@@ -46,8 +52,14 @@ fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, R
     // A script runs on a client of the server's own (on Valkey 9.1 one that exists only
     // while it runs), never the caller's connection.
     let client = ffi::client_id(ctx);
-    if client == 0 || ctx.get_flags().contains(ContextFlags::LUA) {
+    if client == 0 {
         return Err(error::session_without_connection());
+    }
+    if client != LAST_CONNECTION.get() {
+        if ctx.get_flags().contains(ContextFlags::LUA) {
+            return Err(error::session_without_connection());
+        }
+        LAST_CONNECTION.set(client);
     }
     Ok(Some(Session { grace_ms, client }))
 }
@@ -58,9 +70,9 @@ fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, R
 /// (same fence, TTL reset, bound anew), and otherwise answers nil at once or, with
 /// `WAIT`, blocks the client in the key's first-come-first-served queue (`blocking.rs`),
 /// where the handoff (`handoff.rs`) grants it the lock when its turn comes.
-pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    let argv = bytes(&args);
-    redact_acquire_tokens(ctx, &argv);
+pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
+    let argv = args.bytes();
+    redact_acquire_tokens(ctx, argv);
     if argv.len() < 3 {
         return Err(RedisError::WrongArity);
     }
@@ -69,7 +81,8 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 
     let db = ffi::selected_db(ctx);
     let mut queued = blocking::queued(db, argv[1]);
-    let mut key = Key::open_write(ctx, &args[1]);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let mut key = Key::open_write(ctx, &name);
     if queued && key.lock()?.is_none() {
         // Free, yet clients wait for it (its handoff is due from a timer on a server
         // without post-notification jobs, or its removal reached no callback): theirs
@@ -77,7 +90,7 @@ pub fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         drop(key);
         handoff::handoff(ctx, db, argv[1]);
         queued = blocking::queued(db, argv[1]);
-        key = Key::open_write(ctx, &args[1]);
+        key = Key::open_write(ctx, &name);
     }
     let held = key.lock()?;
     match lock::decide(held, options.token, queued) {
@@ -182,16 +195,17 @@ fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
 ///
 /// Deletes the lock if, and only if, `token` holds it: `1` released, `0` not held by
 /// this token. The next waiter, if any, is granted the lock at once.
-pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn release(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
     }
-    let token = args::token(args[2].as_slice())?;
+    let token = args::token(args.get(2))?;
 
-    let key = Key::open_write(ctx, &args[1]);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let key = Key::open_write(ctx, &name);
     if !lock::is_held_by(key.lock()?, token) {
         return Ok(RedisValue::Integer(0));
     }
@@ -200,7 +214,7 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     ffi::notify(ctx, EVENT_RELEASE, key.name());
     stats::RELEASES.bump();
     drop(key);
-    handoff::handoff(ctx, ffi::selected_db(ctx), args[1].as_slice());
+    handoff::handoff(ctx, ffi::selected_db(ctx), args.get(1));
     Ok(RedisValue::Integer(1))
 }
 
@@ -208,17 +222,18 @@ pub fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 ///
 /// If `token` holds the lock, sets its remaining time to `ttl-ms` from now: `1`
 /// extended, `0` not held by this token.
-pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
     if args.len() != 4 {
         return Err(RedisError::WrongArity);
     }
-    let token = args::token(args[2].as_slice())?;
-    let ttl_ms = args::ttl(args[3].as_slice())?;
+    let token = args::token(args.get(2))?;
+    let ttl_ms = args::ttl(args.get(3))?;
 
-    let key = Key::open_write(ctx, &args[1]);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let key = Key::open_write(ctx, &name);
     if !lock::is_held_by(key.lock()?, token) {
         return Ok(RedisValue::Integer(0));
     }
@@ -234,18 +249,19 @@ pub fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// `waiters`, `session` (the grace, -1 when not bound) and `connected` (1 while the bound
 /// connection is open, 0 while the grace runs, -1 when not bound): a map in RESP3, a flat
 /// field/value array in RESP2. Never the token.
-pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn info(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
-    let key = Key::open_read(ctx, &args[1]);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let key = Key::open_read(ctx, &name);
     let Some(lock) = key.lock()? else {
         return Ok(RedisValue::Null);
     };
     let ttl = key
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
-    let waiting = blocking::count(ffi::selected_db(ctx), args[1].as_slice());
+    let waiting = blocking::count(ffi::selected_db(ctx), args.get(1));
     let (grace, connected) = match lock.session() {
         None => (-1, -1),
         Some(session) => (
@@ -274,7 +290,7 @@ pub fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 /// one. With `grace-ms` the lock is session-bound, to no connection here: its grace
 /// starts when this server serves it. Accepted only from the master link and while
 /// loading the AOF.
-pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn set_internal(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
@@ -285,11 +301,9 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !(6..=7).contains(&args.len()) {
         return Err(RedisError::WrongArity);
     }
-    let token = args::token(args[2].as_slice())?.to_vec();
+    let token = args::token(args.get(2))?.to_vec();
     let number = |i: usize, what: &str| -> Result<i64, RedisError> {
-        args[i]
-            .parse_integer()
-            .map_err(|_| error::invalid_internal(what))
+        args::integer(args.get(i)).ok_or_else(|| error::invalid_internal(what))
     };
     let fence = u64::try_from(number(3, "fence")?)
         .ok()
@@ -304,16 +318,16 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
         at if at >= 0 => Some(at),
         _ => return Err(error::invalid_internal("expire-at-ms")),
     };
-    let session = match args.get(6) {
+    let session = match args.bytes().get(6) {
         None => None,
         Some(grace) => Some(Session {
-            grace_ms: args::grace(grace.as_slice())
-                .map_err(|_| error::invalid_internal("grace-ms"))?,
+            grace_ms: args::grace(grace).map_err(|_| error::invalid_internal("grace-ms"))?,
             client: 0,
         }),
     };
 
-    let key = Key::open_write(ctx, &args[1]);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let key = Key::open_write(ctx, &name);
     key.set_lock(
         LockState::new(token, fence, acquired_ms, session),
         expire_at,
@@ -331,7 +345,7 @@ pub fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
 ///
 /// Panics inside a command, to prove that the guard turns it into an error reply and
 /// the server keeps running. Refused unless the server allows debugging commands.
-pub fn debug(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
+pub fn debug(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
@@ -349,8 +363,8 @@ pub fn debug(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
     if !allowed {
         return Err(error::debug_disabled());
     }
-    if args[1].as_slice().eq_ignore_ascii_case(b"PANIC") {
+    if args.get(1).eq_ignore_ascii_case(b"PANIC") {
         panic!("LOCK.DEBUG PANIC: a deliberate panic to test the guard");
     }
-    Err(error::unknown_debug_subcommand(args[1].as_slice()))
+    Err(error::unknown_debug_subcommand(args.get(1)))
 }

@@ -7,15 +7,12 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use redis_module::{Context, RedisResult, RedisString};
+use redis_module::{Context, RedisResult};
 
 use crate::error;
 
-/// A command handler as the module registers it.
-pub type Handler = fn(&Context, Vec<RedisString>) -> RedisResult;
-
-/// Runs a command handler; a panic becomes an `ERR` reply.
-pub fn command(ctx: &Context, args: Vec<RedisString>, handler: Handler) -> RedisResult {
+/// Runs a command handler on its arguments; a panic becomes an `ERR` reply.
+pub fn command<A>(ctx: &Context, args: A, handler: fn(&Context, A) -> RedisResult) -> RedisResult {
     catch_unwind(AssertUnwindSafe(|| handler(ctx, args))).unwrap_or_else(|_| {
         ctx.log_warning("lock: a command panicked; the error was sent to the client");
         Err(error::internal_panic())

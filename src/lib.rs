@@ -32,7 +32,7 @@ pub mod stats;
 pub mod store;
 
 use redis_module::raw::ModuleOptions;
-use redis_module::{Context, RedisResult, RedisString, Status, redis_module};
+use redis_module::{Context, RedisString, Status, redis_module};
 
 use crate::command_info::KeyUse;
 use crate::datatype::LOCK_TYPE;
@@ -55,40 +55,85 @@ pub const MODULE_VERSION: i32 = 100;
 /// The module's version as people read it (the crate's).
 pub const MODULE_SEMVER: &str = env!("CARGO_PKG_VERSION");
 
-fn acquire(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guard::command(ctx, args, commands::acquire)
+/// A command as the module registers it.
+struct CommandSpec {
+    name: &'static std::ffi::CStr,
+    entry: ffi::command::Entry,
+    flags: &'static std::ffi::CStr,
+    /// First key, last key, key step (all 0: no key).
+    keys: (i32, i32, i32),
+    /// Arity (negative: at least), for `COMMAND INFO` and the server's own check.
+    arity: i32,
+    /// Key use, for ACL key permissions.
+    key_use: Option<KeyUse>,
 }
 
-fn release(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guard::command(ctx, args, commands::release)
-}
-
-fn extend(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guard::command(ctx, args, commands::extend)
-}
-
-fn info(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guard::command(ctx, args, commands::info)
-}
-
-fn set_internal(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guard::command(ctx, args, commands::set_internal)
-}
-
-fn debug(ctx: &Context, args: Vec<RedisString>) -> RedisResult {
-    guard::command(ctx, args, commands::debug)
-}
-
-/// Arity (negative: at least) and key use of every command, for `COMMAND INFO`, the
-/// server's own arity check and ACL key permissions.
-const COMMAND_INFO: [(&std::ffi::CStr, i32, Option<KeyUse>); 6] = [
-    (c"lock.acquire", -3, Some(KeyUse::Update)),
-    (c"lock.release", 3, Some(KeyUse::Delete)),
-    (c"lock.extend", 4, Some(KeyUse::Update)),
-    (c"lock.info", 2, Some(KeyUse::Read)),
-    (c"lock._set", -6, Some(KeyUse::Overwrite)),
-    (c"lock.debug", 2, None),
+/// Every command: handler, flags, keys, arity and key use.
+const COMMANDS: [CommandSpec; 6] = [
+    CommandSpec {
+        name: c"lock.acquire",
+        entry: command_entry!(commands::acquire),
+        flags: c"write deny-oom",
+        keys: (1, 1, 1),
+        arity: -3,
+        key_use: Some(KeyUse::Update),
+    },
+    CommandSpec {
+        name: c"lock.release",
+        entry: command_entry!(commands::release),
+        flags: c"write fast",
+        keys: (1, 1, 1),
+        arity: 3,
+        key_use: Some(KeyUse::Delete),
+    },
+    CommandSpec {
+        name: c"lock.extend",
+        entry: command_entry!(commands::extend),
+        flags: c"write fast",
+        keys: (1, 1, 1),
+        arity: 4,
+        key_use: Some(KeyUse::Update),
+    },
+    CommandSpec {
+        name: c"lock.info",
+        entry: command_entry!(commands::info),
+        flags: c"readonly fast",
+        keys: (1, 1, 1),
+        arity: 2,
+        key_use: Some(KeyUse::Read),
+    },
+    CommandSpec {
+        name: c"lock._set",
+        entry: command_entry!(commands::set_internal),
+        flags: c"write",
+        keys: (1, 1, 1),
+        arity: -6,
+        key_use: Some(KeyUse::Overwrite),
+    },
+    CommandSpec {
+        name: c"lock.debug",
+        entry: command_entry!(commands::debug),
+        flags: c"admin",
+        keys: (0, 0, 0),
+        arity: 2,
+        key_use: None,
+    },
 ];
+
+/// Registers every command with its entry, then declares its arity and key use.
+fn register_commands(ctx: &Context) -> bool {
+    COMMANDS.iter().all(|c| {
+        let ok = ffi::command::create(ctx, c.name, c.entry, c.flags, c.keys)
+            && command_info::declare(ctx, c.name, c.arity, c.key_use);
+        if !ok {
+            ctx.log_warning(&format!(
+                "lock: could not register {:?} with the server",
+                c.name
+            ));
+        }
+        ok
+    })
+}
 
 /// Names the server in the log, and refuses one older than the module supports.
 fn check_server(ctx: &Context) -> Option<server::Server> {
@@ -124,11 +169,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     let Some(found) = check_server(ctx) else {
         return Status::Err;
     };
-    for (name, arity, key_use) in COMMAND_INFO {
-        if !command_info::declare(ctx, name, arity, key_use) {
-            ctx.log_warning(&format!("lock: could not declare {name:?} to the server"));
-            return Status::Err;
-        }
+    if !register_commands(ctx) {
+        return Status::Err;
     }
     // Signal modified keys ourselves, only when a command really changes one, so a busy
     // acquire does not break a client's WATCH; check I/O errors when loading.
@@ -162,15 +204,6 @@ redis_module! {
     allocator: (Allocator, ALLOCATOR),
     data_types: [LOCK_TYPE],
     init: init,
-    commands: [
-        // name, handler, flags, first key, last key, key step, ACL categories ("" on 7.0)
-        ["lock.acquire", acquire, "write deny-oom", 1, 1, 1, ""],
-        ["lock.release", release, "write fast", 1, 1, 1, ""],
-        ["lock.extend", extend, "write fast", 1, 1, 1, ""],
-        ["lock.info", info, "readonly fast", 1, 1, 1, ""],
-        ["lock._set", set_internal, "write", 1, 1, 1, ""],
-        ["lock.debug", debug, "admin", 0, 0, 0, ""],
-    ],
     event_handlers: [
         // Counts held locks that expire. (Freed locks are noticed by the type's unlink
         // callback, which runs for lock keys only.)

@@ -50,6 +50,16 @@ fn any_case(name: &str, mask: u32) -> Vec<u8> {
 
 proptest! {
     #[test]
+    fn integers_parse_exactly_as_the_server_writes_them(n in any::<i64>(), junk in argument()) {
+        // Every number, written the canonical way, reads back as itself...
+        prop_assert_eq!(args::integer(n.to_string().as_bytes()), Some(n));
+        // ...and any text reads as a number only if it is that number's canonical form.
+        if let Some(read) = args::integer(&junk) {
+            prop_assert_eq!(read.to_string().into_bytes(), junk);
+        }
+    }
+
+    #[test]
     fn the_parser_never_panics_and_accepts_only_what_is_in_range(
         args in prop::collection::vec(argument(), 0..9)
     ) {

@@ -6,10 +6,13 @@
 //! notification jobs and the detached context are here too. (The type's callbacks live in
 //! `datatype.rs`, the blocked-client calls in `blocking.rs`.)
 
+use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_long, c_void};
 
 use redis_module::{Context, RedisError, RedisString, raw};
+
+pub mod command;
 
 use crate::datatype::LOCK_TYPE;
 use crate::decimal::Decimal;
@@ -346,13 +349,12 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, ex
     let (fence, acquired, expire) = (fence.digits(), acquired.digits(), expire.digits());
     // A session-bound lock adds its grace; for a plain one the format stops before it,
     // and the server reads no further argument.
-    let grace = lock.grace_ms().map(Decimal::new);
-    let (format, grace): (&CStr, &[u8]) = match &grace {
-        None => (c"sbbbb", b""),
-        Some(grace) => (c"sbbbbb", grace.digits()),
+    let (format, grace) = match lock.grace_ms() {
+        None => (c"sbbbb", std::ptr::null_mut()),
+        Some(grace_ms) => (c"sbbbbs", grace_string(grace_ms)),
     };
-    // SAFETY: format `sbbbb[b]`: s = RedisModuleString*, b = pointer and length; every
-    // argument is live for the call, which copies what it keeps.
+    // SAFETY: format `sbbbb[s]`: s = RedisModuleString*, b = pointer and length; every
+    // argument is live for the call, which copies or takes a reference to what it keeps.
     unsafe {
         raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
             ctx.get_raw(),
@@ -367,10 +369,45 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, ex
             acquired.len(),
             expire.as_ptr(),
             expire.len(),
-            grace.as_ptr(),
-            grace.len(),
+            grace,
         );
     }
+}
+
+thread_local! {
+    /// The grace last replicated, and the server string that holds it in decimal.
+    static GRACE: Cell<(i64, *mut raw::RedisModuleString)> =
+        const { Cell::new((0, std::ptr::null_mut())) };
+}
+
+/// `grace_ms` as a server string for `LOCK._SET`. Locks mostly share one grace, so the
+/// last one is kept: replicating it then costs a reference, where a new string costs an
+/// allocation and a free.
+fn grace_string(grace_ms: i64) -> *mut raw::RedisModuleString {
+    let (last_ms, last) = GRACE.get();
+    if !last.is_null() && last_ms == grace_ms {
+        return last;
+    }
+    let digits = Decimal::new(grace_ms);
+    let digits = digits.digits();
+    // SAFETY: a NULL context makes a string the module owns (no automatic memory); the
+    // bytes are copied. The string it replaces is freed once: the server keeps its own
+    // reference to any it still propagates.
+    let string = unsafe {
+        if !last.is_null() {
+            raw::RedisModule_FreeString.expect("RedisModule_FreeString")(
+                std::ptr::null_mut(),
+                last,
+            );
+        }
+        raw::RedisModule_CreateString.expect("RedisModule_CreateString")(
+            std::ptr::null_mut(),
+            digits.as_ptr().cast(),
+            digits.len(),
+        )
+    };
+    GRACE.set((grace_ms, string));
+    string
 }
 
 /// Replicates a new absolute expiry as `PEXPIREAT key at-ms`.
