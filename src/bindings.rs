@@ -125,6 +125,11 @@ impl Bindings {
             .push((key, grace_ms));
     }
 
+    /// Whether some lock is bound to an open connection (whose close must be heard).
+    pub fn watches_connections(&self) -> bool {
+        !self.bound.is_empty()
+    }
+
     /// Connection `client` closed: its locks, each once with its latest grace, now leave
     /// the registry (the caller starts their graces; a grace of a lock that has left or
     /// been bound elsewhere ends on nothing). Nothing for a connection that held none.

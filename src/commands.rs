@@ -10,7 +10,6 @@ use std::cell::Cell;
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::args;
-use crate::bindings;
 use crate::blocking;
 use crate::error;
 use crate::events;
@@ -163,8 +162,7 @@ fn rebind(
         lock.set_session(session);
     }
     if let Some(new) = &session {
-        let id = (db, name.to_vec());
-        bindings::with(|b| b.bind(id, new.client, new.grace_ms));
+        session::bind((db, name.to_vec()), new.client, new.grace_ms);
     }
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;

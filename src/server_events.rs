@@ -8,18 +8,21 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use redis_module::{Context, raw};
 
+use crate::ffi;
 use crate::guard;
 use crate::handoff;
 use crate::session;
 
-/// Subscribes to every event below; false if the server refused one.
+/// Subscribes to every event below; false if the server refused one. The client-change
+/// event is subscribed only while a session-bound lock waits on a connection
+/// (`ffi::watch_connections`, which `session` drives).
 pub fn init(ctx: &Context) -> bool {
+    ffi::on_client_change(Some(on_server_event));
     [
         raw::REDISMODULE_EVENT_FLUSHDB,
         raw::REDISMODULE_EVENT_SWAPDB,
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         raw::REDISMODULE_EVENT_LOADING,
-        raw::REDISMODULE_EVENT_CLIENT_CHANGE,
     ]
     .into_iter()
     .all(|id| {

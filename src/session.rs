@@ -4,7 +4,9 @@
 //! The registry (`bindings.rs`) knows every such lock; this file carries it out:
 //!
 //! - a connection's close (the server's client-change event) starts the grace of each
-//!   lock bound to it: one module timer per lock;
+//!   lock bound to it: one module timer per lock. The module listens to that event only
+//!   while some lock is bound to an open connection: the server pays for every listener
+//!   on every connect and close;
 //! - when a grace ends, the lock is released like `LOCK.RELEASE` releases it (deleted,
 //!   `DEL` replicated, `lock.release` notified, the next waiter granted at once), if it is
 //!   still the same binding: same connection, still gone. A lock released, deleted,
@@ -32,6 +34,27 @@ use crate::store::EVENT_RELEASE;
 /// How soon a grace that ended while the server held writes back is looked at again.
 const PAUSED_RETRY_MS: i64 = 10;
 
+/// The lock on `key` is bound to the open connection `client`: the module hears of
+/// closed connections from now on, if it did not already.
+pub fn bind(key: KeyId, client: u64, grace_ms: i64) {
+    bindings::with(|b| b.bind(key, client, grace_ms));
+    ffi::watch_connections(true);
+}
+
+/// Stops listening for closed connections once no lock is bound to an open one. Later,
+/// from a timer: never from inside the client-change callback, and a lock bound before
+/// then keeps the listener.
+fn unwatch_when_idle() {
+    if bindings::with(|b| b.watches_connections()) {
+        return;
+    }
+    ffi::after_this_command(|_| {
+        if !bindings::with(|b| b.watches_connections()) {
+            ffi::watch_connections(false);
+        }
+    });
+}
+
 /// The lock on `key`, bound as `session`, is about to lose that binding (its holder's
 /// token acquires it again, bound anew or not at all). If that ends a grace, it is a
 /// reclaim, counted in `session_reclaims`.
@@ -52,6 +75,7 @@ pub fn disconnected(ctx: &Context, client: u64) {
     for (key, grace_ms) in locks {
         start_grace(ctx, key, Binding { client, grace_ms }, grace_ms);
     }
+    unwatch_when_idle();
 }
 
 /// The server starts serving its keys (loading ended on a master, or it was promoted):
@@ -62,7 +86,7 @@ pub fn serving(ctx: &Context) {
     }
     for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
         if ffi::client_connected(binding.client) {
-            bindings::with(|b| b.bind(key, binding.client, binding.grace_ms));
+            bind(key, binding.client, binding.grace_ms);
         } else {
             start_grace(ctx, key, binding, binding.grace_ms);
         }
@@ -74,6 +98,7 @@ pub fn demoted(ctx: &Context) {
     for timer in bindings::with(bindings::Bindings::demote) {
         stop_grace_timer(ctx, timer);
     }
+    unwatch_when_idle();
 }
 
 /// Database `db` (all for `None`) was emptied.
@@ -81,6 +106,7 @@ pub fn flushed(ctx: &Context, db: Option<i32>) {
     for timer in bindings::with(|b| b.flushed(db)) {
         stop_grace_timer(ctx, timer);
     }
+    unwatch_when_idle();
 }
 
 /// Databases `a` and `b` swapped their contents.
@@ -101,7 +127,7 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     if ffi::is_loading() || ffi::is_replica(&ctx) {
         bindings::with(|b| b.pend(id, binding));
     } else if ffi::client_connected(session.client) {
-        bindings::with(|b| b.bind(id, session.client, session.grace_ms));
+        bind(id, session.client, session.grace_ms);
     } else {
         start_grace(&ctx, id, binding, session.grace_ms);
     }
@@ -151,6 +177,7 @@ fn reconcile_left(ctx: &Context) {
             .collect();
         bindings::with(|b| b.compact(client, &still_bound));
     }
+    unwatch_when_idle();
 }
 
 /// The binding of the session-bound lock on `key`, if it holds one.

@@ -43,6 +43,7 @@ pub fn grant(
     if let Some(session) = session {
         let id = (ffi::selected_db(ctx), key.name().as_slice().to_vec());
         bindings::with(|b| b.bind(id, session.client, session.grace_ms));
+        ffi::watch_connections(true);
     }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());
     stats::GRANTS.bump();

@@ -577,6 +577,30 @@ fn a_close_without_session_locks_changes_nothing() {
     assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 0);
 }
 
+/// The module listens to connection closes only while some lock is bound to an open
+/// connection: the listener goes when the last such connection closes and comes back
+/// with the next binding, every time.
+#[test]
+fn closes_are_heard_again_after_the_last_bound_connection_went() {
+    let server = TestServer::start();
+    let mut admin = server.connection();
+    for round in 0..4 {
+        let key = format!("k{round}");
+        let mut holder = server.connection();
+        session_lock(&mut holder, &key, "holder", 0);
+        // A connection that binds nothing comes and goes meanwhile.
+        drop(server.connection());
+        assert!(exists(&mut admin, &key), "round {round}: still held");
+        drop(holder);
+        wait_gone(&mut admin, &key, "the lock released with its connection");
+        // Round trips, so that the listener's removal (after the close) has run before
+        // the next round binds again.
+        ping(&mut admin);
+        ping(&mut admin);
+    }
+    assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 4);
+}
+
 #[test]
 fn swapdb_takes_bound_locks_and_running_graces_along() {
     let server = TestServer::start();

@@ -555,6 +555,50 @@ pub fn detached() -> Context {
     Context::new(DETACHED.with(std::cell::Cell::get))
 }
 
+thread_local! {
+    /// The callback for the client-change event, and whether it is subscribed now.
+    static CLIENT_CHANGE: Cell<(raw::RedisModuleEventCallback, bool)> =
+        const { Cell::new((None, false)) };
+}
+
+/// Sets the callback that `watch_connections` subscribes to the client-change event.
+pub fn on_client_change(callback: raw::RedisModuleEventCallback) {
+    CLIENT_CHANGE.set((callback, false));
+}
+
+/// Subscribes the client-change callback (`on`) or unsubscribes it. The server builds a
+/// client's whole description, address text included, for every subscriber on every
+/// connect and close: a third more work for a short connection, so the module listens
+/// only while it has something to hear. Never to be turned off from inside that event's
+/// own callback (the server would free the listener it is running). A refusal is
+/// logged: session-bound locks then last until their TTL.
+pub fn watch_connections(on: bool) {
+    let (callback, watching) = CLIENT_CHANGE.get();
+    if watching == on || callback.is_none() {
+        return;
+    }
+    // SAFETY: the detached context belongs to this module; the callback is a plain
+    // function that lives as long as the module; None unsubscribes.
+    let status = unsafe {
+        raw::RedisModule_SubscribeToServerEvent.expect("SubscribeToServerEvent")(
+            detached().get_raw(),
+            raw::RedisModuleEvent {
+                id: raw::REDISMODULE_EVENT_CLIENT_CHANGE,
+                dataver: 1,
+            },
+            if on { callback } else { None },
+        )
+    };
+    if status == raw::REDISMODULE_OK as c_int {
+        CLIENT_CHANGE.set((callback, on));
+    } else {
+        detached().log_warning(
+            "lock: the server refused the client-change event; a session-bound lock \
+             lasts until its TTL",
+        );
+    }
+}
+
 /// A task for `after_this_command`: it gets the timer's context, where keys may be
 /// opened and written.
 pub type Task = fn(&Context);
