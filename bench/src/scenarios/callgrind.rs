@@ -20,7 +20,7 @@ use crate::sides::{self, Side};
 
 const TTL: &[u8] = b"600000";
 /// Commands per pipeline batch: valgrind is slow enough without a round trip each.
-const BATCH: usize = 100;
+pub const BATCH: usize = 100;
 
 /// Whether valgrind and its callgrind tools are installed.
 pub fn available() -> bool {
@@ -102,7 +102,7 @@ fn costs(dump: &Path) -> io::Result<(f64, f64)> {
 
 /// Runs `send` (which sends `ops` commands) between a zero and a dump; returns
 /// instructions per op (whole process, processCommand).
-fn measured(
+pub fn measured(
     server: &Server,
     ops: usize,
     send: impl FnOnce() -> io::Result<()>,
