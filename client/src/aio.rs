@@ -169,13 +169,7 @@ impl Locker {
     ) -> RedisResult<Option<Lock>> {
         let key = key.as_ref().to_vec();
         let token = options.token_to_send();
-        let cmd = acquire_session_cmd(
-            &key,
-            options.ttl(),
-            Some(&token),
-            options.wait_timeout(),
-            options.session_grace(),
-        );
+        let cmd = options.acquire_cmd(&key, &token);
         // A wait takes a connection of its own, dropped (and so leaving the server's wait
         // queue) once this returns: after a session-bound grant has been bound to the
         // shared connection, for closing it first would release the lock.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::commands::acquire_session_cmd;
 use crate::token::new_token;
 
 /// The default share of the TTL after which the watchdog extends the lock.
@@ -138,6 +139,18 @@ impl LockOptions {
         self.own_token()
             .map(<[u8]>::to_vec)
             .unwrap_or_else(new_token)
+    }
+
+    /// The `LOCK.ACQUIRE` these options send for `key` with `token`: TTL, wait and
+    /// session grace as set.
+    pub(crate) fn acquire_cmd(&self, key: &[u8], token: &[u8]) -> redis::Cmd {
+        acquire_session_cmd(
+            key,
+            self.ttl(),
+            Some(token),
+            self.wait_timeout(),
+            self.session_grace(),
+        )
     }
 
     /// How long the client waits for the acquire's reply, `None` for no limit: a

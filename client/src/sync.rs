@@ -68,13 +68,7 @@ impl Locker {
         let token = options.token_to_send();
         let mut con = connect(&self.client, self.command_timeout)?;
         con.set_read_timeout(options.reply_limit(self.command_timeout))?;
-        let cmd = acquire_session_cmd(
-            &key,
-            options.ttl(),
-            Some(&token),
-            options.wait_timeout(),
-            options.session_grace(),
-        );
+        let cmd = options.acquire_cmd(&key, &token);
         let grant = match cmd.query::<Option<Grant>>(&mut con) {
             Ok(Some(grant)) => grant,
             Ok(None) => return Ok(None),
