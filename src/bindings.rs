@@ -13,22 +13,29 @@
 //! another token, is only forgotten when the server tells): whoever acts on an entry
 //! checks the key first. Every entry carries the connection and the grace it was made with.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::OnceLock;
+use std::sync::{LazyLock, Mutex, OnceLock, TryLockError};
 
+use crate::chunked::Chunked;
 use crate::lock::Session;
 use crate::queue::KeyId;
 
-thread_local! {
-    /// The registry of this server (the main thread's).
-    static REGISTRY: RefCell<Bindings> = RefCell::new(Bindings::default());
-}
+/// The registry of this server. The server calls the module on its main thread only, so
+/// the lock is never contended; it is a static, not a thread-local, because every
+/// session-bound acquire reaches it and a thread-local costs a call in a loaded library.
+static REGISTRY: LazyLock<Mutex<Bindings>> = LazyLock::new(Mutex::default);
 
-/// Runs `f` on this server's registry (never from inside another `with`).
+/// Runs `f` on this server's registry (never from inside another `with`: that panics).
 pub fn with<T>(f: impl FnOnce(&mut Bindings) -> T) -> T {
-    REGISTRY.with(|r| f(&mut r.borrow_mut()))
+    let mut registry = match REGISTRY.try_lock() {
+        Ok(registry) => registry,
+        // A panic inside `f` was caught at the module's boundary; the registry may lag
+        // behind the keyspace, which every user of it allows for.
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => panic!("the session registry was entered twice"),
+    };
+    f(&mut registry)
 }
 
 /// A random id of this server process, nonzero. A lock's binding is written into its
@@ -64,8 +71,54 @@ pub type Bound = (KeyId, u64);
 /// half of it is stale.
 #[derive(Debug, Default)]
 struct ClientLocks {
-    locks: Vec<(KeyId, i64)>,
+    locks: Chunked<Entry>,
     stale: usize,
+}
+
+/// A lock in a connection's list: its database, its key's name and its grace.
+#[derive(Debug)]
+struct Entry {
+    db: i32,
+    grace_ms: i64,
+    name: Name,
+}
+
+/// Names up to this long are kept inside the entry (most lock names are).
+const INLINE_NAME: usize = 30;
+
+/// A key's name as an entry keeps it: inline when short, so that a bind allocates
+/// nothing; on the heap when longer.
+#[derive(Debug)]
+enum Name {
+    Inline { len: u8, bytes: [u8; INLINE_NAME] },
+    Heap(Box<[u8]>),
+}
+
+impl Entry {
+    fn new(db: i32, name: &[u8], grace_ms: i64) -> Self {
+        let name = if name.len() <= INLINE_NAME {
+            let mut bytes = [0; INLINE_NAME];
+            bytes[..name.len()].copy_from_slice(name);
+            Name::Inline {
+                len: name.len() as u8,
+                bytes,
+            }
+        } else {
+            Name::Heap(name.into())
+        };
+        Entry { db, grace_ms, name }
+    }
+
+    fn name(&self) -> &[u8] {
+        match &self.name {
+            Name::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Name::Heap(name) => name,
+        }
+    }
+
+    fn key(&self) -> KeyId {
+        (self.db, self.name().to_vec())
+    }
 }
 
 /// Hashes ids handed out in sequence (the server's connection ids, the registry's own
@@ -116,13 +169,13 @@ pub struct Bindings {
 const COMPACT_AFTER: usize = 32;
 
 impl Bindings {
-    /// The lock on `key` is bound to the open connection `client`.
-    pub fn bind(&mut self, key: KeyId, client: u64, grace_ms: i64) {
+    /// The lock on key `name` of database `db` is bound to the open connection `client`.
+    pub fn bind(&mut self, db: i32, name: &[u8], client: u64, grace_ms: i64) {
         self.bound
             .entry(client)
             .or_default()
             .locks
-            .push((key, grace_ms));
+            .push(Entry::new(db, name, grace_ms));
     }
 
     /// Whether some lock is bound to an open connection (whose close must be heard).
@@ -137,7 +190,8 @@ impl Bindings {
         let Some(entry) = self.bound.remove(&client) else {
             return Vec::new();
         };
-        let latest: HashMap<KeyId, i64> = entry.locks.into_iter().collect();
+        let latest: HashMap<KeyId, i64> =
+            entry.locks.iter().map(|e| (e.key(), e.grace_ms)).collect();
         latest.into_iter().collect()
     }
 
@@ -200,8 +254,8 @@ impl Bindings {
     /// for the caller to stop.
     pub fn demote(&mut self) -> Vec<u64> {
         for (client, entry) in self.bound.drain() {
-            for (key, grace_ms) in entry.locks {
-                self.pending.insert((key, client), grace_ms);
+            for lock in entry.locks {
+                self.pending.insert((lock.key(), client), lock.grace_ms);
             }
         }
         let mut timers = Vec::new();
@@ -241,7 +295,7 @@ impl Bindings {
     pub fn to_compact(&self, client: u64) -> Option<Vec<KeyId>> {
         let entry = self.bound.get(&client)?;
         (entry.stale >= COMPACT_AFTER && entry.stale * 2 >= entry.locks.len())
-            .then(|| entry.locks.iter().map(|(key, _)| key.clone()).collect())
+            .then(|| entry.locks.iter().map(Entry::key).collect())
     }
 
     /// Keeps in `client`'s list only the keys still bound to it (`still_bound`), each once.
@@ -251,12 +305,16 @@ impl Bindings {
         };
         let keep: std::collections::HashSet<&KeyId> = still_bound.iter().collect();
         let mut latest: HashMap<KeyId, i64> = HashMap::new();
-        for (key, grace_ms) in entry.locks.drain(..) {
+        for lock in std::mem::take(&mut entry.locks) {
+            let key = lock.key();
             if keep.contains(&key) {
-                latest.insert(key, grace_ms);
+                latest.insert(key, lock.grace_ms);
             }
         }
-        entry.locks = latest.into_iter().collect();
+        entry.locks = latest
+            .into_iter()
+            .map(|((db, name), grace_ms)| Entry::new(db, &name, grace_ms))
+            .collect();
         entry.stale = 0;
         if entry.locks.is_empty() {
             self.bound.remove(&client);
@@ -268,7 +326,9 @@ impl Bindings {
     pub fn flushed(&mut self, db: Option<i32>) -> Vec<u64> {
         let gone = |key: &KeyId| db.is_none_or(|db| key.0 == db);
         for entry in self.bound.values_mut() {
-            entry.locks.retain(|(key, _)| !gone(key));
+            entry
+                .locks
+                .retain(|lock| db.is_some_and(|db| lock.db != db));
             entry.stale = entry.stale.min(entry.locks.len());
         }
         self.bound.retain(|_, entry| !entry.locks.is_empty());
@@ -294,7 +354,13 @@ impl Bindings {
             }
         };
         for entry in self.bound.values_mut() {
-            entry.locks.iter_mut().for_each(|(key, _)| swap(key));
+            for lock in entry.locks.iter_mut() {
+                if lock.db == a {
+                    lock.db = b;
+                } else if lock.db == b {
+                    lock.db = a;
+                }
+            }
         }
         self.graces = std::mem::take(&mut self.graces)
             .into_iter()
@@ -344,10 +410,10 @@ mod tests {
     #[test]
     fn a_close_finds_all_of_its_locks_once_and_only_its_own() {
         let mut b = Bindings::default();
-        b.bind(key(0, "a"), 7, 100);
-        b.bind(key(3, "b"), 7, 0);
-        b.bind(key(0, "c"), 8, 5);
-        b.bind(key(0, "a"), 7, 50);
+        b.bind(0, b"a", 7, 100);
+        b.bind(3, b"b", 7, 0);
+        b.bind(0, b"c", 8, 5);
+        b.bind(0, b"a", 7, 50);
         assert_eq!(
             sorted(b.disconnected(7)),
             vec![(key(0, "a"), 50), (key(3, "b"), 0)],
@@ -379,7 +445,7 @@ mod tests {
     #[test]
     fn forgetting_a_lock_ends_its_grace_and_marks_its_entry_stale() {
         let mut b = Bindings::default();
-        b.bind(key(0, "a"), 7, 100);
+        b.bind(0, b"a", 7, 100);
         assert_eq!(b.forget(&key(0, "a"), 7), None);
         assert_eq!(b.bound[&7].stale, 1);
         b.grace_started(key(0, "c"), 1, 4, B);
@@ -397,11 +463,11 @@ mod tests {
             client: 7,
         };
         // Replaced by a lock of the same connection (RESTORE ... REPLACE): kept.
-        b.bind(key(0, "a"), 7, 1);
+        b.bind(0, b"a", 7, 1);
         assert_eq!(b.left(&key(0, "a"), 7, Some(same)), None);
         assert_eq!(b.bound[&7].stale, 0);
         // Replaced by another connection's lock: the old entry is stale.
-        b.bind(key(0, "a"), 8, 1);
+        b.bind(0, b"a", 8, 1);
         b.left(&key(0, "a"), 7, Some(Session { client: 8, ..same }));
         assert_eq!(b.bound[&7].stale, 1);
         assert_eq!(b.disconnected(8), vec![(key(0, "a"), 1)]);
@@ -414,7 +480,7 @@ mod tests {
     fn a_half_stale_list_is_compacted_to_what_is_still_bound() {
         let mut b = Bindings::default();
         for i in 0..64 {
-            b.bind(key(0, &format!("k{i}")), 7, 1);
+            b.bind(0, format!("k{i}").as_bytes(), 7, 1);
         }
         for i in 0..31 {
             b.forget(&key(0, &format!("k{i}")), 7);
@@ -434,7 +500,7 @@ mod tests {
     #[test]
     fn a_demoted_server_keeps_every_lock_pending() {
         let mut b = Bindings::default();
-        b.bind(key(0, "a"), 7, 100);
+        b.bind(0, b"a", 7, 100);
         b.grace_started(key(0, "b"), 1, 3, B);
         let timers = b.demote();
         assert_eq!(timers, vec![3]);
@@ -456,8 +522,8 @@ mod tests {
     #[test]
     fn a_flush_forgets_its_database_only() {
         let mut b = Bindings::default();
-        b.bind(key(0, "a"), 7, 1);
-        b.bind(key(1, "a"), 7, 1);
+        b.bind(0, b"a", 7, 1);
+        b.bind(1, b"a", 7, 1);
         b.grace_started(key(1, "g"), 1, 5, B);
         b.pend(key(1, "p"), B);
         assert_eq!(b.flushed(Some(1)), vec![5]);
@@ -469,7 +535,7 @@ mod tests {
     #[test]
     fn a_swap_moves_locks_between_databases() {
         let mut b = Bindings::default();
-        b.bind(key(0, "a"), 7, 1);
+        b.bind(0, b"a", 7, 1);
         b.grace_started(key(1, "g"), 1, 5, B);
         b.pend(key(2, "p"), B);
         b.swapped(0, 1);
@@ -513,7 +579,7 @@ mod tests {
                 let k = (db, vec![name]);
                 let binding = Binding { client, grace_ms: 1 };
                 match op {
-                    0 => b.bind(k, client, 1),
+                    0 => b.bind(k.0, &k.1, client, 1),
                     1 => {
                         b.disconnected(client);
                         proptest::prop_assert!(!b.bound.contains_key(&client));
@@ -543,7 +609,7 @@ mod tests {
                     8 => {
                         b.flushed(Some(db));
                         let (bound, graces, pending) = (
-                            b.bound.values().flat_map(|e| &e.locks).any(|(k, _)| k.0 == db),
+                            b.bound.values().flat_map(|e| e.locks.iter()).any(|e| e.db == db),
                             b.graces.keys().any(|(k, _)| k.0 == db),
                             b.pending.keys().any(|(k, _)| k.0 == db),
                         );

@@ -5,7 +5,7 @@
 //! chose, `PEXPIREAT` with an absolute time, `DEL`), never as the command itself: a
 //! replica or an AOF replay must not invent its own token, fence or clock reading.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
@@ -34,12 +34,11 @@ fn redact_acquire_tokens(ctx: &Context, argv: &[&[u8]]) {
     }
 }
 
-thread_local! {
-    /// The last client found to be a connection, not a script's own client: its next
-    /// commands skip the check, which is a tenth of the cost of binding. (The server
-    /// never reuses an id, and a script's client is never the connection that ran it.)
-    static LAST_CONNECTION: Cell<u64> = const { Cell::new(0) };
-}
+/// The last client found to be a connection, not a script's own client: its next
+/// commands skip the check, which is a tenth of the cost of binding. (The server never
+/// reuses an id, and a script's client is never the connection that ran it. A plain
+/// static: the server runs commands on its main thread only.)
+static LAST_CONNECTION: AtomicU64 = AtomicU64::new(0);
 
 /// The binding that `SESSION grace-ms` asks for: to the caller's connection (the one
 /// that ran `EXEC`, inside a transaction). Refused inside a script or function, where the
@@ -54,11 +53,11 @@ fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, R
     if client == 0 {
         return Err(error::session_without_connection());
     }
-    if client != LAST_CONNECTION.get() {
+    if client != LAST_CONNECTION.load(Ordering::Relaxed) {
         if ctx.get_flags().contains(ContextFlags::LUA) {
             return Err(error::session_without_connection());
         }
-        LAST_CONNECTION.set(client);
+        LAST_CONNECTION.store(client, Ordering::Relaxed);
     }
     Ok(Some(Session { grace_ms, client }))
 }
@@ -162,7 +161,7 @@ fn rebind(
         lock.set_session(session);
     }
     if let Some(new) = &session {
-        session::bind((db, name.to_vec()), new.client, new.grace_ms);
+        session::bind(db, name, new.client, new.grace_ms);
     }
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;

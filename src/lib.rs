@@ -10,6 +10,7 @@
 pub mod args;
 pub mod bindings;
 pub mod blocking;
+pub mod chunked;
 pub mod cluster;
 pub mod command_info;
 pub mod commands;

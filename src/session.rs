@@ -34,10 +34,10 @@ use crate::store::EVENT_RELEASE;
 /// How soon a grace that ended while the server held writes back is looked at again.
 const PAUSED_RETRY_MS: i64 = 10;
 
-/// The lock on `key` is bound to the open connection `client`: the module hears of
+/// The lock on key `name` of database `db` is bound to the open connection `client`: the module hears of
 /// closed connections from now on, if it did not already.
-pub fn bind(key: KeyId, client: u64, grace_ms: i64) {
-    bindings::with(|b| b.bind(key, client, grace_ms));
+pub fn bind(db: i32, name: &[u8], client: u64, grace_ms: i64) {
+    bindings::with(|b| b.bind(db, name, client, grace_ms));
     ffi::watch_connections(true);
 }
 
@@ -86,7 +86,7 @@ pub fn serving(ctx: &Context) {
     }
     for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
         if ffi::client_connected(binding.client) {
-            bind(key, binding.client, binding.grace_ms);
+            bind(key.0, &key.1, binding.client, binding.grace_ms);
         } else {
             start_grace(ctx, key, binding, binding.grace_ms);
         }
@@ -127,7 +127,7 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     if ffi::is_loading() || ffi::is_replica(&ctx) {
         bindings::with(|b| b.pend(id, binding));
     } else if ffi::client_connected(session.client) {
-        bind(id, session.client, session.grace_ms);
+        bind(db, key, session.client, session.grace_ms);
     } else {
         start_grace(&ctx, id, binding, session.grace_ms);
     }

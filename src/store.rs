@@ -41,8 +41,8 @@ pub fn grant(
         .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
     ffi::replicate_lock_set(ctx, key.name(), lock, expire_at);
     if let Some(session) = session {
-        let id = (ffi::selected_db(ctx), key.name().as_slice().to_vec());
-        bindings::with(|b| b.bind(id, session.client, session.grace_ms));
+        let (db, name) = (ffi::selected_db(ctx), key.name().as_slice());
+        bindings::with(|b| b.bind(db, name, session.client, session.grace_ms));
         ffi::watch_connections(true);
     }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());

@@ -6,9 +6,10 @@
 //! notification jobs and the detached context are here too. (The type's callbacks live in
 //! `datatype.rs`, the blocked-client calls in `blocking.rs`.)
 
-use std::cell::Cell;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_long, c_void};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 
 use redis_module::{Context, RedisError, RedisString, raw};
 
@@ -374,18 +375,18 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, ex
     }
 }
 
-thread_local! {
-    /// The grace last replicated, and the server string that holds it in decimal.
-    static GRACE: Cell<(i64, *mut raw::RedisModuleString)> =
-        const { Cell::new((0, std::ptr::null_mut())) };
-}
+/// The grace last replicated, and the server string that holds it in decimal. Plain
+/// statics, not thread-locals: the server calls the module on its main thread only, and
+/// a thread-local costs a call in a loaded library.
+static GRACE_MS: AtomicI64 = AtomicI64::new(0);
+static GRACE: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(std::ptr::null_mut());
 
 /// `grace_ms` as a server string for `LOCK._SET`. Locks mostly share one grace, so the
 /// last one is kept: replicating it then costs a reference, where a new string costs an
 /// allocation and a free.
 fn grace_string(grace_ms: i64) -> *mut raw::RedisModuleString {
-    let (last_ms, last) = GRACE.get();
-    if !last.is_null() && last_ms == grace_ms {
+    let last = GRACE.load(Ordering::Relaxed);
+    if !last.is_null() && GRACE_MS.load(Ordering::Relaxed) == grace_ms {
         return last;
     }
     let digits = Decimal::new(grace_ms);
@@ -406,7 +407,8 @@ fn grace_string(grace_ms: i64) -> *mut raw::RedisModuleString {
             digits.len(),
         )
     };
-    GRACE.set((grace_ms, string));
+    GRACE.store(string, Ordering::Relaxed);
+    GRACE_MS.store(grace_ms, Ordering::Relaxed);
     string
 }
 
@@ -555,15 +557,18 @@ pub fn detached() -> Context {
     Context::new(DETACHED.with(std::cell::Cell::get))
 }
 
-thread_local! {
-    /// The callback for the client-change event, and whether it is subscribed now.
-    static CLIENT_CHANGE: Cell<(raw::RedisModuleEventCallback, bool)> =
-        const { Cell::new((None, false)) };
-}
+/// The callback for the client-change event (set once, at load).
+static CLIENT_CHANGE: OnceLock<raw::RedisModuleEventCallback> = OnceLock::new();
+/// Whether that callback is subscribed now. (A plain static, not a thread-local: the
+/// server calls the module on its main thread only, and this is read on every
+/// session-bound acquire, where a thread-local costs a call in a loaded library.)
+static WATCHING: AtomicBool = AtomicBool::new(false);
 
 /// Sets the callback that `watch_connections` subscribes to the client-change event.
 pub fn on_client_change(callback: raw::RedisModuleEventCallback) {
-    CLIENT_CHANGE.set((callback, false));
+    if CLIENT_CHANGE.set(callback).is_err() {
+        detached().log_warning("lock: the client-change callback was set twice");
+    }
 }
 
 /// Subscribes the client-change callback (`on`) or unsubscribes it. The server builds a
@@ -573,10 +578,12 @@ pub fn on_client_change(callback: raw::RedisModuleEventCallback) {
 /// own callback (the server would free the listener it is running). A refusal is
 /// logged: session-bound locks then last until their TTL.
 pub fn watch_connections(on: bool) {
-    let (callback, watching) = CLIENT_CHANGE.get();
-    if watching == on || callback.is_none() {
+    if WATCHING.load(Ordering::Relaxed) == on {
         return;
     }
+    let Some(&callback) = CLIENT_CHANGE.get() else {
+        return;
+    };
     // SAFETY: the detached context belongs to this module; the callback is a plain
     // function that lives as long as the module; None unsubscribes.
     let status = unsafe {
@@ -590,7 +597,7 @@ pub fn watch_connections(on: bool) {
         )
     };
     if status == raw::REDISMODULE_OK as c_int {
-        CLIENT_CHANGE.set((callback, on));
+        WATCHING.store(on, Ordering::Relaxed);
     } else {
         detached().log_warning(
             "lock: the server refused the client-change event; a session-bound lock \

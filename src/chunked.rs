@@ -1,0 +1,136 @@
+//! An append-only list kept in fixed chunks: pure Rust, no FFI.
+//!
+//! A `Vec` that grows to thousands of entries moves to a new, larger allocation at every
+//! doubling, and each one is fresh memory the kernel must fault in: on a virtual machine
+//! that cost more than the rest of a session-bound acquire (`bench` scenario 9). Chunks
+//! of one small size are what the allocator reuses from its own free lists, so a list
+//! that grows, empties and grows again touches no new page.
+
+/// Entries per chunk: small enough for the allocator's small size classes (below 4 KiB
+/// for entries up to 64 bytes), large enough that the chunk index stays short.
+const CHUNK: usize = 64;
+
+/// A list of `T` in chunks of `CHUNK`.
+#[derive(Debug)]
+pub struct Chunked<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+impl<T> Default for Chunked<T> {
+    fn default() -> Self {
+        Chunked {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> Chunked<T> {
+    /// Appends `item`.
+    pub fn push(&mut self, item: T) {
+        match self.chunks.last_mut() {
+            Some(chunk) if chunk.len() < CHUNK => chunk.push(item),
+            _ => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push(item);
+                self.chunks.push(chunk);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// How many entries it holds.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The entries, in the order they were pushed.
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.chunks.iter().flatten()
+    }
+
+    /// The entries, mutable, in the order they were pushed.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.chunks.iter_mut().flatten()
+    }
+
+    /// Keeps only the entries for which `keep` is true, in their order.
+    pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
+        let old = std::mem::take(self);
+        for item in old {
+            if keep(&item) {
+                self.push(item);
+            }
+        }
+    }
+}
+
+impl<T> IntoIterator for Chunked<T> {
+    type Item = T;
+    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Vec<T>>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.chunks.into_iter().flatten()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Chunked<T> {
+    type Item = &'a T;
+    type IntoIter = std::iter::Flatten<std::slice::Iter<'a, Vec<T>>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.chunks.iter().flatten()
+    }
+}
+
+impl<T> FromIterator<T> for Chunked<T> {
+    fn from_iter<I: IntoIterator<Item = T>>(items: I) -> Self {
+        let mut list = Chunked::default();
+        for item in items {
+            list.push(item);
+        }
+        list
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_order_and_count_across_chunks() {
+        let mut list: Chunked<usize> = (0..CHUNK * 3 + 5).collect();
+        assert_eq!(list.len(), CHUNK * 3 + 5);
+        assert!(list.iter().copied().eq(0..CHUNK * 3 + 5));
+        list.iter_mut().for_each(|x| *x *= 2);
+        list.retain(|x| x % 3 == 0);
+        let kept: Vec<usize> = (0..CHUNK * 3 + 5)
+            .map(|x| x * 2)
+            .filter(|x| x % 3 == 0)
+            .collect();
+        assert_eq!(list.len(), kept.len());
+        assert_eq!(list.into_iter().collect::<Vec<_>>(), kept);
+    }
+
+    #[test]
+    fn every_chunk_but_the_last_is_full() {
+        let mut list = Chunked::default();
+        for i in 0..CHUNK * 2 + 1 {
+            list.push(i);
+        }
+        assert_eq!(list.chunks.len(), 3);
+        assert!(
+            list.chunks[..2]
+                .iter()
+                .all(|c| c.len() == CHUNK && c.capacity() == CHUNK)
+        );
+        list.retain(|_| false);
+        assert!(list.is_empty() && list.chunks.is_empty());
+    }
+}
