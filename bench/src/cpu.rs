@@ -58,3 +58,37 @@ impl Meter {
         })
     }
 }
+
+/// Keeps thread or process `pid` (0: the calling thread) on CPU `cpu`, where the machine
+/// has it; false where it could not. A measurement of server time with the load generator
+/// on one core and the server's main thread on another is not moved by the scheduler
+/// putting both on one.
+pub fn pin(pid: u32, cpu: usize) -> bool {
+    // SAFETY: the set is zeroed and filled by the libc macros; sched_setaffinity only
+    // reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(pid as libc::pid_t, std::mem::size_of_val(&set), &set) == 0
+    }
+}
+
+/// Lets the calling thread run on every CPU again (after `pin`).
+pub fn unpin() {
+    // SAFETY: as in `pin`.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for cpu in 0..cores() {
+            libc::CPU_SET(cpu, &mut set);
+        }
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set);
+    }
+}
+
+/// How many CPUs this machine has online.
+pub fn cores() -> usize {
+    // SAFETY: sysconf reads a system value. (Not `available_parallelism`, which a pinned
+    // thread sees as 1.)
+    let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(online).unwrap_or(1).max(1)
+}
