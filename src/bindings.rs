@@ -324,11 +324,10 @@ impl Bindings {
     /// Database `db` (every database for `None`) was emptied: its locks go. Returns the
     /// timers of their graces.
     pub fn flushed(&mut self, db: Option<i32>) -> Vec<u64> {
-        let gone = |key: &KeyId| db.is_none_or(|db| key.0 == db);
+        let emptied = |at: i32| db.is_none_or(|db| at == db);
+        let gone = |key: &KeyId| emptied(key.0);
         for entry in self.bound.values_mut() {
-            entry
-                .locks
-                .retain(|lock| db.is_some_and(|db| lock.db != db));
+            entry.locks.retain(|lock| !emptied(lock.db));
             entry.stale = entry.stale.min(entry.locks.len());
         }
         self.bound.retain(|_, entry| !entry.locks.is_empty());
@@ -346,21 +345,19 @@ impl Bindings {
 
     /// Databases `a` and `b` swapped their contents (`SWAPDB`).
     pub fn swapped(&mut self, a: i32, b: i32) {
-        let swap = |key: &mut KeyId| {
-            if key.0 == a {
-                key.0 = b;
-            } else if key.0 == b {
-                key.0 = a;
+        let swap_db = |db: &mut i32| {
+            if *db == a {
+                *db = b;
+            } else if *db == b {
+                *db = a;
             }
         };
+        let swap = |key: &mut KeyId| swap_db(&mut key.0);
         for entry in self.bound.values_mut() {
-            for lock in entry.locks.iter_mut() {
-                if lock.db == a {
-                    lock.db = b;
-                } else if lock.db == b {
-                    lock.db = a;
-                }
-            }
+            entry
+                .locks
+                .iter_mut()
+                .for_each(|lock| swap_db(&mut lock.db));
         }
         self.graces = std::mem::take(&mut self.graces)
             .into_iter()

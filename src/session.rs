@@ -118,18 +118,17 @@ pub fn swapped(a: i32, b: i32) {
 /// the AOF), loaded, restored, renamed, moved or copied. It is watched from now on: bound
 /// if its connection is open, else in grace, or pending if this server does not serve it.
 pub fn arrived(db: i32, key: &[u8], session: Session) {
-    let id = (db, key.to_vec());
     let binding = Binding {
         client: session.client,
         grace_ms: session.grace_ms,
     };
     let ctx = ffi::detached();
     if ffi::is_loading() || ffi::is_replica(&ctx) {
-        bindings::with(|b| b.pend(id, binding));
+        bindings::with(|b| b.pend((db, key.to_vec()), binding));
     } else if ffi::client_connected(session.client) {
         bind(db, key, session.client, session.grace_ms);
     } else {
-        start_grace(&ctx, id, binding, session.grace_ms);
+        start_grace(&ctx, (db, key.to_vec()), binding, session.grace_ms);
     }
 }
 
