@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{LazyLock, Mutex, OnceLock, TryLockError};
 
-use crate::chunked::Chunked;
+use crate::client_locks::ClientLocks;
 use crate::lock::Session;
 use crate::queue::KeyId;
 
@@ -64,62 +64,6 @@ pub struct Binding {
 
 /// A lock's place in the registry: its key and the connection it is bound to (0: none).
 pub type Bound = (KeyId, u64);
-
-/// The locks bound to one open connection: an append-only list, so that a bind hashes no
-/// key. It may hold locks that have left or been bound elsewhere since (`stale` counts
-/// the departures it was told of): a close dedupes it, and `compact` prunes it once
-/// half of it is stale.
-#[derive(Debug, Default)]
-struct ClientLocks {
-    locks: Chunked<Entry>,
-    stale: usize,
-}
-
-/// A lock in a connection's list: its database, its key's name and its grace.
-#[derive(Debug)]
-struct Entry {
-    db: i32,
-    grace_ms: i64,
-    name: Name,
-}
-
-/// Names up to this long are kept inside the entry (most lock names are).
-const INLINE_NAME: usize = 30;
-
-/// A key's name as an entry keeps it: inline when short, so that a bind allocates
-/// nothing; on the heap when longer.
-#[derive(Debug)]
-enum Name {
-    Inline { len: u8, bytes: [u8; INLINE_NAME] },
-    Heap(Box<[u8]>),
-}
-
-impl Entry {
-    fn new(db: i32, name: &[u8], grace_ms: i64) -> Self {
-        let name = if name.len() <= INLINE_NAME {
-            let mut bytes = [0; INLINE_NAME];
-            bytes[..name.len()].copy_from_slice(name);
-            Name::Inline {
-                len: name.len() as u8,
-                bytes,
-            }
-        } else {
-            Name::Heap(name.into())
-        };
-        Entry { db, grace_ms, name }
-    }
-
-    fn name(&self) -> &[u8] {
-        match &self.name {
-            Name::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Name::Heap(name) => name,
-        }
-    }
-
-    fn key(&self) -> KeyId {
-        (self.db, self.name().to_vec())
-    }
-}
 
 /// Hashes ids handed out in sequence (the server's connection ids, the registry's own
 /// grace ids), which no client chooses, so a multiply spreads them and no flood of chosen keys can collide
@@ -174,8 +118,7 @@ impl Bindings {
         self.bound
             .entry(client)
             .or_default()
-            .locks
-            .push(Entry::new(db, name, grace_ms));
+            .push(db, name, grace_ms);
     }
 
     /// Whether some lock is bound to an open connection (whose close must be heard).
@@ -190,8 +133,7 @@ impl Bindings {
         let Some(entry) = self.bound.remove(&client) else {
             return Vec::new();
         };
-        let latest: HashMap<KeyId, i64> =
-            entry.locks.iter().map(|e| (e.key(), e.grace_ms)).collect();
+        let latest: HashMap<KeyId, i64> = entry.keys().collect();
         latest.into_iter().collect()
     }
 
@@ -254,8 +196,8 @@ impl Bindings {
     /// for the caller to stop.
     pub fn demote(&mut self) -> Vec<u64> {
         for (client, entry) in self.bound.drain() {
-            for lock in entry.locks {
-                self.pending.insert((lock.key(), client), lock.grace_ms);
+            for (key, grace_ms) in entry.keys() {
+                self.pending.insert((key, client), grace_ms);
             }
         }
         let mut timers = Vec::new();
@@ -294,8 +236,8 @@ impl Bindings {
     /// against the keyspace and `compact`; `None` while it is not.
     pub fn to_compact(&self, client: u64) -> Option<Vec<KeyId>> {
         let entry = self.bound.get(&client)?;
-        (entry.stale >= COMPACT_AFTER && entry.stale * 2 >= entry.locks.len())
-            .then(|| entry.locks.iter().map(Entry::key).collect())
+        (entry.stale >= COMPACT_AFTER && entry.stale * 2 >= entry.len())
+            .then(|| entry.keys().map(|(key, _)| key).collect())
     }
 
     /// Keeps in `client`'s list only the keys still bound to it (`still_bound`), each once.
@@ -304,19 +246,10 @@ impl Bindings {
             return;
         };
         let keep: std::collections::HashSet<&KeyId> = still_bound.iter().collect();
-        let mut latest: HashMap<KeyId, i64> = HashMap::new();
-        for lock in std::mem::take(&mut entry.locks) {
-            let key = lock.key();
-            if keep.contains(&key) {
-                latest.insert(key, lock.grace_ms);
-            }
-        }
-        entry.locks = latest
-            .into_iter()
-            .map(|((db, name), grace_ms)| Entry::new(db, &name, grace_ms))
-            .collect();
-        entry.stale = 0;
-        if entry.locks.is_empty() {
+        let latest: HashMap<KeyId, i64> =
+            entry.keys().filter(|(key, _)| keep.contains(key)).collect();
+        *entry = latest.into_iter().collect();
+        if entry.is_empty() {
             self.bound.remove(&client);
         }
     }
@@ -327,10 +260,9 @@ impl Bindings {
         let emptied = |at: i32| db.is_none_or(|db| at == db);
         let gone = |key: &KeyId| emptied(key.0);
         for entry in self.bound.values_mut() {
-            entry.locks.retain(|lock| !emptied(lock.db));
-            entry.stale = entry.stale.min(entry.locks.len());
+            entry.retain(|db, _| !emptied(db));
         }
-        self.bound.retain(|_, entry| !entry.locks.is_empty());
+        self.bound.retain(|_, entry| !entry.is_empty());
         self.pending.retain(|(key, _), _| !gone(key));
         let timers = self
             .graces
@@ -354,10 +286,7 @@ impl Bindings {
         };
         let swap = |key: &mut KeyId| swap_db(&mut key.0);
         for entry in self.bound.values_mut() {
-            entry
-                .locks
-                .iter_mut()
-                .for_each(|lock| swap_db(&mut lock.db));
+            entry.renumber_dbs(swap_db);
         }
         self.graces = std::mem::take(&mut self.graces)
             .into_iter()
@@ -379,7 +308,7 @@ impl Bindings {
     /// How many entries the connections' lists hold, graces run and locks are pending.
     pub fn counts(&self) -> (usize, usize, usize) {
         (
-            self.bound.values().map(|e| e.locks.len()).sum(),
+            self.bound.values().map(ClientLocks::len).sum(),
             self.graces.len(),
             self.pending.len(),
         )
@@ -559,7 +488,7 @@ mod tests {
                 return Err(format!("grace {id} of {place:?} not found by its id"));
             }
         }
-        if b.bound.values().any(|e| e.locks.is_empty() && e.stale == 0) {
+        if b.bound.values().any(|e| e.is_empty() && e.stale == 0) {
             return Err("an empty connection entry".into());
         }
         Ok(())
@@ -606,7 +535,7 @@ mod tests {
                     8 => {
                         b.flushed(Some(db));
                         let (bound, graces, pending) = (
-                            b.bound.values().flat_map(|e| e.locks.iter()).any(|e| e.db == db),
+                            b.bound.values().flat_map(|e| e.iter()).any(|(at, _, _)| at == db),
                             b.graces.keys().any(|(k, _)| k.0 == db),
                             b.pending.keys().any(|(k, _)| k.0 == db),
                         );

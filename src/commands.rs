@@ -94,7 +94,8 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
     match lock::decide(held, options.token, queued) {
         AcquireDecision::Grant => {
             let token = lock::token_buffer(options.token, session.is_some());
-            let (fence, _) = store::grant(ctx, &key, token, options.ttl_ms, session)?;
+            let (fence, _) =
+                store::grant(ctx, &key, (db, argv[1]), token, options.ttl_ms, session)?;
             let lock = key
                 .lock()?
                 .ok_or(RedisError::Str("ERR lock vanished while granting"))?;

@@ -94,7 +94,14 @@ fn grant_to(ctx: &Context, key: &Key, mut waiter: Waiter) -> (Waiter, Answer) {
     }
     let token = std::mem::take(&mut waiter.token);
     let reply_token: Box<[u8]> = token.as_slice().into();
-    let answer = match store::grant(ctx, key, token, waiter.ttl_ms, waiter.session) {
+    let answer = match store::grant(
+        ctx,
+        key,
+        (waiter.key.0, &waiter.key.1),
+        token,
+        waiter.ttl_ms,
+        waiter.session,
+    ) {
         Ok((fence, _)) => Answer::Granted {
             token: reply_token,
             fence,

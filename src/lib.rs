@@ -11,6 +11,7 @@ pub mod args;
 pub mod bindings;
 pub mod blocking;
 pub mod chunked;
+pub mod client_locks;
 pub mod cluster;
 pub mod command_info;
 pub mod commands;

@@ -5,11 +5,11 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError};
 
-use crate::bindings;
 use crate::error;
 use crate::fence;
 use crate::ffi::{self, Key};
 use crate::lock::{LockState, Session};
+use crate::session;
 use crate::stats;
 
 /// Keyspace events, in the module class (`notify-keyspace-events` with `d`): a grant.
@@ -19,13 +19,14 @@ pub const EVENT_RELEASE: &CStr = c"lock.release";
 /// Fired when the holder extends the lock.
 pub const EVENT_EXTEND: &CStr = c"lock.extend";
 
-/// Grants the free lock `key` to `token` for `ttl_ms`, bound to `session`'s connection if
-/// given: a new fence, the key's expiry, replication of the absolute state
+/// Grants the free lock `key` (named `name` in database `db`) to `token` for `ttl_ms`,
+/// bound to `session`'s connection if given: a new fence, the key's expiry, replication of the absolute state
 /// (`LOCK._SET`), the `lock.acquire` event and the `grants` counter. Returns the fence
 /// and the absolute expiry; the caller replies.
 pub fn grant(
     ctx: &Context,
     key: &Key,
+    (db, name): (i32, &[u8]),
     token: Vec<u8>,
     ttl_ms: i64,
     session: Option<Session>,
@@ -41,9 +42,7 @@ pub fn grant(
         .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
     ffi::replicate_lock_set(ctx, key.name(), lock, expire_at);
     if let Some(session) = session {
-        let (db, name) = (ffi::selected_db(ctx), key.name().as_slice());
-        bindings::with(|b| b.bind(db, name, session.client, session.grace_ms));
-        ffi::watch_connections(true);
+        session::bind(db, name, session.client, session.grace_ms);
     }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());
     stats::GRANTS.bump();
