@@ -434,7 +434,7 @@ fn copied_renamed_and_moved_locks_stay_bound() {
     }
     if !server_kind().follows_key_moves() {
         // Valkey 8.1 to 9.1.1: the binding stays in the lock (LOCK.INFO) but nothing
-        // follows the key to its new name; the TTL ends it (README, supported servers).
+        // follows the key to its new name; the TTL ends it (docs/servers.md).
         assert_eq!(binding(&mut admin, "a2"), (0, 0));
         return;
     }

@@ -6,7 +6,7 @@
 //! in the same event as the removal: a `LOCK.INFO` pipelined right after it already sees
 //! the waiter's lock. Redis 7.0 has no such jobs; there the grant comes right after the
 //! removing command, before any other lock command on the key, and what a plain read in
-//! between sees is pinned below (the README's supported servers say so).
+//! between sees is pinned below (docs/servers.md says so).
 
 mod common;
 

@@ -178,7 +178,7 @@ fn a_waiter_killed_right_after_its_grant_holds_the_lock_like_any_holder_that_die
 }
 
 /// Where the server cannot be trusted with it (Redis 7.0 and 7.2, Valkey 7.2: see the
-/// README's supported servers), `CLIENT UNBLOCK` finds no wait it may end: it answers 0,
+/// docs/servers.md), `CLIENT UNBLOCK` finds no wait it may end: it answers 0,
 /// the waiter keeps its place and is granted the lock in its turn.
 fn assert_client_unblock_leaves_the_wait_alone(extra: &[&str]) {
     let server = TestServer::start();

@@ -83,7 +83,7 @@ impl ServerKind {
 
     /// Whether `CLIENT UNBLOCK` by an admin ends a lock wait on this server (Redis 7.4+,
     /// Valkey 8+; older servers race it against the module's own answer, see the
-    /// README's supported servers).
+    /// docs/servers.md).
     pub fn admin_unblock_ends_a_wait(&self) -> bool {
         if self.valkey {
             self.version >= (8, 0, 0)

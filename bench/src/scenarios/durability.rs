@@ -2,7 +2,7 @@
 //! replica of it (with the module too, to apply the replicated grants); one client on one
 //! connection acquires free locks one at a time, each on a distinct key, and times each
 //! acquire from sending to the last reply read: alone, and pipelined with `WAIT 1 1000`
-//! on the same connection (the durability recipe of the README). The recipe side does the
+//! on the same connection (the durability recipe of docs/cluster-and-durability.md). The recipe side does the
 //! same with `SET key token NX PX ttl`. Reported: p50 and p99 of each, and the cost of
 //! the `WAIT` (with minus without).
 

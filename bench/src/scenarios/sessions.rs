@@ -99,7 +99,7 @@ impl Acquirer {
 /// main thread run on separate cores. The keys are deleted, as releases would, not
 /// flushed: a `FLUSHALL` hands the freed memory back to the kernel (jemalloc's purge),
 /// so that every turn would fault in fresh pages, a cost of a server's first fill and
-/// not of one in service (the README gives that figure too).
+/// not of one in service (docs/sessions.md gives that figure too).
 fn acquire_times(
     server: &Server,
     chunks: usize,
