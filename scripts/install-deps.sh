@@ -2,8 +2,8 @@
 # Installs what building and running the module needs on a Debian machine, skipping
 # what is already there: redis-server and redis-cli (7.0+), libclang with its headers
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
-# PHP with phpredis and redis-py for the python3 on PATH (the other-language client
-# checks). Safe to run again.
+# PHP with phpredis, redis-py, pytest and mypy for the python3 on PATH, Node.js with npm
+# (the client packages' tests). Safe to run again.
 set -euo pipefail
 
 with_test_deps=0
@@ -33,24 +33,25 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 
-# redis-py for whichever python3 is on PATH. Debian's own python3 gets Debian's package
+# A Python package for whichever python3 is on PATH: redis-py and pytest. Debian's own python3 gets Debian's package
 # (its pip refuses system-wide installs, PEP 668); any other python3 (pyenv, a venv)
 # cannot see that package and gets redis from PyPI, with --break-system-packages only
 # if that python3 is marked externally managed too.
-install_redis_py() {
-  python3 -c 'import redis' >/dev/null 2>&1 && return 0
+install_python_package() {
+  local module=$1 debian=$2 pypi=$3
+  python3 -c "import $module" >/dev/null 2>&1 && return 0
   if [ "$(command -v python3)" = /usr/bin/python3 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing: python3-redis"
-    apt-cache show python3-redis >/dev/null 2>&1 || $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends python3-redis
-    python3 -c 'import redis' >/dev/null 2>&1 && return 0
+    echo "installing: $debian"
+    apt-cache show "$debian" >/dev/null 2>&1 || $SUDO apt-get update -qq
+    $SUDO apt-get install -y -qq --no-install-recommends "$debian" python3-pip
+    python3 -c "import $module" >/dev/null 2>&1 && return 0
   fi
-  echo "installing: redis-py for $(command -v python3) (pip)"
+  echo "installing: $pypi for $(command -v python3) (pip)"
   local log
   log="$(mktemp)"
-  if ! python3 -m pip install --quiet redis 2>"$log"; then
+  if ! python3 -m pip install --quiet "$pypi" 2>"$log"; then
     if grep -q externally-managed "$log"; then
-      python3 -m pip install --quiet --break-system-packages redis
+      python3 -m pip install --quiet --break-system-packages "$pypi"
     else
       cat "$log" >&2
       rm -f "$log"
@@ -58,11 +59,17 @@ install_redis_py() {
     fi
   fi
   rm -f "$log"
-  python3 -c 'import redis'
+  python3 -c "import $module"
+}
+
+install_test_packages() {
+  install_python_package redis python3-redis redis
+  install_python_package pytest python3-pytest pytest
+  install_python_package mypy python3-mypy mypy
 }
 
 if [ "${#missing[@]}" -eq 0 ]; then
-  [ "$with_test_deps" = 0 ] || install_redis_py
+  [ "$with_test_deps" = 0 ] || install_test_packages
   exit 0
 fi
 
@@ -87,4 +94,4 @@ for name in "${missing[@]}"; do
   fi
 done
 $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"
-[ "$with_test_deps" = 0 ] || install_redis_py
+[ "$with_test_deps" = 0 ] || install_test_packages

@@ -1,4 +1,5 @@
-"""Locks from the redis-lock module with redis-py (``execute_command``).
+"""Functions on the four commands, in milliseconds, and the `lock` context manager
+(the package's first API, kept for the programs that use it).
 
     import redis
     from redis_lock import lock
@@ -25,9 +26,10 @@ alive, or when the connection is not long-lived (a serverless function).
 """
 
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Any, Dict, Literal, Optional
 
-Token = Union[bytes, str]
+from . import _protocol
+from ._protocol import Token
 
 
 class LockNotAcquired(Exception):
@@ -45,7 +47,7 @@ class LockNotReplicated(LockNotAcquired):
 
 
 @dataclass
-class Lock:
+class Held:
     """A granted lock: its key, the token that proves ownership, and its fence."""
 
     key: str
@@ -53,50 +55,35 @@ class Lock:
     fence: int
 
 
-def acquire(r, key: str, ttl_ms: int, token: Optional[Token] = None,
+def acquire(r: Any, key: str, ttl_ms: int, token: Optional[Token] = None,
             wait_ms: Optional[int] = None,
-            session_ms: Optional[int] = None) -> Optional[Lock]:
-    """LOCK.ACQUIRE: a Lock, or None when another token holds it.
+            session_ms: Optional[int] = None) -> Optional[Held]:
+    """LOCK.ACQUIRE: a Held lock, or None when another token holds it.
 
     wait_ms=0 waits without limit; None does not wait. session_ms binds the lock to the
     connection (released session_ms after it closes; see the module's docstring).
     """
-    args = ["LOCK.ACQUIRE", key, ttl_ms]
-    if token is not None:
-        args += ["TOKEN", token]
-    if wait_ms is not None:
-        args += ["WAIT", wait_ms]
-    if session_ms is not None:
-        args += ["SESSION", session_ms]
-    reply = r.execute_command(*args)
+    reply = r.execute_command(*_protocol.acquire_args(key, ttl_ms, token, wait_ms, session_ms))
     if reply is None:
         return None
     granted_token, fence = reply
-    return Lock(key=key, token=granted_token, fence=int(fence))
+    return Held(key=key, token=granted_token, fence=int(fence))
 
 
-def release(r, key: str, token: Token) -> bool:
+def release(r: Any, key: str, token: Token) -> bool:
     """LOCK.RELEASE: True if this token held the lock (and it is now released)."""
-    return r.execute_command("LOCK.RELEASE", key, token) == 1
+    return bool(r.execute_command("LOCK.RELEASE", key, token) == 1)
 
 
-def extend(r, key: str, token: Token, ttl_ms: int) -> bool:
+def extend(r: Any, key: str, token: Token, ttl_ms: int) -> bool:
     """LOCK.EXTEND: True if this token holds the lock and it now has ttl_ms left."""
-    return r.execute_command("LOCK.EXTEND", key, token, ttl_ms) == 1
+    return bool(r.execute_command("LOCK.EXTEND", key, token, ttl_ms) == 1)
 
 
-def info(r, key: str) -> Optional[dict]:
+def info(r: Any, key: str) -> Optional[Dict[str, Any]]:
     """LOCK.INFO as a dict of str to int (ttl, fence, acquired, waiters, session,
     connected), or None."""
-    reply = r.execute_command("LOCK.INFO", key)
-    if reply is None:
-        return None
-    # RESP3 answers a map, RESP2 a flat list of field, value, ...
-    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
-    return {
-        (name.decode() if isinstance(name, bytes) else name): int(value)
-        for name, value in pairs
-    }
+    return _protocol.info_fields(r.execute_command("LOCK.INFO", key))
 
 
 class lock:
@@ -118,7 +105,7 @@ class lock:
             ...
     """
 
-    def __init__(self, r, key: str, ttl_ms: int, wait_ms: Optional[int] = None,
+    def __init__(self, r: Any, key: str, ttl_ms: int, wait_ms: Optional[int] = None,
                  token: Optional[Token] = None, replicas: Optional[int] = None,
                  replicas_timeout_ms: int = 1_000, session_ms: Optional[int] = None):
         self._r = r
@@ -129,10 +116,10 @@ class lock:
         self._replicas = replicas
         self._replicas_timeout_ms = replicas_timeout_ms
         self._session_ms = session_ms
-        self._lock: Optional[Lock] = None
+        self._lock: Optional[Held] = None
         self.held_to_end: Optional[bool] = None
 
-    def __enter__(self) -> Lock:
+    def __enter__(self) -> Held:
         self._lock = acquire(self._r, self._key, self._ttl_ms, self._token, self._wait_ms,
                              self._session_ms)
         if self._lock is None:
@@ -152,6 +139,7 @@ class lock:
                 raise LockNotReplicated(self._key, self._replicas, acked)
         return self._lock
 
-    def __exit__(self, *exc) -> bool:
+    def __exit__(self, *exc: Any) -> Literal[False]:
+        assert self._lock is not None, "__exit__ without __enter__"
         self.held_to_end = release(self._r, self._key, self._lock.token)
         return False

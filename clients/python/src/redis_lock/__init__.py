@@ -1,0 +1,29 @@
+"""redis-lock for Python: locks from the redis-lock server module, on redis-py.
+
+    import redis
+    from redis_lock import Lock
+
+    r = redis.Redis(port=7379)
+    with Lock(r, "orders:42", timeout=10, blocking_timeout=5) as lock:
+        pay_order(42, fence=lock.fence)      # the resource refuses lower fences
+
+`Lock` is a drop-in for redis-py's `redis.lock.Lock` (also as
+`r.lock(name, timeout=..., lock_class=Lock)`), with the fence, waits served by the
+server in arrival order, `session=` and `watchdog=`; `redis_lock.asyncio.Lock` is the
+same for `redis.asyncio`. `Redlock` spans several independent masters. `acquire`,
+`release`, `extend`, `info` and `lock` are the commands as functions, in milliseconds.
+"""
+
+from ._helpers import (
+    Held, LockNotAcquired, LockNotReplicated, acquire, extend, info, lock, release,
+)
+from ._lock import Lock
+from ._redlock import Redlock
+from .exceptions import LockError, LockLostError, LockNotOwnedError
+
+__all__ = [
+    "Lock", "Redlock", "LockError", "LockNotOwnedError", "LockLostError",
+    "Held", "LockNotAcquired", "LockNotReplicated", "acquire", "release", "extend", "info",
+    "lock",
+]
+__version__ = "0.1.0"

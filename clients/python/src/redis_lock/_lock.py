@@ -1,0 +1,158 @@
+"""`Lock`: redis-py's `redis.lock.Lock`, on the module's commands.
+
+Same constructor, methods, errors and context manager, so `r.lock(name, timeout=10,
+lock_class=Lock)` or a changed import is all a program needs. What changes underneath:
+acquire, release and extend are one atomic command each (no scripts to load, no `EVAL`
+rights), a blocking acquire waits in the server's first-come-first-served queue instead
+of polling every `sleep` seconds, and the lock has a fence. On top: `session=` (the
+lock goes with the connection), `watchdog=True` (renewal while held, `on_lost`), and
+`owned()` compares fences, so the token never leaves the server.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Literal, Optional, Tuple, Type
+
+from redis.exceptions import ResponseError
+
+from . import _protocol
+from ._protocol import Number, Token
+from ._state import LockState
+from ._watchdog import ThreadWatchdog
+from .exceptions import LockError
+
+
+class Lock(LockState):
+    """A distributed lock named `name` on the redis-py client `redis`.
+
+    `timeout`: the lock's life in seconds (float or int); None lives until released.
+    `blocking`, `blocking_timeout`: as redis-py's (`blocking_timeout=None` waits without
+    limit), but waiting in the server (`LOCK.ACQUIRE ... WAIT`). `sleep` is accepted and
+    not used. `thread_local`, `raise_on_release_error`: as redis-py's.
+
+    `session=grace` (seconds): bind the lock to the client connection that acquired it;
+    the server releases it `grace` after that connection closes (the process died or the
+    network dropped), however long its `timeout`. `watchdog=True`: extend the lock to
+    `timeout` every third of it while held; `on_lost(lock)` is called (in the watchdog's
+    thread) if it is lost, and `check()` raises `LockLostError` from then on.
+    """
+
+    def __enter__(self) -> "Lock":
+        if self.acquire():
+            return self
+        raise self._not_acquired()
+
+    def __exit__(self, exc_type: Optional[Type[BaseException]],
+                 exc_value: Optional[BaseException],
+                 traceback: Optional[TracebackType]) -> None:
+        try:
+            self.release()
+        except LockError as error:
+            self._release_failed(error)
+
+    def acquire(self, sleep: Optional[Number] = None, blocking: Optional[bool] = None,
+                blocking_timeout: Optional[Number] = None,
+                token: Optional[Token] = None) -> bool:
+        """Takes the lock: True once held, False when `blocking` is false and the lock
+        is busy, or the wait ended first. Waiters are served in arrival order."""
+        encoded = self._new_token(token)
+        granted = self.do_acquire(encoded, self._wait_ms(blocking, blocking_timeout))
+        if granted is None:
+            return False
+        holding = self._hold(*granted)
+        if self.watchdog:
+            holding.watchdog = ThreadWatchdog(
+                self.name, self._ttl_ms / 1000, self._watchdog_interval(),
+                lambda: self._extend_to(holding.token, self._ttl_ms), holding.lose)
+        return True
+
+    def do_acquire(self, token: bytes,
+                   wait_ms: Optional[int] = None) -> Optional[Tuple[bytes, int]]:
+        args = _protocol.acquire_args(self.name, self._ttl_ms, token, wait_ms,
+                                      self._session_ms)
+        pool = getattr(self.redis, "connection_pool", None)
+        if (wait_ms is None or pool is None
+                or not _protocol.read_timeout_too_short(pool.connection_kwargs, wait_ms)):
+            return _protocol.grant(self.redis.execute_command(*args))
+        # The client would stop reading before the wait ends: wait on a connection of
+        # its own without a read timeout, then move a session binding to the client's
+        # pool before that connection closes.
+        connection = pool.connection_class(**{**pool.connection_kwargs,
+                                              "socket_timeout": None})
+        try:
+            connection.send_command(*args)
+            granted = _protocol.grant(connection.read_response())
+            if granted is not None and self._session_ms is not None:
+                rebind = _protocol.acquire_args(self.name, self._ttl_ms, token, None,
+                                                self._session_ms)
+                granted = _protocol.grant(self.redis.execute_command(*rebind))
+            return granted
+        finally:
+            connection.disconnect()
+
+    def locked(self) -> bool:
+        """True if anyone holds the lock."""
+        return bool(self.redis.exists(self.name))
+
+    def owned(self) -> bool:
+        """True if this lock object (this thread's holding) holds the lock now."""
+        if self.token is None:
+            return False
+        try:
+            return self._owned_by(self.redis.execute_command("LOCK.INFO", self.name))
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return False
+            raise
+
+    def release(self) -> None:
+        """Releases the lock; LockNotOwnedError if it was no longer held (it expired or
+        went to another token), LockError if this object did not hold it."""
+        holding = self._forget()
+        if holding is None:
+            raise self._release_unheld()
+        self.do_release(holding.token)
+
+    def do_release(self, expected_token: bytes) -> None:
+        try:
+            released = self.redis.execute_command("LOCK.RELEASE", self.name, expected_token)
+        except ResponseError as error:
+            if not self._wrong_type(error):
+                raise
+            released = 0
+        if released != 1:
+            raise self._not_owned("release")
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
+        """Adds `additional_time` seconds to what is left of the lock's time, or with
+        `replace_ttl=True` sets what is left to it."""
+        token = self._check_renewable("extend")
+        return self.do_extend(additional_time, replace_ttl, token)
+
+    def do_extend(self, additional_time: Number, replace_ttl: bool,
+                  token: Optional[bytes] = None) -> Literal[True]:
+        token = self.token if token is None else token
+        pttl = 0 if replace_ttl else int(self.redis.pttl(self.name))
+        if pttl < 0 or not self._extend_to(token, self._extended_ms(additional_time,
+                                                                    replace_ttl, pttl)):
+            raise self._not_owned("extend")
+        return True
+
+    def reacquire(self) -> Literal[True]:
+        """Resets the lock's time to `timeout`."""
+        token = self._check_renewable("reacquire")
+        return self.do_reacquire(token)
+
+    def do_reacquire(self, token: Optional[bytes] = None) -> Literal[True]:
+        if not self._extend_to(self.token if token is None else token, self._ttl_ms):
+            raise self._not_owned("reacquire")
+        return True
+
+    def _extend_to(self, token: Any, ttl_ms: int) -> bool:
+        try:
+            return bool(self.redis.execute_command("LOCK.EXTEND", self.name, token, ttl_ms) == 1)
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return False
+            raise

@@ -1,0 +1,125 @@
+"""The commands' arguments and replies, shared by the synchronous and asyncio locks.
+
+Nothing here talks to a server: it turns a lock's settings into `LOCK.*` arguments and
+the server's replies into Python values, so both APIs send exactly the same commands.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+Number = Union[int, float]
+Token = Union[bytes, str]
+
+# ttl-ms, timeout-ms and grace-ms are integers 1 (0 for waits and graces) ..= 2^47 - 1.
+MAX_MS = (1 << 47) - 1
+
+
+def to_ms(seconds: Number, what: str, minimum: int = 1) -> int:
+    """Seconds (int or float) as whole milliseconds, rounded up so that a short time
+    never becomes zero, and checked against the range the module accepts."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    if math.isnan(seconds):
+        raise ValueError(f"{what} must be a number of seconds, not NaN")
+    ms = MAX_MS if math.isinf(seconds) and seconds > 0 else math.ceil(seconds * 1000)
+    if ms < minimum or ms > MAX_MS:
+        limit = "0" if minimum == 0 else "0.001"
+        raise ValueError(f"{what} must be between {limit} and {MAX_MS / 1000:.0f} seconds, "
+                         f"not {seconds!r}")
+    return ms
+
+
+def acquire_args(name: Any, ttl_ms: int, token: Optional[Token] = None,
+                 wait_ms: Optional[int] = None,
+                 session_ms: Optional[int] = None) -> List[Any]:
+    """`LOCK.ACQUIRE key ttl-ms [TOKEN t] [WAIT ms] [SESSION ms]`."""
+    args: List[Any] = ["LOCK.ACQUIRE", name, ttl_ms]
+    if token is not None:
+        args += ["TOKEN", token]
+    if wait_ms is not None:
+        args += ["WAIT", wait_ms]
+    if session_ms is not None:
+        args += ["SESSION", session_ms]
+    return args
+
+
+def grant(reply: Any) -> Optional[Tuple[bytes, int]]:
+    """The reply of `LOCK.ACQUIRE`: `(token, fence)`, or None when another token holds
+    the lock. The token comes back as bytes whatever the client's decoding."""
+    if reply is None:
+        return None
+    token, fence = reply
+    return as_bytes(token), int(fence)
+
+
+def info_fields(reply: Any) -> Optional[Dict[str, Any]]:
+    """`LOCK.INFO` as a dict of str to int, from a RESP3 map or a RESP2 flat list."""
+    if reply is None:
+        return None
+    pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2])
+    return {
+        (name.decode() if isinstance(name, bytes) else str(name)): _field_value(value)
+        for name, value in pairs
+    }
+
+
+def _field_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        value = value.decode()
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return value  # `mode` is a word, not a number
+
+
+def as_bytes(token: Token) -> bytes:
+    return token if isinstance(token, bytes) else str(token).encode()
+
+
+def encode_token(redis: Any, token: Token) -> bytes:
+    """A caller's token as bytes, with the client's own encoder when it has one (as
+    redis-py's Lock does), checked against the 1 ..= 256 bytes the module accepts."""
+    if isinstance(token, bytes):
+        encoded = token
+    else:
+        get_encoder = getattr(redis, "get_encoder", None)
+        encoded = get_encoder().encode(token) if get_encoder else str(token).encode()
+    if not 1 <= len(encoded) <= 256:
+        raise ValueError(f"token must be 1 to 256 bytes, not {len(encoded)}")
+    return encoded
+
+
+def blocking_wait_ms(blocking: bool, blocking_timeout: Optional[Number]) -> Optional[int]:
+    """The `WAIT` of an acquire: None (do not wait), 0 (without limit) or the limit.
+
+    As in redis-py's Lock, `blocking_timeout=None` waits for as long as it takes; a
+    timeout of 0 or less tries once."""
+    if not blocking:
+        return None
+    if blocking_timeout is None:
+        return 0
+    if blocking_timeout <= 0:
+        return None
+    return to_ms(blocking_timeout, "blocking_timeout")
+
+
+def read_timeout_too_short(connection_kwargs: Dict[str, Any], wait_ms: int) -> bool:
+    """True when a connection made with these settings would give up reading a reply
+    before a wait of `wait_ms` ends (a wait of 0 has no end)."""
+    timeout = connection_kwargs.get("socket_timeout")
+    if timeout is None:
+        return False
+    return wait_ms == 0 or float(timeout) * 1000 < wait_ms + 1000
+
+
+def redlock_quorum(masters: int) -> int:
+    return masters // 2 + 1
+
+
+def redlock_validity(ttl_ms: int, elapsed_ms: float) -> float:
+    """What is left of a Redlock lock after acquiring took `elapsed_ms`, minus the
+    clock drift allowance of the Redlock algorithm (1% of the TTL plus 2 ms)."""
+    drift = ttl_ms * 0.01 + 2
+    return ttl_ms - elapsed_ms - drift

@@ -1,0 +1,196 @@
+"""What a lock object knows, apart from how it talks to the server: its settings, checked
+once in the constructor, and the token and fence of the current holding (per thread, as
+in redis-py, unless `thread_local=False`). The synchronous and asyncio locks share it."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+from types import SimpleNamespace
+from typing import Any, Callable, Optional
+
+from redis.exceptions import ResponseError
+
+from . import _protocol
+from ._protocol import Number, Token
+from .exceptions import LockError, LockLostError, LockNotOwnedError, lock_error
+
+logger = logging.getLogger("redis_lock")
+
+
+class LockState:
+    def __init__(
+        self,
+        redis: Any,
+        name: Any,
+        timeout: Optional[Number] = None,
+        sleep: Number = 0.1,
+        blocking: bool = True,
+        blocking_timeout: Optional[Number] = None,
+        thread_local: bool = True,
+        raise_on_release_error: bool = True,
+        *,
+        session: Optional[Number] = None,
+        watchdog: bool = False,
+        on_lost: Optional[Callable[[Any], None]] = None,
+    ):
+        self.redis = redis
+        self.name = name
+        self.timeout = timeout
+        self.sleep = sleep  # accepted for redis-py's signature; waits never poll
+        self.blocking = blocking
+        self.blocking_timeout = blocking_timeout
+        self.thread_local = bool(thread_local)
+        self.raise_on_release_error = raise_on_release_error
+        self.session = session
+        self.watchdog = watchdog
+        self.on_lost = on_lost
+        # Without a timeout the lock lives until released: the longest TTL there is.
+        self._ttl_ms = _protocol.MAX_MS if timeout is None else _protocol.to_ms(timeout, "timeout")
+        self._session_ms = (None if session is None
+                            else _protocol.to_ms(session, "session", minimum=0))
+        if watchdog and timeout is None:
+            raise ValueError("watchdog=True needs a timeout: a lock without one never expires")
+        if blocking_timeout is not None:
+            _protocol.blocking_wait_ms(True, blocking_timeout)  # checks the range now
+        self.local = threading.local() if self.thread_local else SimpleNamespace()
+        self.local.token = None
+        self.local.holding = None
+
+    # What this thread holds.
+
+    @property
+    def token(self) -> Optional[bytes]:
+        """The token of the current holding (bytes), None when not held."""
+        holding = self._holding()
+        return None if holding is None else holding.token
+
+    @property
+    def fence(self) -> Optional[int]:
+        """The fencing token of the current holding: send it with every write the lock
+        protects, and let the resource refuse lower ones. None when not held."""
+        holding = self._holding()
+        return None if holding is None else holding.fence
+
+    @property
+    def lost(self) -> bool:
+        """True once the watchdog found the current holding's lock gone (see `check`)."""
+        holding = self._holding()
+        return holding is not None and holding.lost is not None
+
+    def check(self) -> None:
+        """Raises LockLostError if the watchdog found the lock gone, LockError if it is
+        not held; returns quietly while the lock is held as far as the client knows."""
+        holding = self._holding()
+        if holding is None:
+            raise lock_error(LockError, "The lock is not held", self.name)
+        if holding.lost is not None:
+            raise holding.lost
+
+    def _holding(self) -> Optional["Holding"]:
+        return getattr(self.local, "holding", None)
+
+    def _forget(self) -> Optional["Holding"]:
+        """Drops this thread's holding and stops its watchdog; returns it."""
+        holding = self._holding()
+        self.local.token = None  # redis-py's attribute, kept for code that reads it
+        self.local.holding = None
+        if holding is not None and holding.watchdog is not None:
+            holding.watchdog.stop()
+        return holding
+
+    def _hold(self, token: bytes, fence: int) -> "Holding":
+        self._forget()  # a holding that expired unseen: its watchdog stops
+        holding = Holding(self, token, fence)
+        self.local.token = token
+        self.local.holding = holding
+        return holding
+
+    def _new_token(self, token: Optional[Token]) -> bytes:
+        """The caller's token, or 128 random bits made here: a token chosen before the
+        command is sent lets a retry after a lost reply re-acquire instead of waiting for
+        its own lock."""
+        if token is None:
+            return secrets.token_hex(16).encode()
+        return _protocol.encode_token(self.redis, token)
+
+    def _wait_ms(self, blocking: Optional[bool],
+                 blocking_timeout: Optional[Number]) -> Optional[int]:
+        return _protocol.blocking_wait_ms(
+            self.blocking if blocking is None else blocking,
+            self.blocking_timeout if blocking_timeout is None else blocking_timeout,
+        )
+
+    # Messages, as redis-py words them.
+
+    def _not_acquired(self) -> LockError:
+        return lock_error(LockError, "Unable to acquire lock within the time specified",
+                          self.name)
+
+    def _release_unheld(self) -> LockError:
+        return lock_error(LockError,
+                          "Cannot release a lock that's not owned or is already unlocked.",
+                          self.name)
+
+    def _check_renewable(self, what: str) -> bytes:
+        token = self.token
+        if token is None:
+            raise lock_error(LockError, f"Cannot {what} an unlocked lock", self.name)
+        if self.timeout is None:
+            raise lock_error(LockError, f"Cannot {what} a lock with no timeout", self.name)
+        return token
+
+    def _not_owned(self, what: str) -> LockNotOwnedError:
+        return lock_error(LockNotOwnedError, f"Cannot {what} a lock that's no longer owned",
+                          self.name)
+
+    def _release_failed(self, error: LockError) -> None:
+        """`__exit__` of a lock that was no longer held: raise, or log as redis-py does."""
+        if self.raise_on_release_error:
+            raise error
+        logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
+
+    def _extended_ms(self, additional_time: Number, replace_ttl: bool, pttl: int) -> int:
+        """The TTL to set: the added time alone, or added to what is left (`pttl`)."""
+        added = _protocol.to_ms(additional_time, "additional_time")
+        if replace_ttl:
+            return added
+        return min(pttl + added, _protocol.MAX_MS)
+
+    def _watchdog_interval(self) -> float:
+        return self._ttl_ms / 3000
+
+    @staticmethod
+    def _wrong_type(error: ResponseError) -> bool:
+        """A key of another type (a plain SET overwrote the lock): not held by this
+        token, which redis-py's Lock reports as LockNotOwnedError, not a ResponseError."""
+        return str(error).startswith("WRONGTYPE")
+
+    def _owned_by(self, info_reply: Any) -> bool:
+        """Fences are unique per grant of a key, so the lock is this holding's exactly
+        when its fence is this holding's: no token leaves the server to check it."""
+        fields = _protocol.info_fields(info_reply)
+        return (fields is not None and self.fence is not None
+                and fields.get("fence") == self.fence)
+
+
+class Holding:
+    """One grant as its holder sees it. The watchdog (another thread or task) writes
+    `lost` here, where the holder's thread reads it."""
+
+    def __init__(self, lock: LockState, token: bytes, fence: int):
+        self._lock = lock
+        self.token = token
+        self.fence = fence
+        self.lost: Optional[LockLostError] = None
+        self.watchdog: Any = None
+
+    def lose(self, lost: LockLostError) -> None:
+        self.lost = lost
+        on_lost = self._lock.on_lost
+        if on_lost is not None:
+            try:
+                on_lost(self._lock)
+            except Exception:
+                logger.exception("on_lost callback of lock %r failed", self._lock.name)

@@ -1,0 +1,143 @@
+"""The asyncio `Lock`: redis-py's `redis.asyncio.lock.Lock`, on the module's commands.
+
+The same as `redis_lock.Lock` with coroutines, on a `redis.asyncio.Redis` client:
+`async with Lock(r, "orders:42", timeout=10) as lock: ...`, or
+`r.lock("orders:42", timeout=10, lock_class=redis_lock.asyncio.Lock)`. The watchdog is
+a task on the running loop; `on_lost` is called from it.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Awaitable, Optional, Tuple, Type
+
+from redis.exceptions import ResponseError
+
+from . import _protocol
+from ._protocol import Number, Token
+from ._redlock import AsyncRedlock
+from ._state import LockState
+from ._watchdog import TaskWatchdog
+from .exceptions import LockError
+
+__all__ = ["Lock", "Redlock"]
+
+Redlock = AsyncRedlock
+
+
+class Lock(LockState):
+    """See `redis_lock.Lock`; every method that talks to the server is a coroutine."""
+
+    async def __aenter__(self) -> "Lock":
+        if await self.acquire():
+            return self
+        raise self._not_acquired()
+
+    async def __aexit__(self, exc_type: Optional[Type[BaseException]],
+                        exc_value: Optional[BaseException],
+                        traceback: Optional[TracebackType]) -> None:
+        try:
+            await self.release()
+        except LockError as error:
+            self._release_failed(error)
+
+    async def acquire(self, sleep: Optional[Number] = None, blocking: Optional[bool] = None,
+                      blocking_timeout: Optional[Number] = None,
+                      token: Optional[Token] = None) -> bool:
+        encoded = self._new_token(token)
+        granted = await self.do_acquire(encoded, self._wait_ms(blocking, blocking_timeout))
+        if granted is None:
+            return False
+        holding = self._hold(*granted)
+        if self.watchdog:
+            holding.watchdog = TaskWatchdog(
+                self.name, self._ttl_ms / 1000, self._watchdog_interval(),
+                lambda: self._extend_to(holding.token, self._ttl_ms), holding.lose)
+        return True
+
+    async def do_acquire(self, token: bytes,
+                         wait_ms: Optional[int] = None) -> Optional[Tuple[bytes, int]]:
+        args = _protocol.acquire_args(self.name, self._ttl_ms, token, wait_ms,
+                                      self._session_ms)
+        pool = getattr(self.redis, "connection_pool", None)
+        if (wait_ms is None or pool is None
+                or not _protocol.read_timeout_too_short(pool.connection_kwargs, wait_ms)):
+            return _protocol.grant(await self.redis.execute_command(*args))
+        # As in the synchronous Lock: wait on a connection without a read timeout, and
+        # move a session binding to the client's pool before it closes. Cancelling the
+        # task closes that connection, which takes the waiter out of the queue.
+        connection = pool.connection_class(**{**pool.connection_kwargs,
+                                              "socket_timeout": None})
+        try:
+            await connection.connect()
+            await connection.send_command(*args)
+            granted = _protocol.grant(await connection.read_response())
+            if granted is not None and self._session_ms is not None:
+                rebind = _protocol.acquire_args(self.name, self._ttl_ms, token, None,
+                                                self._session_ms)
+                granted = _protocol.grant(await self.redis.execute_command(*rebind))
+            return granted
+        finally:
+            await connection.disconnect()
+
+    async def locked(self) -> bool:
+        return bool(await self.redis.exists(self.name))
+
+    async def owned(self) -> bool:
+        if self.token is None:
+            return False
+        try:
+            return self._owned_by(await self.redis.execute_command("LOCK.INFO", self.name))
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return False
+            raise
+
+    def release(self) -> Awaitable[None]:
+        holding = self._forget()
+        if holding is None:
+            raise self._release_unheld()
+        return self.do_release(holding.token)
+
+    async def do_release(self, expected_token: bytes) -> None:
+        try:
+            released = await self.redis.execute_command("LOCK.RELEASE", self.name,
+                                                        expected_token)
+        except ResponseError as error:
+            if not self._wrong_type(error):
+                raise
+            released = 0
+        if released != 1:
+            raise self._not_owned("release")
+
+    def extend(self, additional_time: Number, replace_ttl: bool = False) -> Awaitable[bool]:
+        token = self._check_renewable("extend")
+        return self.do_extend(additional_time, replace_ttl, token)
+
+    async def do_extend(self, additional_time: Number, replace_ttl: bool,
+                        token: Optional[bytes] = None) -> bool:
+        token = self.token if token is None else token
+        pttl = 0 if replace_ttl else int(await self.redis.pttl(self.name))
+        if pttl < 0 or not await self._extend_to(
+                token, self._extended_ms(additional_time, replace_ttl, pttl)):
+            raise self._not_owned("extend")
+        return True
+
+    def reacquire(self) -> Awaitable[bool]:
+        token = self._check_renewable("reacquire")
+        return self.do_reacquire(token)
+
+    async def do_reacquire(self, token: Optional[bytes] = None) -> bool:
+        if not await self._extend_to(self.token if token is None else token, self._ttl_ms):
+            raise self._not_owned("reacquire")
+        return True
+
+    async def _extend_to(self, token: Any, ttl_ms: int) -> bool:
+        try:
+            extended = await self.redis.execute_command("LOCK.EXTEND", self.name, token,
+                                                        ttl_ms)
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return False
+            raise
+        return bool(extended == 1)

@@ -1,0 +1,18 @@
+"""Small helpers the tests share."""
+
+import time
+
+
+def wait_until(condition, what, limit=10.0):
+    """Polls `condition` until it is true; fails the test after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def lock_info(client, key):
+    """LOCK.INFO as a dict of str to int (or None)."""
+    from redis_lock import info
+
+    return info(client, key)

@@ -1,0 +1,464 @@
+"""`redis_lock.Lock` against a real server: redis-py's own Lock behaviours that apply
+(ported from the cases of redis-py's tests/test_lock.py), then what it adds."""
+
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import redis
+from redis.exceptions import LockError as RedisPyLockError
+from redis.exceptions import LockNotOwnedError as RedisPyLockNotOwnedError
+
+from redis_lock import Lock, LockError, LockLostError, LockNotOwnedError
+from helpers import lock_info, wait_until
+
+
+def make(r, key, **kwargs):
+    return Lock(r, key, **kwargs)
+
+
+# --- redis-py's Lock behaviours ---------------------------------------------------------
+
+
+def test_lock_holds_and_releases(r, key):
+    lock = make(r, key)
+    assert lock.acquire(blocking=False)
+    assert lock.locked() and lock.owned()
+    assert r.type(key) != b"string"  # a lock of the module's type, not a string
+    assert lock_info(r, key)["fence"] == lock.fence
+    lock.release()
+    assert not r.exists(key) and not lock.locked() and not lock.owned()
+
+
+def test_lock_without_timeout_lives_until_released(r, key):
+    lock = make(r, key)
+    assert lock.acquire(blocking=False)
+    # redis-py leaves such a key without expiry; the module's longest TTL is ~4,000 years.
+    assert r.pttl(key) > 100 * 365 * 24 * 3600 * 1000
+    lock.release()
+
+
+def test_lock_token(r, key):
+    lock = make(r, key)
+    assert lock.acquire(token="abc")
+    assert lock.token == b"abc" and lock.local.token == b"abc"
+    assert lock.owned()
+    lock.release()
+    assert lock.token is None
+
+
+def test_lock_token_bytes_are_binary_safe(r, key):
+    lock = make(r, key)
+    assert lock.acquire(token=b"\x00\xff token")
+    assert lock.owned()
+    lock.release()
+
+
+def test_locked_and_owned_from_another_lock_object(r, key):
+    lock1, lock2 = make(r, key), make(r, key)
+    assert not lock1.locked() and not lock2.owned()
+    assert lock1.acquire(blocking=False)
+    assert lock2.locked() and not lock2.owned()
+    lock1.release()
+
+
+def test_owned_with_decoded_responses(port, key):
+    client = redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+    lock = make(client, key)
+    assert lock.acquire(blocking=False) and lock.owned()
+    lock.release()
+    client.close()
+
+
+def test_competing_locks(r, key):
+    lock1, lock2 = make(r, key), make(r, key)
+    assert lock1.acquire(blocking=False)
+    assert not lock2.acquire(blocking=False)
+    lock1.release()
+    assert lock2.acquire(blocking=False)
+    assert not lock1.acquire(blocking=False)
+    lock2.release()
+
+
+def test_timeout(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    assert 8000 < r.pttl(key) <= 10000
+    lock.release()
+
+
+def test_float_timeout(r, key):
+    lock = make(r, key, timeout=9.5)
+    assert lock.acquire(blocking=False)
+    assert 8000 < r.pttl(key) <= 9500
+    lock.release()
+
+
+def test_blocking_timeout(r, other, key):
+    holder = make(r, key)
+    assert holder.acquire(blocking=False)
+    started = time.monotonic()
+    assert not make(other, key, blocking_timeout=0.2).acquire()
+    assert 0.2 <= time.monotonic() - started
+    holder.release()
+
+
+def test_blocking_timeout_argument_overrides(r, other, key):
+    holder = make(r, key)
+    assert holder.acquire(blocking=False)
+    started = time.monotonic()
+    assert not make(other, key, blocking_timeout=30).acquire(blocking_timeout=0.1)
+    assert 0.1 <= time.monotonic() - started < 25
+    holder.release()
+
+
+def test_blocking_false_in_the_constructor(r, key):
+    holder = make(r, key)
+    assert holder.acquire()
+    assert not make(r, key, blocking=False).acquire()
+    holder.release()
+
+
+def test_high_sleep_small_blocking_timeout(r, other, key):
+    holder = make(r, key)
+    assert holder.acquire(blocking=False)
+    started = time.monotonic()
+    # redis-py would sleep a whole second before giving up; no polling here.
+    assert not make(other, key, sleep=1).acquire(blocking_timeout=0.1)
+    assert time.monotonic() - started < 1
+    holder.release()
+
+
+def test_context_manager(r, key):
+    with make(r, key, timeout=10) as lock:
+        assert lock.owned() and r.exists(key)
+    assert not r.exists(key)
+
+
+def test_context_manager_blocking_timeout(r, other, key):
+    holder = make(r, key)
+    assert holder.acquire(blocking=False)
+    with pytest.raises(LockError):
+        with make(other, key, blocking_timeout=0.1):
+            pytest.fail("entered a held lock")
+    holder.release()
+
+
+def test_context_manager_raises_when_the_lock_is_not_owned_on_exit(r, key):
+    with pytest.raises(LockNotOwnedError):
+        with make(r, key, timeout=10):
+            r.delete(key)
+
+
+def test_context_manager_can_log_instead(r, key, caplog):
+    with caplog.at_level(logging.WARNING, logger="redis_lock"):
+        with make(r, key, timeout=10, raise_on_release_error=False):
+            r.delete(key)
+    assert "no longer owned" in caplog.text
+
+
+def test_releasing_unlocked_lock_raises_error(r, key):
+    with pytest.raises(LockError):
+        make(r, key).release()
+
+
+def test_releasing_lock_no_longer_owned_raises_error(r, key):
+    lock = make(r, key)
+    assert lock.acquire(blocking=False)
+    r.set(key, "a")  # a plain SET overwrites the lock
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    assert lock.token is None  # the token is dropped all the same
+
+
+def test_extend_lock(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    assert 8000 < r.pttl(key) <= 10000
+    assert lock.extend(10)
+    assert 16000 < r.pttl(key) <= 20000
+    lock.release()
+
+
+def test_extend_lock_replace_ttl(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    assert lock.extend(10, replace_ttl=True)
+    assert 8000 < r.pttl(key) <= 10000
+    lock.release()
+
+
+def test_extend_lock_float(r, key):
+    lock = make(r, key, timeout=10.5)
+    assert lock.acquire(blocking=False)
+    assert lock.extend(10.5)
+    assert 16000 < r.pttl(key) <= 21000
+    lock.release()
+
+
+def test_extending_unlocked_lock_raises_error(r, key):
+    with pytest.raises(LockError):
+        make(r, key, timeout=10).extend(10)
+
+
+def test_extending_lock_with_no_timeout_raises_error(r, key):
+    lock = make(r, key)
+    assert lock.acquire(blocking=False)
+    with pytest.raises(LockError):
+        lock.extend(10)
+    lock.release()
+
+
+def test_extending_lock_no_longer_owned_raises_error(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    r.set(key, "a")
+    with pytest.raises(LockNotOwnedError):
+        lock.extend(10)
+    r.delete(key)
+    with pytest.raises(LockNotOwnedError):
+        lock.extend(10, replace_ttl=True)
+
+
+def test_reacquire_lock(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    assert r.pexpire(key, 5000)
+    assert r.pttl(key) <= 5000
+    assert lock.reacquire()
+    assert 8000 < r.pttl(key) <= 10000
+    lock.release()
+
+
+def test_reacquiring_unlocked_lock_raises_error(r, key):
+    with pytest.raises(LockError):
+        make(r, key, timeout=10).reacquire()
+
+
+def test_reacquiring_lock_with_no_timeout_raises_error(r, key):
+    lock = make(r, key)
+    assert lock.acquire(blocking=False)
+    with pytest.raises(LockError):
+        lock.reacquire()
+    lock.release()
+
+
+def test_reacquiring_lock_no_longer_owned_raises_error(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    r.set(key, "a")
+    with pytest.raises(LockNotOwnedError):
+        lock.reacquire()
+
+
+def test_thread_local_token_is_the_acquiring_thread_s(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append((lock.token, lock.owned())))
+    thread.start()
+    thread.join()
+    assert seen == [(None, False)]
+    lock.release()
+
+
+def test_thread_local_false_shares_the_token(r, key):
+    lock = make(r, key, timeout=10, thread_local=False)
+    assert lock.acquire(blocking=False)
+    released = []
+    thread = threading.Thread(target=lambda: released.append(lock.release()))
+    thread.start()
+    thread.join()
+    assert released == [None] and not r.exists(key)
+
+
+def test_lock_class_argument_of_redis_py(r, key):
+    with r.lock(key, timeout=10, blocking_timeout=1, lock_class=Lock) as lock:
+        assert isinstance(lock, Lock) and lock.owned() and lock.fence > 0
+    assert not r.exists(key)
+
+
+def test_errors_are_redis_py_s_own(r, key):
+    assert LockError is RedisPyLockError and LockNotOwnedError is RedisPyLockNotOwnedError
+    assert issubclass(LockLostError, RedisPyLockNotOwnedError)
+
+
+# --- what redis-py's Lock lacks ----------------------------------------------------------
+
+
+def test_fences_grow_with_every_grant(r, other, key):
+    first = make(r, key, timeout=10)
+    assert first.acquire(blocking=False)
+    fence = first.fence
+    first.release()
+    second = make(other, key, timeout=10)
+    assert second.acquire(blocking=False) and second.fence > fence
+    r.delete(key)
+    assert first.acquire(blocking=False) and first.fence > second.fence
+    assert not second.owned()
+
+
+def test_owned_is_false_once_the_lock_expired_and_went_to_another(r, other, key):
+    lock = make(r, key, timeout=0.05)
+    assert lock.acquire(blocking=False)
+    wait_until(lambda: not r.exists(key), "the lock to expire")
+    assert make(other, key, timeout=10).acquire(blocking=False)
+    assert not lock.owned()
+
+
+def test_waiting_does_not_poll_and_is_first_come_first_served(r, port, key):
+    holder = make(r, key, timeout=10)
+    assert holder.acquire(blocking=False)
+    r.config_resetstat()
+    order, threads, clients = [], [], []
+    for n in range(3):
+        client = redis.Redis(host="127.0.0.1", port=port)
+        clients.append(client)
+        waiter = make(client, key, timeout=10)
+
+        def wait(n=n, waiter=waiter):
+            assert waiter.acquire(blocking_timeout=10)
+            order.append(n)
+            waiter.release()
+
+        threads.append(threading.Thread(target=wait))
+        threads[-1].start()
+        wait_until(lambda n=n: lock_info(r, key)["waiters"] == n + 1, f"waiter {n} to queue")
+    time.sleep(0.3)  # long enough for a polling client to have sent more commands
+    calls = r.info("commandstats")["cmdstat_lock.acquire"]["calls"]
+    assert calls == 3, "each waiter sent one LOCK.ACQUIRE and waits in the server"
+    holder.release()
+    for thread in threads:
+        thread.join(10)
+    assert order == [0, 1, 2]
+    for client in clients:
+        client.close()
+
+
+def test_a_wait_longer_than_the_socket_timeout(r, port, key):
+    holder = make(r, key, timeout=30, thread_local=False)  # released by the timer thread
+    assert holder.acquire(blocking=False)
+    threading.Timer(0.6, holder.release).start()
+    short = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.2)
+    lock = make(short, key, timeout=10, session=5)
+    started = time.monotonic()
+    assert lock.acquire(blocking_timeout=20)  # on a connection of its own
+    assert time.monotonic() - started < 15, "granted at the release, not at the expiry"
+    fields = lock_info(r, key)
+    # the session binding moved to the client's pool before that connection closed
+    assert fields["connected"] == 1 and fields["session"] == 5000
+    assert lock.owned()
+    lock.release()
+    short.close()
+
+
+def test_a_retry_after_a_lost_reply_keeps_the_lock(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False, token="retry-me")
+    fence = lock.fence
+    # the reply was lost: the same token acquires again and keeps its fence
+    assert lock.acquire(blocking=False, token="retry-me") and lock.fence == fence
+    lock.release()
+
+
+CHILD = """
+import sys, time, redis
+sys.path.insert(0, sys.argv[2])
+from redis_lock import Lock
+lock = Lock(redis.Redis(port=int(sys.argv[1])), "lock:killed", timeout=600, session=0)
+assert lock.acquire(blocking=False)
+print(lock.fence, flush=True)
+time.sleep(600)
+"""
+
+
+def test_session_lock_goes_with_a_killed_process(r, port):
+    src = os.path.join(os.path.dirname(__file__), "..", "src")
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(port), src],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        fence = int(child.stdout.readline())
+        fields = lock_info(r, "lock:killed")
+        assert fields["fence"] == fence and fields["connected"] == 1
+        child.kill()  # SIGKILL: no release, no clean close by the process
+        wait_until(lambda: not r.exists("lock:killed"), "the session lock to go")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_session_grace_keeps_the_lock_for_a_reclaim(r, port, key):
+    worker = redis.Redis(host="127.0.0.1", port=port)
+    lock = make(worker, key, timeout=600, session=5)
+    assert lock.acquire(blocking=False, token="w1")
+    fence = lock.fence
+    worker.connection_pool.disconnect()  # cut off, not dead
+    wait_until(lambda: lock_info(r, key)["connected"] == 0, "the grace to start")
+    assert not make(r, key, timeout=1).acquire(blocking=False)
+    assert lock.acquire(blocking=False, token="w1") and lock.fence == fence
+    assert lock_info(r, key)["connected"] == 1
+    lock.release()
+    worker.close()
+
+
+def test_watchdog_renews_while_held(r, key):
+    with make(r, key, timeout=0.3, watchdog=True) as lock:
+        time.sleep(1.0)  # more than three TTLs
+        assert lock.owned() and not lock.lost
+        lock.check()
+
+
+def test_watchdog_reports_a_lost_lock(r, key):
+    called = threading.Event()
+    lock = make(r, key, timeout=0.3, watchdog=True, on_lost=lambda lock: called.set())
+    assert lock.acquire(blocking=False)
+    r.delete(key)
+    assert called.wait(5), "on_lost was not called"
+    assert lock.lost
+    with pytest.raises(LockLostError):
+        lock.check()
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+
+
+def test_watchdog_stops_on_release(r, other, key):
+    lock = make(r, key, timeout=0.2, watchdog=True)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    successor = make(other, key, timeout=0.2)
+    assert successor.acquire(blocking=False)
+    wait_until(lambda: not r.exists(key), "the successor's lock to expire unextended", 5)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"timeout": 0}, "timeout"),
+    ({"timeout": -1}, "timeout"),
+    ({"timeout": 1 << 47}, "timeout"),
+    ({"timeout": float("nan")}, "timeout"),
+    ({"session": -1}, "session"),
+    ({"blocking_timeout": 1 << 47}, "blocking_timeout"),
+    ({"watchdog": True}, "watchdog"),
+])
+def test_bad_settings_are_refused_before_any_command(r, key, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make(r, key, **kwargs)
+    assert not r.exists(key)
+
+
+@pytest.mark.parametrize("token", ["", "x" * 257])
+def test_bad_tokens_are_refused(r, key, token):
+    with pytest.raises(ValueError, match="token"):
+        make(r, key).acquire(token=token)
+    assert not r.exists(key)
+
+
+def test_a_string_key_is_refused_with_wrongtype(r, key):
+    r.set(key, "an old SET NX lock")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        make(r, key).acquire(blocking=False)
+    assert r.get(key) == b"an old SET NX lock"
+    assert not make(r, key).owned()

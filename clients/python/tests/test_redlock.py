@@ -1,0 +1,94 @@
+"""Redlock over independent masters: three servers with the module, and a port where
+nothing listens."""
+
+import asyncio
+import time
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from redis_lock import LockError, Redlock
+from redis_lock.asyncio import Redlock as AsyncRedlock
+from helpers import lock_info
+
+
+@pytest.fixture
+def masters(redlock_ports):
+    clients = [redis.Redis(host="127.0.0.1", port=p, socket_timeout=1) for p in redlock_ports]
+    for c in clients:
+        c.flushall()
+    yield clients
+    for c in clients:
+        c.close()
+
+
+def test_held_on_every_master_and_released_everywhere(masters, key):
+    lock = Redlock(masters, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    assert lock.quorum == 2 and 9 < lock.validity <= 10 and lock.is_valid()
+    assert sorted(lock.fences) == [0, 1, 2]
+    for n, master in enumerate(masters):
+        assert lock_info(master, key)["fence"] == lock.fences[n]
+    assert lock.extend()
+    assert lock.release() == 3
+    assert not any(m.exists(key) for m in masters)
+    with pytest.raises(LockError):
+        lock.release()
+
+
+def test_a_majority_is_enough(masters, key):
+    masters[2].execute_command("LOCK.ACQUIRE", key, 10_000)  # someone else, on one master
+    with Redlock(masters, key, timeout=10) as lock:
+        assert sorted(lock.fences) == [0, 1]
+    assert masters[2].exists(key) and not masters[0].exists(key)
+
+
+def test_without_a_majority_it_fails_and_gives_back_what_it_got(masters, key):
+    for master in masters[1:]:
+        master.execute_command("LOCK.ACQUIRE", key, 10_000)
+    lock = Redlock(masters, key, timeout=10, retry_delay=0.05)
+    started = time.monotonic()
+    assert not lock.acquire(blocking_timeout=0.3)
+    assert 0.2 < time.monotonic() - started < 5
+    assert not masters[0].exists(key), "the minority grant was released"
+    assert lock.validity == 0
+
+
+def test_a_master_that_is_down_counts_against_the_quorum(masters, dead_port, key):
+    dead = redis.Redis(host="127.0.0.1", port=dead_port, socket_connect_timeout=0.2)
+    lock = Redlock(masters[:2] + [dead], key, timeout=10)
+    assert lock.acquire(blocking=False) and sorted(lock.fences) == [0, 1]
+    assert lock.release() == 2
+    masters[1].execute_command("LOCK.ACQUIRE", key, 10_000)
+    assert not Redlock(masters[:2] + [dead], key, timeout=10).acquire(blocking=False)
+
+
+def test_a_master_that_hangs_is_not_waited_for(masters, key):
+    masters[2].execute_command("CLIENT", "PAUSE", 2000, "ALL")
+    try:
+        started = time.monotonic()
+        lock = Redlock(masters, key, timeout=10, master_timeout=0.2)
+        assert lock.acquire(blocking=False)
+        assert time.monotonic() - started < 1.5 and sorted(lock.fences) == [0, 1]
+        lock.release()
+    finally:
+        masters[0].execute_command("PING")
+
+
+def test_asyncio_redlock(redlock_ports, key):
+    async def scenario():
+        clients = [aioredis.Redis(host="127.0.0.1", port=p) for p in redlock_ports]
+        await clients[0].execute_command("LOCK.ACQUIRE", key, 10_000)
+        async with AsyncRedlock(clients, key, timeout=10) as lock:
+            assert sorted(lock.fences) == [1, 2] and lock.is_valid()
+            assert await lock.extend()
+        assert not await clients[1].exists(key) and await clients[0].exists(key)
+        await clients[1].execute_command("LOCK.ACQUIRE", key, 10_000)
+        assert not await AsyncRedlock(clients, key, timeout=10).acquire(blocking=False)
+        for c in clients:
+            await c.aclose()
+
+    for port in redlock_ports:
+        redis.Redis(host="127.0.0.1", port=port).flushall()
+    asyncio.run(scenario())
