@@ -1,8 +1,10 @@
-//! The module from other languages' real clients: PHP with phpredis and Python with
-//! redis-py run their check scripts (`clients/php`, `clients/python`) against a server
-//! started here, so the server is cleaned up whatever the script does. A missing
-//! interpreter or client library fails the test (`make deps` installs them), and so does
-//! a check the script reports as skipped (a `SKIPPED:` line).
+//! The PHP clients (`clients/php`, on phpredis) run their check scripts against a server
+//! started here, so the server is cleaned up whatever the script does: `RedisLock`,
+//! `RedisQueue` and the flash-sale example (50 buyer processes at once), loaded through
+//! the PSR-4 mapping of `composer.json`, and the `OrderLock` helper. A missing
+//! interpreter or phpredis fails the test (`make deps-test` installs them), and so does a
+//! check the script reports as skipped (a `SKIPPED:` line). The Python package has its
+//! own test (`python_package.rs`).
 
 mod common;
 
@@ -73,12 +75,35 @@ fn php_order_lock_helper_works_through_phpredis() {
 }
 
 #[test]
+fn php_redis_lock_queue_and_flash_sale_work_through_phpredis() {
+    let server = TestServer::start();
+    let stdout = run("PHP", "php", "clients/php/tests/run.php", &server, &[]);
+    for check in [
+        "ok - it waited in the server: one LOCK.ACQUIRE, whatever $waitIntervalUs",
+        "ok - 10 workers popping at once take each of 300 tasks exactly once",
+        "ok - 50 concurrent buyers of 20 items: 20 bought, 30 sold out",
+        "ok - the stock is 0 and there are 20 orders, never more",
+    ] {
+        assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
+    }
+    assert!(stdout.trim_end().ends_with("checks passed"), "{stdout}");
+}
+
+#[test]
 fn the_php_checks_fail_without_the_module() {
     let server = TestServer::without_module();
-    let output = Command::new(std::env::var("PHP").unwrap_or_else(|_| "php".into()))
-        .arg(script("clients/php/order_lock_test.php"))
-        .arg(server.port.to_string())
-        .output()
-        .expect("run php");
-    assert!(!output.status.success(), "passed without the module");
+    for checks in [
+        "clients/php/order_lock_test.php",
+        "clients/php/tests/run.php",
+    ] {
+        let output = Command::new(std::env::var("PHP").unwrap_or_else(|_| "php".into()))
+            .arg(script(checks))
+            .arg(server.port.to_string())
+            .output()
+            .expect("run php");
+        assert!(
+            !output.status.success(),
+            "{checks} passed without the module"
+        );
+    }
 }

@@ -1,4 +1,7 @@
 <?php
+
+require_once __DIR__ . '/autoload.php';
+
 /**
  * The classic "order lock" helper, ported from SET NX + a compare-and-delete Lua script
  * to the redis-lock module's commands, on phpredis (`rawCommand`).
@@ -17,12 +20,12 @@
  */
 final class OrderLock
 {
-    private Redis $redis;
+    private RedisLock\Commands $commands;
     private string $prefix;
 
     public function __construct(Redis $redis, string $prefix = 'order_lock:')
     {
-        $this->redis = $redis;
+        $this->commands = new RedisLock\Commands($redis);
         $this->prefix = $prefix;
     }
 
@@ -60,36 +63,8 @@ final class OrderLock
         ?int $sessionMs = null,
         ?string $lockId = null
     ): ?array {
-        $args = ['LOCK.ACQUIRE', $this->key($orderId), $ttlMs];
-        if ($lockId !== null) {
-            $args[] = 'TOKEN';
-            $args[] = $lockId;
-        }
-        if ($sessionMs !== null) {
-            $args[] = 'SESSION';
-            $args[] = $sessionMs;
-        }
-        $previousTimeout = null;
-        if ($waitMs !== null) {
-            $args[] = 'WAIT';
-            $args[] = $waitMs;
-            // The wait blocks this connection: the socket must not time out first.
-            $previousTimeout = $this->redis->getOption(Redis::OPT_READ_TIMEOUT);
-            if ($previousTimeout <= 0) {
-                // 0 at connect means "the default socket timeout", but set later it would
-                // mean "no time at all": restore the value it stood for.
-                $previousTimeout = (float)ini_get('default_socket_timeout');
-            }
-            $this->redis->setOption(Redis::OPT_READ_TIMEOUT, $waitMs === 0 ? -1 : $waitMs / 1000 + 5);
-        }
-        try {
-            $reply = $this->call($args);
-        } finally {
-            if ($previousTimeout !== null) {
-                $this->redis->setOption(Redis::OPT_READ_TIMEOUT, $previousTimeout);
-            }
-        }
-        if ($reply === false) {
+        $reply = $this->commands->acquire($this->key($orderId), $ttlMs, $lockId, $waitMs, $sessionMs);
+        if ($reply === null) {
             return null;
         }
         return ['lock_id' => $reply[0], 'fence' => $reply[1]];
@@ -98,13 +73,13 @@ final class OrderLock
     /** Releases the order's lock if $lockId still holds it; true if it did. */
     public function release($orderId, string $lockId): bool
     {
-        return $this->call(['LOCK.RELEASE', $this->key($orderId), $lockId]) === 1;
+        return $this->commands->release($this->key($orderId), $lockId);
     }
 
     /** Resets the lock's remaining time to $ttlMs if $lockId still holds it. */
     public function extend($orderId, string $lockId, int $ttlMs): bool
     {
-        return $this->call(['LOCK.EXTEND', $this->key($orderId), $lockId, $ttlMs]) === 1;
+        return $this->commands->extend($this->key($orderId), $lockId, $ttlMs);
     }
 
     /**
@@ -113,30 +88,11 @@ final class OrderLock
      */
     public function info($orderId): ?array
     {
-        $reply = $this->call(['LOCK.INFO', $this->key($orderId)]);
-        if ($reply === false) {
-            return null;
-        }
-        $info = [];
-        for ($i = 0; $i + 1 < count($reply); $i += 2) {
-            $info[$reply[$i]] = $reply[$i + 1];
-        }
-        return $info;
+        return $this->commands->info($this->key($orderId));
     }
 
     private function key($orderId): string
     {
         return $this->prefix . $orderId;
-    }
-
-    /** rawCommand answers false both for nil and for an error: tell them apart. */
-    private function call(array $args)
-    {
-        $this->redis->clearLastError();
-        $reply = $this->redis->rawCommand(...$args);
-        if ($reply === false && $this->redis->getLastError() !== null) {
-            throw new RuntimeException($args[0] . ': ' . $this->redis->getLastError());
-        }
-        return $reply;
     }
 }
