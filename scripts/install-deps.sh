@@ -26,6 +26,8 @@ if [ "$with_test_deps" = 1 ]; then
   command -v php >/dev/null 2>&1 || missing+=(php-cli)
   php -m 2>/dev/null | grep -x redis >/dev/null || missing+=(php-redis)
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
 fi
 
 SUDO=""
@@ -66,6 +68,13 @@ install_test_packages() {
   install_python_package redis python3-redis redis
   install_python_package pytest python3-pytest pytest
   install_python_package mypy python3-mypy mypy
+  # The Node package's test dependencies (ioredis, redis, typescript), as locked.
+  local node_dir
+  node_dir="$(dirname "$0")/../clients/node"
+  if [ ! -d "$node_dir/node_modules/ioredis" ] || [ "$node_dir/package-lock.json" -nt "$node_dir/node_modules" ]; then
+    echo "installing: the Node package's test dependencies (npm ci)"
+    (cd "$node_dir" && npm ci --no-audit --no-fund --loglevel=error)
+  fi
 }
 
 if [ "${#missing[@]}" -eq 0 ]; then

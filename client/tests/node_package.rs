@@ -1,0 +1,98 @@
+//! The Node package (`clients/node`): its tests run with node's own test runner against
+//! a real server started here (with ioredis and node-redis from the npm registry, which
+//! `make deps-test` installs with `npm ci`), and its TypeScript declarations compile
+//! under `tsc --strict` against a program that uses them.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+
+fn package_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/node")
+}
+
+fn output(command: &mut Command, what: &str) -> Output {
+    command
+        .current_dir(package_dir())
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {what} ({err}): `make deps-test` installs it"))
+}
+
+/// `node --test test/` against `server`, killed if it runs past a deadline: a client a
+/// failed test left open would keep node alive.
+fn node_tests(server: &TestServer) -> Output {
+    assert!(
+        package_dir().join("node_modules/ioredis").is_dir()
+            && package_dir().join("node_modules/redis").is_dir(),
+        "clients/node/node_modules lacks ioredis or redis: run `make deps-test`"
+    );
+    let mut child = Command::new("node")
+        .args(["--test", "test/"])
+        .env("REDIS_LOCK_PORT", server.port.to_string())
+        .current_dir(package_dir())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot run node ({err}): `make deps-test` installs it"));
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while child.try_wait().expect("wait for node").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("read node's output")
+}
+
+#[test]
+fn the_node_package_passes_its_tests_with_ioredis_and_node_redis() {
+    let server = TestServer::start();
+    let result = node_tests(&server);
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        result.status.success(),
+        "node --test failed:\n{stdout}\n{}\nserver log:\n{}",
+        String::from_utf8_lossy(&result.stderr),
+        server.log()
+    );
+    assert!(stdout.contains("# fail 0") && stdout.contains("# skipped 0"), "{stdout}");
+    for suite in ["ok 1 - ioredis", "ok 2 - node-redis"] {
+        assert!(stdout.contains(suite), "missing {suite:?}:\n{stdout}");
+    }
+}
+
+#[test]
+fn the_node_typescript_declarations_compile_strictly() {
+    let result = output(
+        Command::new("node_modules/.bin/tsc").args([
+            "--noEmit",
+            "--strict",
+            "--module",
+            "nodenext",
+            "--moduleResolution",
+            "nodenext",
+            "--target",
+            "es2022",
+            "--skipLibCheck",
+            "test/types.ts",
+        ]),
+        "tsc",
+    );
+    assert!(
+        result.status.success(),
+        "tsc failed:\n{}{}",
+        String::from_utf8_lossy(&result.stdout),
+        String::from_utf8_lossy(&result.stderr)
+    );
+}
+
+#[test]
+fn the_node_tests_fail_without_the_module() {
+    let server = TestServer::without_module();
+    assert!(!node_tests(&server).status.success(), "passed without the module");
+}
