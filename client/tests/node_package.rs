@@ -60,7 +60,10 @@ fn the_node_package_passes_its_tests_with_ioredis_and_node_redis() {
         String::from_utf8_lossy(&result.stderr),
         server.log()
     );
-    assert!(stdout.contains("# fail 0") && stdout.contains("# skipped 0"), "{stdout}");
+    assert!(
+        stdout.contains("# fail 0") && stdout.contains("# skipped 0"),
+        "{stdout}"
+    );
     for suite in ["ok 1 - ioredis", "ok 2 - node-redis"] {
         assert!(stdout.contains(suite), "missing {suite:?}:\n{stdout}");
     }
@@ -94,5 +97,8 @@ fn the_node_typescript_declarations_compile_strictly() {
 #[test]
 fn the_node_tests_fail_without_the_module() {
     let server = TestServer::without_module();
-    assert!(!node_tests(&server).status.success(), "passed without the module");
+    assert!(
+        !node_tests(&server).status.success(),
+        "passed without the module"
+    );
 }
