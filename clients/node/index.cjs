@@ -159,7 +159,7 @@ class Locker {
     if (wait === undefined) {
       granted = grantOf(await this.connection.send(args));
     } else {
-      granted = await this.waitFor(args, wait, key, duration, token, session);
+      granted = await this.waitFor(args, wait, session !== undefined);
     }
     if (granted === null) {
       throw new ResourceLockedError(`${key} is locked by another holder`);
@@ -167,13 +167,15 @@ class Locker {
     return new Lock(this, key, granted.token, granted.fence, duration, session);
   }
 
-  async waitFor(args, wait, key, duration, token, session) {
+  /** `args` with `WAIT wait` on a duplicate connection; a session binding moves back. */
+  async waitFor(args, wait, bound) {
     const waiting = await this.connection.duplicate();
     try {
       let granted = grantOf(await waiting.send([...args, 'WAIT', wait]));
-      if (granted !== null && session !== undefined) {
-        // Bind it to the shared connection before the waiting one closes.
-        granted = grantOf(await this.connection.send(['LOCK.ACQUIRE', key, duration, 'TOKEN', token, 'SESSION', session]));
+      if (granted !== null && bound) {
+        // The same acquire on the shared connection (same token: same grant, same
+        // fence) binds the lock there before the waiting one closes.
+        granted = grantOf(await this.connection.send(args));
       }
       return granted;
     } finally {

@@ -60,33 +60,20 @@ class Lock(LockState):
         granted = self.do_acquire(encoded, self._wait_ms(blocking, blocking_timeout))
         if granted is None:
             return False
-        holding = self._hold(*granted)
-        if self.watchdog:
-            holding.watchdog = ThreadWatchdog(
-                self.name, self._ttl_ms / 1000, self._watchdog_interval(),
-                lambda: self._extend_to(holding.token, self._ttl_ms), holding.lose)
+        self._start_watchdog(self._hold(*granted), ThreadWatchdog)
         return True
 
     def do_acquire(self, token: bytes,
                    wait_ms: Optional[int] = None) -> Optional[Tuple[bytes, int]]:
-        args = _protocol.acquire_args(self.name, self._ttl_ms, token, wait_ms,
-                                      self._session_ms)
-        pool = getattr(self.redis, "connection_pool", None)
-        if (wait_ms is None or pool is None
-                or not _protocol.read_timeout_too_short(pool.connection_kwargs, wait_ms)):
+        args = self._acquire_args(token, wait_ms)
+        connection = self._waiting_connection(wait_ms)
+        if connection is None:
             return _protocol.grant(self.redis.execute_command(*args))
-        # The client would stop reading before the wait ends: wait on a connection of
-        # its own without a read timeout, then move a session binding to the client's
-        # pool before that connection closes.
-        connection = pool.connection_class(**{**pool.connection_kwargs,
-                                              "socket_timeout": None})
         try:
             connection.send_command(*args)
             granted = _protocol.grant(connection.read_response())
             if granted is not None and self._session_ms is not None:
-                rebind = _protocol.acquire_args(self.name, self._ttl_ms, token, None,
-                                                self._session_ms)
-                granted = _protocol.grant(self.redis.execute_command(*rebind))
+                granted = _protocol.grant(self.redis.execute_command(*self._acquire_args(token)))
             return granted
         finally:
             connection.disconnect()

@@ -8,7 +8,7 @@ import logging
 import secrets
 import threading
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 from redis.exceptions import ResponseError
 
@@ -158,8 +158,31 @@ class LockState:
             return added
         return min(pttl + added, _protocol.MAX_MS)
 
-    def _watchdog_interval(self) -> float:
-        return self._ttl_ms / 3000
+    def _start_watchdog(self, holding: "Holding", kind: Callable[..., Any]) -> None:
+        """Starts `kind` (a thread or task watchdog) extending `holding` to the TTL
+        every third of it, when the lock was made with `watchdog=True`."""
+        if self.watchdog:
+            holding.watchdog = kind(self.name, self._ttl_ms / 1000, self._ttl_ms / 3000,
+                                    lambda: self._extend_to(holding.token, self._ttl_ms),
+                                    holding.lose)
+
+    def _extend_to(self, token: Any, ttl_ms: int) -> Any:
+        raise NotImplementedError  # each API's own: a call or a coroutine
+
+    def _acquire_args(self, token: bytes, wait_ms: Optional[int] = None) -> List[Any]:
+        return _protocol.acquire_args(self.name, self._ttl_ms, token, wait_ms,
+                                      self._session_ms)
+
+    def _waiting_connection(self, wait_ms: Optional[int]) -> Any:
+        """A new connection without a read timeout for a wait the client would stop
+        reading before it ends, else None (the wait runs through the client itself).
+        The caller connects it, moves a session binding to the client's pool
+        (`_acquire_args(token)` there) before closing it, and closes it."""
+        pool = getattr(self.redis, "connection_pool", None)
+        if (wait_ms is None or pool is None
+                or not _protocol.read_timeout_too_short(pool.connection_kwargs, wait_ms)):
+            return None
+        return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
 
     @staticmethod
     def _wrong_type(error: ResponseError) -> bool:

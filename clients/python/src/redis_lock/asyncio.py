@@ -48,33 +48,22 @@ class Lock(LockState):
         granted = await self.do_acquire(encoded, self._wait_ms(blocking, blocking_timeout))
         if granted is None:
             return False
-        holding = self._hold(*granted)
-        if self.watchdog:
-            holding.watchdog = TaskWatchdog(
-                self.name, self._ttl_ms / 1000, self._watchdog_interval(),
-                lambda: self._extend_to(holding.token, self._ttl_ms), holding.lose)
+        self._start_watchdog(self._hold(*granted), TaskWatchdog)
         return True
 
     async def do_acquire(self, token: bytes,
                          wait_ms: Optional[int] = None) -> Optional[Tuple[bytes, int]]:
-        args = _protocol.acquire_args(self.name, self._ttl_ms, token, wait_ms,
-                                      self._session_ms)
-        pool = getattr(self.redis, "connection_pool", None)
-        if (wait_ms is None or pool is None
-                or not _protocol.read_timeout_too_short(pool.connection_kwargs, wait_ms)):
+        args = self._acquire_args(token, wait_ms)
+        connection = self._waiting_connection(wait_ms)
+        if connection is None:
             return _protocol.grant(await self.redis.execute_command(*args))
-        # As in the synchronous Lock: wait on a connection without a read timeout, and
-        # move a session binding to the client's pool before it closes. Cancelling the
-        # task closes that connection, which takes the waiter out of the queue.
-        connection = pool.connection_class(**{**pool.connection_kwargs,
-                                              "socket_timeout": None})
+        # Cancelling the task closes the connection: the waiter leaves the queue.
         try:
             await connection.connect()
             await connection.send_command(*args)
             granted = _protocol.grant(await connection.read_response())
             if granted is not None and self._session_ms is not None:
-                rebind = _protocol.acquire_args(self.name, self._ttl_ms, token, None,
-                                                self._session_ms)
+                rebind = self._acquire_args(token)
                 granted = _protocol.grant(await self.redis.execute_command(*rebind))
             return granted
         finally:
