@@ -61,6 +61,37 @@ fn install_package(into: &Path) {
     }
 }
 
+/// The servers conftest.py reads: a master, its replica, the Redlock masters.
+struct Ports {
+    master: u16,
+    replica: u16,
+    redlock: Vec<u16>,
+}
+
+/// `python -m pytest <target>` with the package importable from `package` (an installed
+/// copy or `src`) and the ports in the environment conftest.py reads.
+fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Output {
+    let tests = package_dir().join("tests");
+    let redlock: Vec<String> = ports.redlock.iter().map(u16::to_string).collect();
+    Command::new(python())
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(extra)
+        .arg(target)
+        .current_dir(package_dir())
+        // `tests` for its helpers module
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", package.display(), tests.display()),
+        )
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("REDIS_LOCK_PORT", ports.master.to_string())
+        .env("REDIS_LOCK_REPLICA_PORT", ports.replica.to_string())
+        .env("REDIS_LOCK_REDLOCK_PORTS", redlock.join(","))
+        .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"))
+}
+
 #[test]
 fn the_python_package_installs_and_passes_its_pytest_suite() {
     let installed = tempdir();
@@ -69,25 +100,14 @@ fn the_python_package_installs_and_passes_its_pytest_suite() {
     let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
-    let redlock_ports: Vec<String> = redlock.iter().map(|s| s.port.to_string()).collect();
+    let ports = Ports {
+        master: master.port,
+        replica: replica.port,
+        redlock: redlock.iter().map(|s| s.port).collect(),
+    };
 
-    let tests = package_dir().join("tests");
-    let output = Command::new(python())
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
-        .arg(&tests)
-        .current_dir(package_dir())
-        // the installed copy, not the source tree; `tests` for its helpers module
-        .env(
-            "PYTHONPATH",
-            format!("{}:{}", installed.display(), tests.display()),
-        )
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("REDIS_LOCK_PORT", master.port.to_string())
-        .env("REDIS_LOCK_REPLICA_PORT", replica.port.to_string())
-        .env("REDIS_LOCK_REDLOCK_PORTS", redlock_ports.join(","))
-        .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
-        .output()
-        .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"));
+    // the installed copy, not the source tree
+    let output = pytest(&package_dir().join("tests"), &installed, &ports, &["-rs"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -111,7 +131,7 @@ fn the_python_package_type_checks_strictly() {
                 "-m",
                 "mypy",
                 "--strict",
-                "--no-incremental",
+                "--cache-dir=/dev/null",
                 "src/redis_lock",
             ])
             .current_dir(package_dir()),
@@ -122,26 +142,17 @@ fn the_python_package_type_checks_strictly() {
 #[test]
 fn the_python_tests_fail_without_the_module() {
     let server = TestServer::without_module();
-    let tests = package_dir().join("tests");
-    let output = Command::new(python())
-        .args(["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"])
-        .arg(tests.join("test_lock.py"))
-        .current_dir(package_dir())
-        .env(
-            "PYTHONPATH",
-            format!(
-                "{}:{}",
-                package_dir().join("src").display(),
-                tests.display()
-            ),
-        )
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("REDIS_LOCK_PORT", server.port.to_string())
-        .env("REDIS_LOCK_REPLICA_PORT", server.port.to_string())
-        .env("REDIS_LOCK_REDLOCK_PORTS", server.port.to_string())
-        .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
-        .output()
-        .expect("run pytest");
+    let ports = Ports {
+        master: server.port,
+        replica: server.port,
+        redlock: vec![server.port],
+    };
+    let output = pytest(
+        &package_dir().join("tests/test_lock.py"),
+        &package_dir().join("src"),
+        &ports,
+        &["-x"],
+    );
     assert!(!output.status.success(), "passed without the module");
 }
 
