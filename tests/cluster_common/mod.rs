@@ -118,25 +118,28 @@ impl Cluster {
                 "Kd",
             ]));
         }
-        let cluster = Self { nodes };
         let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-        args.extend(
-            cluster
-                .nodes
-                .iter()
-                .map(|node| format!("127.0.0.1:{}", node.port)),
-        );
+        args.extend(nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)));
         args.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
-        let out = redis_cli(&args);
+        let cluster = Self::create(nodes, &args);
+        let masters_seen = cluster.topology().iter().filter(|n| n.master).count();
+        assert_eq!(masters_seen, masters, "masters after cluster create");
+        cluster
+    }
+
+    /// Makes a cluster of `nodes` with `redis-cli <args>` (a `--cluster create` line that
+    /// names them) and returns once it is healthy (see `wait_healthy`).
+    pub fn create(nodes: Vec<TestServer>, args: &[String]) -> Self {
+        let cluster = Self { nodes };
+        let out = redis_cli(args);
         assert!(
             out.status.success(),
-            "redis-cli --cluster create failed:\n{}{}",
+            "redis-cli {} failed:\n{}{}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
         cluster.wait_healthy("the new cluster");
-        let masters_seen = cluster.topology().iter().filter(|n| n.master).count();
-        assert_eq!(masters_seen, masters, "masters after cluster create");
         cluster
     }
 

@@ -1,0 +1,261 @@
+//! What the docs tests share: the pages, their fenced blocks, shell words, and the
+//! matching of a server's output against a page's (values the server makes anew each time,
+//! tokens and fences, match by their shape and are remembered).
+//!
+//! Test files use it with `mod docs_common;`.
+
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// A fenced block of a page: its language, and its lines with their line numbers.
+#[derive(Debug)]
+pub struct Block {
+    pub lang: String,
+    /// The line of the opening fence, from 1.
+    pub line: usize,
+    pub lines: Vec<(usize, String)>,
+}
+
+/// The pages: `README.md`, then `docs/*.md` by name.
+pub fn pages() -> Vec<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|entry| entry.expect("docs/ entry").path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+/// The fenced blocks of a page's text, in order.
+pub fn blocks(text: &str, page: &Path) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut current: Option<Block> = None;
+    for (i, raw) in text.lines().enumerate() {
+        let fence = raw.trim_start().strip_prefix("```");
+        match (current.as_mut(), fence) {
+            (Some(_), Some(_)) => blocks.extend(current.take()),
+            (Some(block), None) => block.lines.push((i + 1, raw.to_string())),
+            (None, Some(lang)) => {
+                current = Some(Block {
+                    lang: lang.trim().to_string(),
+                    line: i + 1,
+                    lines: Vec::new(),
+                })
+            }
+            (None, None) => {}
+        }
+    }
+    assert!(
+        current.is_none(),
+        "{}: a fenced block is not closed",
+        page.display()
+    );
+    blocks
+}
+
+/// The fenced blocks of every page, with the page.
+pub fn all_blocks() -> Vec<(PathBuf, Block)> {
+    pages()
+        .into_iter()
+        .flat_map(|page| {
+            let text = fs::read_to_string(&page).expect("page");
+            blocks(&text, &page)
+                .into_iter()
+                .map(move |block| (page.clone(), block))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// Splits a shell command line into words: single and double quotes, no expansions.
+pub fn words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote = None;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_with(String::new).push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.get_or_insert_with(String::new);
+            }
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    assert!(quote.is_none(), "unclosed quote in: {line}");
+    words.extend(word);
+    words
+}
+
+/// A line without its trailing comment (two spaces or more, then `#`).
+pub fn uncommented(line: &str) -> &str {
+    match line.find("  #") {
+        Some(at) => line[..at].trim_end(),
+        None => line.trim_end(),
+    }
+}
+
+/// The `redis-cli` to run (`REDIS_CLI`, else the one on PATH).
+pub fn redis_cli() -> String {
+    std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+pub fn is_token(s: &str) -> bool {
+    s.len() == 34
+        && s.starts_with('"')
+        && s.ends_with('"')
+        && s[1..33]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// `N) rest` -> (`N) `, rest); other lines have no prefix.
+pub fn split_index(line: &str) -> (&str, &str) {
+    match line.find(") ") {
+        Some(at) if line[..at].bytes().all(|b| b.is_ascii_digit()) && at > 0 => {
+            line.split_at(at + 2)
+        }
+        _ => ("", line),
+    }
+}
+
+pub fn integer(s: &str) -> Option<i64> {
+    s.strip_prefix("(integer) ")?.parse().ok()
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Whether `actual` is what the page shows as `expected` (after `previous`, the page's
+/// line before it); learns the server-made values it stands for.
+pub fn matches(
+    expected: &str,
+    actual: &str,
+    previous: Option<&str>,
+    known: &mut HashMap<String, String>,
+) -> bool {
+    let (expected_index, expected) = split_index(expected);
+    let (actual_index, actual) = split_index(actual);
+    if expected_index != actual_index {
+        return false;
+    }
+    if expected == actual {
+        return true;
+    }
+    if is_token(expected) && is_token(actual) {
+        known.insert(expected[1..33].into(), actual[1..33].into());
+        return true;
+    }
+    let (Some(page), Some(got)) = (integer(expected), integer(actual)) else {
+        return false;
+    };
+    const FENCE_FROM: i64 = 1 << 50;
+    const DAY_MS: i64 = 86_400_000;
+    if page >= FENCE_FROM && (FENCE_FROM..1 << 53).contains(&got) {
+        known.insert(page.to_string(), got.to_string());
+        return true;
+    }
+    if (1_500_000_000_000..2_500_000_000_000).contains(&page) {
+        return (got - now_ms()).abs() < DAY_MS;
+    }
+    let after_ttl = previous.is_some_and(|p| split_index(p).1 == "\"ttl\"");
+    after_ttl && page > 0 && got > 0 && (got - page).abs() <= page / 10 + 2_000
+}
+
+/// A running `redis-cli` (or any command) whose output is read line by line as it comes,
+/// and into which lines can be typed; killed on drop.
+pub struct Interactive {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Interactive {
+    pub fn spawn(command: &mut Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-cli");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// Types `line` and Enter.
+    pub fn type_line(&mut self, line: &str) {
+        let stdin = self.child.stdin.as_mut().expect("piped stdin");
+        writeln!(stdin, "{line}").expect("type into redis-cli");
+        stdin.flush().expect("type into redis-cli");
+    }
+
+    /// The next `n` lines that are not blank, or fewer if 10 s pass first.
+    pub fn read(&mut self, n: usize) -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut out = Vec::new();
+        while out.len() < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.trim().is_empty() => {}
+                Ok(line) => out.push(line.trim().to_string()),
+                Err(_) => break,
+            }
+        }
+        out
+    }
+
+    /// SIGKILL, as `kill -9`.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Interactive {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Whether `actual` is what the page shows line by line (see `matches`).
+pub fn fits(expected: &[String], actual: &[String], known: &mut HashMap<String, String>) -> bool {
+    actual.len() == expected.len()
+        && expected.iter().zip(actual).enumerate().all(|(i, (e, a))| {
+            let previous = i.checked_sub(1).map(|p| expected[p].as_str());
+            matches(e, a, previous, known)
+        })
+}
+
+/// The command a line typed at a `redis-cli` prompt (`127.0.0.1:7379> ...`,
+/// `127.0.0.1:7000(TX)> ...`), if it is one.
+pub fn typed(line: &str) -> Option<&str> {
+    let (prompt, command) = line.split_once("> ")?;
+    let (host, port) = prompt.split_once(':')?;
+    let port = port.strip_suffix("(TX)").unwrap_or(port);
+    (!host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(command)
+}
