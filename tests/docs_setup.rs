@@ -67,7 +67,7 @@ fn every_block_is_run_by_a_test() {
             // client/tests/docs_snippets.rs
             "rust" | "python" | "php" | "js" => assert_eq!(
                 name, "docs/clients.md",
-                "{at}: client_snippets runs the snippets of docs/clients.md only"
+                "{at}: client/tests/docs_snippets.rs runs the snippets of docs/clients.md only"
             ),
             // no toolchain here, as the page says
             "go" | "java" => {

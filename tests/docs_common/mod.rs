@@ -23,9 +23,19 @@ pub struct Block {
     pub lines: Vec<(usize, String)>,
 }
 
+/// The repository's root (this file is shared by the module's tests and the client's).
+pub fn root() -> PathBuf {
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if crate_dir.join("docs").is_dir() {
+        crate_dir.to_path_buf()
+    } else {
+        crate_dir.join("..")
+    }
+}
+
 /// The pages: `README.md`, then `docs/*.md` by name.
 pub fn pages() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = root();
     let mut pages = vec![root.join("README.md")];
     let mut docs: Vec<PathBuf> = fs::read_dir(root.join("docs"))
         .expect("docs/")
