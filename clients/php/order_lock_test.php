@@ -4,30 +4,12 @@
  * Prints one line per check and exits non-zero on the first failure.
  */
 require __DIR__ . '/OrderLock.php';
+require __DIR__ . '/tests/harness.php';
 
 $port = (int)($argv[1] ?? 0);
 if ($port <= 0) {
     fwrite(STDERR, "usage: php order_lock_test.php PORT\n");
     exit(2);
-}
-
-function connect(int $port): Redis
-{
-    $redis = new Redis();
-    $redis->connect('127.0.0.1', $port, 5.0);
-    return $redis;
-}
-
-$passed = 0;
-function check(string $name, bool $ok): void
-{
-    global $passed;
-    if (!$ok) {
-        fwrite(STDERR, "FAILED: $name\n");
-        exit(1);
-    }
-    $passed++;
-    echo "ok - $name\n";
 }
 
 $redis = connect($port);

@@ -3,36 +3,18 @@
 // Checks RedisLock, RedisQueue and the flash-sale example against a server with the
 // module:   php run.php PORT
 // Prints one line per check; exits non-zero on the first failure.
-// client/tests/php_package.rs starts the server and runs this.
+// client/tests/other_languages.rs starts the server and runs this.
 
 declare(strict_types=1);
 
 require __DIR__ . '/../autoload.php';
+require __DIR__ . '/harness.php';
 
 use RedisLock\LockException;
 use RedisLock\RedisLock;
 use RedisLock\RedisQueue;
 
 $port = (int) ($argv[1] ?? 0);
-$passed = 0;
-
-function check(string $name, bool $ok): void
-{
-    global $passed;
-    if (!$ok) {
-        fwrite(STDERR, "FAILED: $name\n");
-        exit(1);
-    }
-    $passed++;
-    echo "ok - $name\n";
-}
-
-function connect(int $port): Redis
-{
-    $redis = new Redis();
-    $redis->connect('127.0.0.1', $port);
-    return $redis;
-}
 
 function throws(callable $call, string $contains): bool
 {
