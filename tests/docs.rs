@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use docs_common::{Interactive, matches, pages, redis_cli, uncommented, words};
+use docs_common::{Interactive, cli_args, matches, pages, redis_cli, uncommented, words};
 use redis_lock_testkit::{self as testkit, TestServer};
 
 /// One command of a transcript and the output the page shows for it.
@@ -101,20 +101,6 @@ fn transcripts(text: &str, page: &Path) -> Vec<Vec<Step>> {
             steps
         })
         .collect()
-}
-
-/// The command line for the test server: the page's port replaced, formatted output.
-fn cli_args(args: &[String], port: u16, known: &HashMap<String, String>) -> Vec<String> {
-    let mut out = vec!["-p".to_string(), port.to_string(), "--no-raw".to_string()];
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        if arg == "-p" {
-            rest.next();
-            continue;
-        }
-        out.push(known.get(arg).cloned().unwrap_or_else(|| arg.clone()));
-    }
-    out
 }
 
 /// Compares a command's output with the page's lines.

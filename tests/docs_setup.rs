@@ -32,7 +32,9 @@ use std::time::{Duration, Instant};
 
 use cluster_common::Cluster;
 use common::{FREE_PORT, TestServer, free_port, loaded_modules, module_path, poll_until};
-use docs_common::{Block, Interactive, all_blocks, fits, redis_cli, typed, uncommented, words};
+use docs_common::{
+    Block, Interactive, all_blocks, cli_args, fits, redis_cli, typed, uncommented, words,
+};
 
 const PAGE_MODULE: &str = "/path/to/libredis_lock.so";
 
@@ -268,16 +270,17 @@ fn conf_args(block: &Block) -> Vec<String> {
     args
 }
 
-fn conf_block(page: &str, containing: &str) -> Block {
+/// The first block of `page` in `lang` that has a line containing `containing`.
+fn block(page: &str, lang: &str, containing: &str) -> Block {
     all_blocks()
         .into_iter()
         .find(|(p, block)| {
             page_name(p) == page
-                && block.lang == "conf"
+                && block.lang == lang
                 && block.lines.iter().any(|(_, l)| l.contains(containing))
         })
         .map(|(_, block)| block)
-        .unwrap_or_else(|| panic!("{page}: no conf block with {containing}"))
+        .unwrap_or_else(|| panic!("{page}: no {lang} block with {containing:?}"))
 }
 
 fn server_from(args: &[String]) -> TestServer {
@@ -288,7 +291,7 @@ fn server_from(args: &[String]) -> TestServer {
 
 #[test]
 fn the_readmes_loadmodule_line_loads_the_module() {
-    let block = conf_block("README.md", "loadmodule");
+    let block = block("README.md", "conf", "loadmodule");
     let server = server_from(&conf_args(&block));
     assert_eq!(loaded_modules(&mut server.connection()), ["lock"]);
 
@@ -306,7 +309,7 @@ fn the_readmes_loadmodule_line_loads_the_module() {
 #[test]
 fn the_cluster_of_the_docs_is_made_as_shown_and_grants_locks() {
     let page = "docs/cluster-and-durability.md";
-    let mut node_args = conf_args(&conf_block(page, "cluster-enabled"));
+    let mut node_args = conf_args(&block(page, "conf", "cluster-enabled"));
     // Each node's bus port is picked free: the default (port + 10000) may be taken.
     node_args.extend(["--cluster-port".into(), FREE_PORT.into()]);
     let (at, line) = shell_lines()
@@ -345,7 +348,7 @@ fn the_cluster_of_the_docs_is_made_as_shown_and_grants_locks() {
 
 #[test]
 fn the_sessions_demo_runs_as_shown() {
-    let block = text_block("docs/sessions.md");
+    let block = block("docs/sessions.md", "text", "");
     let server = TestServer::start();
     let mut watch = server.connection();
     let mut terminals: HashMap<u32, Interactive> = HashMap::new();
@@ -395,14 +398,7 @@ fn the_sessions_demo_runs_as_shown() {
             let args = words(command);
             assert_eq!(args[0], "redis-cli", "{at}");
             let mut cli = Command::new(redis_cli());
-            cli.args(["--no-raw", "-p", &server.port.to_string()]);
-            let mut rest = args[1..].iter();
-            while let Some(arg) = rest.next() {
-                match arg.as_str() {
-                    "-p" => drop(rest.next()), // the page's port
-                    _ => drop(cli.arg(arg)),
-                }
-            }
+            cli.args(cli_args(&args[1..], server.port, &HashMap::new()));
             terminals.insert(current, Interactive::spawn(&mut cli));
         } else if let Some(command) = typed(line) {
             let words = words(command);
@@ -426,17 +422,9 @@ fn the_sessions_demo_runs_as_shown() {
     );
 }
 
-fn text_block(page: &str) -> Block {
-    all_blocks()
-        .into_iter()
-        .find(|(p, block)| page_name(p) == page && block.lang == "text")
-        .map(|(_, block)| block)
-        .unwrap_or_else(|| panic!("{page}: no text block"))
-}
-
 #[test]
 fn the_info_listing_names_the_servers_fields_in_order() {
-    let block = text_block("docs/operations.md");
+    let block = block("docs/operations.md", "text", "lock_stats");
     let listed: Vec<String> = block
         .lines
         .iter()

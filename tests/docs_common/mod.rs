@@ -118,6 +118,20 @@ pub fn uncommented(line: &str) -> &str {
     }
 }
 
+/// The command line for the test server: the page's port replaced, formatted output.
+pub fn cli_args(args: &[String], port: u16, known: &HashMap<String, String>) -> Vec<String> {
+    let mut out = vec!["-p".to_string(), port.to_string(), "--no-raw".to_string()];
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        if arg == "-p" {
+            rest.next();
+            continue;
+        }
+        out.push(known.get(arg).cloned().unwrap_or_else(|| arg.clone()));
+    }
+    out
+}
+
 /// The `redis-cli` to run (`REDIS_CLI`, else the one on PATH).
 pub fn redis_cli() -> String {
     std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
