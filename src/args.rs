@@ -6,11 +6,7 @@
 use redis_module::RedisError;
 
 use crate::error;
-
-/// Largest `ttl-ms` and `timeout-ms`: 2^47 - 1 ms, about 4,000 years.
-pub const MAX_TTL_MS: i64 = (1 << 47) - 1;
-/// Largest token, in bytes.
-pub const MAX_TOKEN_LEN: usize = 256;
+use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
 
 /// The parsed options of
 /// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`.

@@ -11,6 +11,7 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::args;
 use crate::blocking;
+use crate::datatype::LockKey;
 use crate::error;
 use crate::events;
 use crate::fence;
@@ -162,14 +163,14 @@ fn rebind(
         lock.set_session(session);
     }
     if let Some(new) = &session {
-        session::bind(db, name, new.client, new.grace_ms);
+        store::bind(db, name, new.client, new.grace_ms);
     }
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     let lock = key
         .lock()?
         .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
-    ffi::replicate_lock_set(ctx, key.name(), lock, expire_at);
+    store::replicate(ctx, key, lock, expire_at);
     handoff::deadline_moved(ctx, db, name, Some(expire_at));
     Ok(())
 }

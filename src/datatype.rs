@@ -13,14 +13,14 @@ use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
-use redis_module::{RedisString, native_types::RedisType, raw};
+use redis_module::{RedisError, RedisString, native_types::RedisType, raw};
 
-use crate::args::MAX_TTL_MS;
 use crate::bindings;
 use crate::events;
 use crate::fence;
-use crate::ffi;
+use crate::ffi::{self, Key};
 use crate::guard;
+use crate::limits::MAX_TTL_MS;
 use crate::lock::{self, LockState, Session};
 use crate::stats;
 
@@ -58,6 +58,38 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save2: None,
     },
 );
+
+/// Hands the registered type down to the FFI layer, whose keys then read and write its
+/// values as `LockState`s (at load, after the server created the type).
+pub fn register() -> bool {
+    ffi::register_value_type::<LockState>(*LOCK_TYPE.raw_type.borrow())
+}
+
+/// A key read and written as a lock: the data type's view of an `ffi::Key`.
+pub trait LockKey {
+    /// The lock the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
+    /// something else.
+    fn lock(&self) -> Result<Option<&LockState>, RedisError>;
+    /// The lock the key holds, to change in place (the key must be open for writing).
+    fn lock_mut(&mut self) -> Result<Option<&mut LockState>, RedisError>;
+    /// Replaces whatever the key holds with `lock`, expiring at the absolute unix time
+    /// `expire_at` (`None`: no expiry).
+    fn set_lock(&self, lock: LockState, expire_at: Option<i64>) -> Result<(), RedisError>;
+}
+
+impl LockKey for Key<'_> {
+    fn lock(&self) -> Result<Option<&LockState>, RedisError> {
+        self.value::<LockState>()
+    }
+
+    fn lock_mut(&mut self) -> Result<Option<&mut LockState>, RedisError> {
+        self.value_mut::<LockState>()
+    }
+
+    fn set_lock(&self, lock: LockState, expire_at: Option<i64>) -> Result<(), RedisError> {
+        self.set_value(lock, expire_at)
+    }
+}
 
 /// Borrows the lock behind a value pointer the server hands to a callback.
 ///

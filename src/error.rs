@@ -5,7 +5,7 @@
 
 use redis_module::RedisError;
 
-use crate::args::{MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
 
 /// `ttl-ms` was not an integer from 1 to 2^47 - 1.
 pub fn invalid_ttl() -> RedisError {

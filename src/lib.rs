@@ -23,6 +23,8 @@ pub mod fence;
 pub mod ffi;
 pub mod guard;
 pub mod handoff;
+pub mod info;
+pub mod limits;
 pub mod lock;
 #[cfg(test)]
 mod properties;
@@ -171,6 +173,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     let Some(found) = check_server(ctx) else {
         return Status::Err;
     };
+    if !datatype::register() {
+        ctx.log_warning("lock: the server did not create the lock type");
+        return Status::Err;
+    }
     if !register_commands(ctx) {
         return Status::Err;
     }
@@ -180,7 +186,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED | ModuleOptions::HANDLE_IO_ERRORS,
     );
     // Replaces the binding's default INFO handler with the `lock_stats` section.
-    redis_module::raw::register_info_function(ctx.get_raw(), Some(stats::info));
+    redis_module::raw::register_info_function(ctx.get_raw(), Some(info::section));
     blocking::init(found.unblock_is_safe());
     handoff::init();
     session::init();
@@ -209,6 +215,6 @@ redis_module! {
     event_handlers: [
         // Counts held locks that expire. (Freed locks are noticed by the type's unlink
         // callback, which runs for lock keys only.)
-        [@EXPIRED: stats::on_keyspace_event],
+        [@EXPIRED: server_events::on_keyspace_event],
     ],
 }

@@ -4,8 +4,8 @@
 //! token that proves ownership, the fence granted with it, when it was granted and, for a
 //! session-bound lock, the connection it is bound to.
 
-use crate::args::MAX_TOKEN_LEN;
 use crate::fence::MAX_FENCE;
+use crate::limits::MAX_TOKEN_LEN;
 
 /// The value of a lock key: 32 bytes and one allocation (the token's), whether or not
 /// it is session-bound, so that a session-bound lock costs plain locks nothing.

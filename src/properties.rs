@@ -5,8 +5,9 @@
 
 use proptest::prelude::*;
 
-use crate::args::{self, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::args;
 use crate::fence::MAX_FENCE;
+use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
 use crate::lock::{self, AcquireDecision, LockState, MAX_TIME_MS, Session};
 use crate::queue::{Queues, Waiter};
 

@@ -12,6 +12,7 @@ use crate::ffi;
 use crate::guard;
 use crate::handoff;
 use crate::session;
+use crate::stats;
 
 /// Subscribes to every event below; false if the server refused one. The client-change
 /// event is subscribed only while a session-bound lock waits on a connection
@@ -113,6 +114,21 @@ extern "C" fn on_server_event(
                 session::serving(&ctx);
             }
             _ => {}
+        }
+    })
+}
+
+/// The `expired` keyspace event: counts held locks that expired (the unlink callback,
+/// just before, noted that the key was a lock).
+pub fn on_keyspace_event(
+    _ctx: &redis_module::Context,
+    _class: redis_module::NotifyEvent,
+    event: &str,
+    key: &[u8],
+) {
+    guard::callback((), || {
+        if event == "expired" && stats::take_unlinked_lock(key) {
+            stats::EXPIRED.bump();
         }
     })
 }

@@ -22,6 +22,7 @@ use std::os::raw::c_void;
 use redis_module::{Context, raw};
 
 use crate::bindings::{self, Binding};
+use crate::datatype::LockKey;
 use crate::events::{self, SessionListeners};
 use crate::ffi::{self, Key};
 use crate::guard;
@@ -29,17 +30,10 @@ use crate::handoff;
 use crate::lock::{LockState, Session};
 use crate::queue::KeyId;
 use crate::stats;
-use crate::store::EVENT_RELEASE;
+use crate::store::{self, EVENT_RELEASE};
 
 /// How soon a grace that ended while the server held writes back is looked at again.
 const PAUSED_RETRY_MS: i64 = 10;
-
-/// The lock on key `name` of database `db` is bound to the open connection `client`: the module hears of
-/// closed connections from now on, if it did not already.
-pub fn bind(db: i32, name: &[u8], client: u64, grace_ms: i64) {
-    bindings::with(|b| b.bind(db, name, client, grace_ms));
-    ffi::watch_connections(true);
-}
 
 /// Stops listening for closed connections once no lock is bound to an open one. Later,
 /// from a timer: never from inside the client-change callback, and a lock bound before
@@ -86,7 +80,7 @@ pub fn serving(ctx: &Context) {
     }
     for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
         if ffi::client_connected(binding.client) {
-            bind(key.0, &key.1, binding.client, binding.grace_ms);
+            store::bind(key.0, &key.1, binding.client, binding.grace_ms);
         } else {
             start_grace(ctx, key, binding, binding.grace_ms);
         }
@@ -126,7 +120,7 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     if ffi::is_loading() || ffi::is_replica(&ctx) {
         bindings::with(|b| b.pend((db, key.to_vec()), binding));
     } else if ffi::client_connected(session.client) {
-        bind(db, key, session.client, session.grace_ms);
+        store::bind(db, key, session.client, session.grace_ms);
     } else {
         start_grace(&ctx, (db, key.to_vec()), binding, session.grace_ms);
     }

@@ -1,7 +1,9 @@
 //! The counters behind `INFO lock` (section `lock_stats`).
 //!
-//! Atomics, because the server reads them from its main thread while it may also fork;
-//! relaxed ordering is enough for counters that are only ever added to and read.
+//! A leaf: anyone may add to a counter, and nothing here calls out (`info.rs` shows them,
+//! `server_events.rs` counts expiries). Atomics, because the server reads them from its
+//! main thread while it may also fork; relaxed ordering is enough for counters that are
+//! only ever added to and read.
 
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,43 +76,4 @@ pub fn take_unlinked_lock(key: &[u8]) -> bool {
 pub fn forget_unlinked_lock() {
     UNLINKED_LOCK.with(|last| last.borrow_mut().take());
     FORGET_SCHEDULED.with(|scheduled| scheduled.set(false));
-}
-
-/// The `expired` keyspace event: counts held locks that expired (the unlink callback,
-/// just before, noted that the key was a lock).
-pub fn on_keyspace_event(
-    _ctx: &redis_module::Context,
-    _class: redis_module::NotifyEvent,
-    event: &str,
-    key: &[u8],
-) {
-    crate::guard::callback((), || {
-        if event == "expired" && take_unlinked_lock(key) {
-            EXPIRED.bump();
-        }
-    })
-}
-
-/// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
-pub extern "C" fn info(ctx: *mut redis_module::raw::RedisModuleInfoCtx, _for_crash_report: i32) {
-    let _ = crate::guard::callback(Ok(()), || -> redis_module::RedisResult<()> {
-        let info = redis_module::InfoContext::new(ctx);
-        let fields = [
-            ("grants", GRANTS.get()),
-            ("contended", CONTENDED.get()),
-            ("releases", RELEASES.get()),
-            ("extends", EXTENDS.get()),
-            ("expired", EXPIRED.get()),
-            ("waits", WAITS.get()),
-            ("wait_timeouts", WAIT_TIMEOUTS.get()),
-            ("waiters", crate::blocking::total() as u64),
-            ("session_releases", SESSION_RELEASES.get()),
-            ("session_reclaims", SESSION_RECLAIMS.get()),
-        ];
-        let mut section = info.builder().add_section("stats");
-        for (name, value) in fields {
-            section = section.field(name, value)?;
-        }
-        section.build_section()?.build_info().map(|_| ())
-    });
 }

@@ -1,15 +1,17 @@
 //! Writing a grant to the keyspace: the one place a lock is given to a token, whether to
-//! a caller of `LOCK.ACQUIRE` or to a waiter at the head of the queue.
+//! a caller of `LOCK.ACQUIRE` or to a waiter at the head of the queue; and binding a
+//! session-bound lock to its connection.
 
 use std::ffi::CStr;
 
 use redis_module::{Context, RedisError};
 
+use crate::bindings;
+use crate::datatype::LockKey;
 use crate::error;
 use crate::fence;
-use crate::ffi::{self, Key};
+use crate::ffi::{self, Key, LockSet};
 use crate::lock::{LockState, Session};
-use crate::session;
 use crate::stats;
 
 /// Keyspace events, in the module class (`notify-keyspace-events` with `d`): a grant.
@@ -40,11 +42,33 @@ pub fn grant(
     let lock = key
         .lock()?
         .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
-    ffi::replicate_lock_set(ctx, key.name(), lock, expire_at);
+    replicate(ctx, key, lock, expire_at);
     if let Some(session) = session {
-        session::bind(db, name, session.client, session.grace_ms);
+        bind(db, name, session.client, session.grace_ms);
     }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());
     stats::GRANTS.bump();
     Ok((fence, expire_at))
+}
+
+/// The lock on key `name` of database `db` is bound to the open connection `client`: the
+/// module hears of closed connections from now on, if it did not already.
+pub fn bind(db: i32, name: &[u8], client: u64, grace_ms: i64) {
+    bindings::with(|b| b.bind(db, name, client, grace_ms));
+    ffi::watch_connections(true);
+}
+
+/// Replicates `lock`, expiring at `expire_at`, as the absolute state `LOCK._SET` sets.
+pub fn replicate(ctx: &Context, key: &Key, lock: &LockState, expire_at: i64) {
+    ffi::replicate_lock_set(
+        ctx,
+        key.name(),
+        &LockSet {
+            token: lock.token(),
+            fence: lock.fence(),
+            acquired_ms: lock.acquired_ms(),
+            expire_at,
+            grace_ms: lock.grace_ms(),
+        },
+    );
 }

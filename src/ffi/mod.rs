@@ -4,8 +4,11 @@
 //! touches a raw key pointer, and no handle the server did not give is ever passed back
 //! to it (a key that is not there is answered here, without a call). Timers, post-
 //! notification jobs and the detached context are here too. (The type's callbacks live in
-//! `datatype.rs`, the blocked-client calls in `blocking.rs`.)
+//! `datatype.rs`, the blocked-client calls in `blocking.rs`.) This layer knows no module
+//! type: the data type hands its handle and its Rust value type down at load
+//! (`register_value_type`), and keys read and write values of that type only.
 
+use std::any::TypeId;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_long, c_void};
 use std::sync::OnceLock;
@@ -15,10 +18,8 @@ use redis_module::{Context, RedisError, RedisString, raw};
 
 pub mod command;
 
-use crate::datatype::LOCK_TYPE;
 use crate::decimal::Decimal;
 use crate::error;
-use crate::lock::LockState;
 
 /// Unix time in ms as the server sees it: the clock its expiry machinery uses.
 pub fn now_ms() -> i64 {
@@ -127,13 +128,40 @@ pub fn redact(ctx: &Context, index: usize) {
     }
 }
 
+/// The server's handle of the module's data type: every module key whose type is this
+/// one holds a `Box` of the Rust type registered with it.
+static VALUE_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
+/// The Rust type of the values of `VALUE_TYPE`.
+static VALUE_RUST_TYPE: OnceLock<TypeId> = OnceLock::new();
+
+/// Registers the data type the server created (`handle`) as the one whose values are
+/// `Box<T>`: the data type calls this once at load, before any key is opened, and makes
+/// every value of its type (load, copy callbacks) a `Box<T>`. False if a type was
+/// registered already or the handle is NULL.
+pub fn register_value_type<T: 'static>(handle: *mut raw::RedisModuleType) -> bool {
+    if handle.is_null() || VALUE_RUST_TYPE.set(TypeId::of::<T>()).is_err() {
+        return false;
+    }
+    VALUE_TYPE.store(handle, Ordering::Release);
+    true
+}
+
+/// Refuses a value type other than the registered one.
+fn check_value_type<T: 'static>() -> Result<(), RedisError> {
+    if VALUE_RUST_TYPE.get() == Some(&TypeId::of::<T>()) {
+        Ok(())
+    } else {
+        Err(RedisError::Str("ERR the lock type is not registered"))
+    }
+}
+
 /// What an open key holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {
     /// No such key.
     Empty,
-    /// A lock of this module.
-    Lock,
+    /// A value of the module's data type.
+    Module,
     /// A key of another type.
     Other,
 }
@@ -191,64 +219,75 @@ impl<'ctx> Key<'ctx> {
         let module_type = unsafe {
             raw::RedisModule_ModuleTypeGetType.expect("RedisModule_ModuleTypeGetType")(self.key)
         };
-        if module_type == *LOCK_TYPE.raw_type.borrow() {
-            KeyKind::Lock
+        if module_type == VALUE_TYPE.load(Ordering::Acquire) {
+            KeyKind::Module
         } else {
             KeyKind::Other
         }
     }
 
-    /// The lock the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
+    /// The value the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
     /// something else.
-    pub fn lock(&self) -> Result<Option<&LockState>, RedisError> {
-        // SAFETY: the value of a lock key is always a Box<LockState> made by set_lock
-        // or the type's load/copy callbacks; the borrow ends before the key handle is
-        // closed.
-        Ok(self.value()?.and_then(|value| unsafe { value.as_ref() }))
+    pub fn value<T: 'static>(&self) -> Result<Option<&T>, RedisError> {
+        // SAFETY: a value of the registered type is always a Box<T> (register_value_type,
+        // whose T `raw_value` checked); the borrow ends before the key handle is closed.
+        Ok(self
+            .raw_value::<T>()?
+            .and_then(|value| unsafe { value.as_ref() }))
     }
 
-    /// The lock the key holds, to change in place (the key must be open for writing): as
-    /// `lock`, without replacing the value (a replacement would look like a removal).
-    pub fn lock_mut(&mut self) -> Result<Option<&mut LockState>, RedisError> {
-        // SAFETY: as in `lock`; the borrow is exclusive through &mut self, and the server
+    /// The value the key holds, to change in place (the key must be open for writing):
+    /// as `value`, without replacing it (a replacement would look like a removal).
+    pub fn value_mut<T: 'static>(&mut self) -> Result<Option<&mut T>, RedisError> {
+        // SAFETY: as in `value`; the borrow is exclusive through &mut self, and the server
         // does not touch the value while a command runs.
-        Ok(self.value()?.and_then(|value| unsafe { value.as_mut() }))
+        Ok(self
+            .raw_value::<T>()?
+            .and_then(|value| unsafe { value.as_mut() }))
     }
 
-    /// The pointer to the lock value of a lock key.
-    fn value(&self) -> Result<Option<*mut LockState>, RedisError> {
+    /// The pointer to the value of a key of the module's type.
+    fn raw_value<T: 'static>(&self) -> Result<Option<*mut T>, RedisError> {
+        check_value_type::<T>()?;
         match self.kind() {
             KeyKind::Empty => Ok(None),
             KeyKind::Other => Err(error::wrong_type()),
             // SAFETY: self.key is an open, non-null key handle of a module key.
-            KeyKind::Lock => Ok(Some(unsafe {
+            KeyKind::Module => Ok(Some(unsafe {
                 raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
                     self.key,
                 )
-                .cast::<LockState>()
+                .cast::<T>()
             })),
         }
     }
 
-    /// Replaces whatever the key holds with `state`, expiring at the absolute unix time
-    /// `expire_at` (`None`: no expiry). One write, so the key is signalled once.
-    pub fn set_lock(&self, state: LockState, expire_at: Option<i64>) -> Result<(), RedisError> {
+    /// Replaces whatever the key holds with `value`, of the module's type, expiring at
+    /// the absolute unix time `expire_at` (`None`: no expiry). One write, so the key is
+    /// signalled once.
+    pub fn set_value<T: 'static>(
+        &self,
+        value: T,
+        expire_at: Option<i64>,
+    ) -> Result<(), RedisError> {
+        check_value_type::<T>()?;
         if self.key.is_null() {
             return Err(error::key_not_open());
         }
-        let value = Box::into_raw(Box::new(state)).cast::<c_void>();
-        // SAFETY: self.key is a non-null key open for writing; the server takes ownership of value
+        let value = Box::into_raw(Box::new(value)).cast::<c_void>();
+        // SAFETY: self.key is a non-null key open for writing; the type handle is the
+        // registered one, whose values are Box<T>; the server takes ownership of value
         // and frees it through the type's free callback.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.expect("RedisModule_ModuleTypeSetValue")(
                 self.key,
-                *LOCK_TYPE.raw_type.borrow(),
+                VALUE_TYPE.load(Ordering::Acquire),
                 value,
             )
         };
         if status != raw::REDISMODULE_OK as c_int {
             // SAFETY: the server refused the value, so it is still ours to free.
-            drop(unsafe { Box::from_raw(value.cast::<LockState>()) });
+            drop(unsafe { Box::from_raw(value.cast::<T>()) });
             return Err(RedisError::Str("ERR could not write the lock key"));
         }
         let expired = self.write_expire(expire_at);
@@ -333,6 +372,20 @@ impl Drop for Key<'_> {
     }
 }
 
+/// A lock's state as `LOCK._SET` carries it.
+pub struct LockSet<'a> {
+    /// The holder's token.
+    pub token: &'a [u8],
+    /// The fence of the grant.
+    pub fence: u64,
+    /// Unix time in ms of the grant.
+    pub acquired_ms: i64,
+    /// Absolute unix time in ms of the key's expiry.
+    pub expire_at: i64,
+    /// The grace of a session-bound lock, `None` for a plain one.
+    pub grace_ms: Option<i64>,
+}
+
 /// Replicates a grant as `LOCK._SET key token fence acquired-ms expire-at-ms [grace-ms]`
 /// (the grace for a session-bound lock).
 ///
@@ -341,16 +394,16 @@ impl Drop for Key<'_> {
 /// here, on the stack, and passed as buffers too: the server's own `l` conversion makes
 /// two allocations per number (an object and its string), a buffer makes one (the
 /// profile put replication at more than a third of an acquire's cost).
-pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, expire_at: i64) {
+pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockSet) {
     let (fence, acquired, expire) = (
-        Decimal::new(lock.fence() as i64),
-        Decimal::new(lock.acquired_ms()),
-        Decimal::new(expire_at),
+        Decimal::new(lock.fence as i64),
+        Decimal::new(lock.acquired_ms),
+        Decimal::new(lock.expire_at),
     );
     let (fence, acquired, expire) = (fence.digits(), acquired.digits(), expire.digits());
     // A session-bound lock adds its grace; for a plain one the format stops before it,
     // and the server reads no further argument.
-    let (format, grace) = match lock.grace_ms() {
+    let (format, grace) = match lock.grace_ms {
         None => (c"sbbbb", std::ptr::null_mut()),
         Some(grace_ms) => (c"sbbbbs", grace_string(grace_ms)),
     };
@@ -362,8 +415,8 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockState, ex
             c"LOCK._SET".as_ptr(),
             format.as_ptr(),
             key.inner,
-            lock.token().as_ptr(),
-            lock.token().len(),
+            lock.token.as_ptr(),
+            lock.token.len(),
             fence.as_ptr(),
             fence.len(),
             acquired.as_ptr(),

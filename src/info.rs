@@ -1,0 +1,32 @@
+//! The module's `INFO` section, `lock_stats` (`INFO lock`): the counters of `stats.rs`
+//! and the number of clients waiting now, which the blocking layer knows.
+
+use redis_module::{InfoContext, RedisResult, raw};
+
+use crate::blocking;
+use crate::guard;
+use crate::stats;
+
+/// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
+pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+    let _ = guard::callback(Ok(()), || -> RedisResult<()> {
+        let info = InfoContext::new(ctx);
+        let fields = [
+            ("grants", stats::GRANTS.get()),
+            ("contended", stats::CONTENDED.get()),
+            ("releases", stats::RELEASES.get()),
+            ("extends", stats::EXTENDS.get()),
+            ("expired", stats::EXPIRED.get()),
+            ("waits", stats::WAITS.get()),
+            ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
+            ("waiters", blocking::total() as u64),
+            ("session_releases", stats::SESSION_RELEASES.get()),
+            ("session_reclaims", stats::SESSION_RECLAIMS.get()),
+        ];
+        let mut section = info.builder().add_section("stats");
+        for (name, value) in fields {
+            section = section.field(name, value)?;
+        }
+        section.build_section()?.build_info().map(|_| ())
+    });
+}

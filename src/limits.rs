@@ -1,0 +1,7 @@
+//! The contract's limits on what a command may ask for: a leaf that the parser, the
+//! error messages, the rules and the data type all read, and that imports nothing.
+
+/// Largest `ttl-ms`, `timeout-ms` and `grace-ms`: 2^47 - 1 ms, about 4,000 years.
+pub const MAX_TTL_MS: i64 = (1 << 47) - 1;
+/// Largest token, in bytes.
+pub const MAX_TOKEN_LEN: usize = 256;
