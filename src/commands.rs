@@ -18,7 +18,8 @@ use crate::fence;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
 use crate::handoff;
-use crate::lock::{self, AcquireDecision, LockState, Session};
+use crate::lock::{self, LockState, Session};
+use crate::rules::{self, Decision, Holding, Kind};
 use crate::session;
 use crate::stats;
 use crate::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
@@ -92,8 +93,13 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
         key = Key::open_write(ctx, &name);
     }
     let held = key.lock()?;
-    match lock::decide(held, options.token, queued) {
-        AcquireDecision::Grant => {
+    let mine = held
+        .filter(|lock| options.token == Some(lock.token()))
+        .map(|_| Kind::Exclusive);
+    let holding = held.map(|_| Holding::EXCLUSIVE);
+    match rules::decide(holding, mine, Kind::Exclusive, queued) {
+        Decision::Refused(refusal) => Err(error::refused(refusal)),
+        Decision::Grant => {
             let token = lock::token_buffer(options.token, session.is_some());
             let (fence, _) =
                 store::grant(ctx, &key, (db, argv[1]), token, options.ttl_ms, session)?;
@@ -103,7 +109,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
             ffi::reply_granted(ctx, lock.token(), fence);
             Ok(RedisValue::NoReply)
         }
-        AcquireDecision::Renew => {
+        Decision::Renew => {
             let was_bound = held.and_then(LockState::session);
             if was_bound.is_none() && session.is_none() {
                 set_ttl(ctx, &key, options.ttl_ms)?;
@@ -124,7 +130,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
             ffi::reply_granted(ctx, lock.token(), lock.fence());
             Ok(RedisValue::NoReply)
         }
-        AcquireDecision::Busy => {
+        Decision::Busy => {
             stats::CONTENDED.bump();
             // Inside MULTI/EXEC or a script the server forbids blocking; a replica
             // follows its master and grants nothing itself: as if WAIT were absent.

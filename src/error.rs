@@ -6,6 +6,7 @@
 use redis_module::RedisError;
 
 use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::rules::Refusal;
 
 /// `ttl-ms` was not an integer from 1 to 2^47 - 1.
 pub fn invalid_ttl() -> RedisError {
@@ -84,6 +85,19 @@ pub fn internal_command() -> RedisError {
 /// An argument of the internal `LOCK._SET` command was malformed.
 pub fn invalid_internal(what: &str) -> RedisError {
     RedisError::String(format!("ERR LOCK._SET: invalid {what}"))
+}
+
+/// An acquire the rules refuse outright: a limit other than the one the key's shared
+/// holders agree on, or a token that holds the key in the other mode.
+pub fn refused(refusal: Refusal) -> RedisError {
+    RedisError::Str(match refusal {
+        Refusal::Limit => {
+            "ERR LIMIT disagrees with the key's shared holders: all of them have the same LIMIT, or none"
+        }
+        Refusal::Kind => {
+            "ERR the token holds the key in the other mode (SHARED or exclusive): release it first, no upgrade or downgrade"
+        }
+    })
 }
 
 /// `LOCK.DEBUG` was called on a server that does not allow debugging commands.

@@ -29,6 +29,7 @@ pub mod lock;
 #[cfg(test)]
 mod properties;
 pub mod queue;
+pub mod rules;
 pub mod server;
 pub mod server_events;
 pub mod session;

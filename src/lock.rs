@@ -1,4 +1,4 @@
-//! The lock's state and its rules: pure Rust, no FFI.
+//! The state of a lock: pure Rust, no FFI. (Who may be granted it is `rules.rs`.)
 //!
 //! The key's expiry is the server's own; it is not stored here. What a key holds is the
 //! token that proves ownership, the fence granted with it, when it was granted and, for a
@@ -135,29 +135,6 @@ pub fn in_contract(token: &[u8], fence: u64, acquired_ms: i64) -> bool {
         && (0..=MAX_TIME_MS).contains(&acquired_ms)
 }
 
-/// What an acquire does, given what the key holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AcquireDecision {
-    /// The lock is free and nobody is queued ahead: grant it with a new fence.
-    Grant,
-    /// The caller's token already holds the lock: reset its TTL, keep its fence.
-    Renew,
-    /// Held by another token, or free while waiters that came first are queued.
-    Busy,
-}
-
-/// Decides an acquire. `held` is the current lock on the key, if any; `token` the
-/// caller's own token, if it gave one; `queued` whether waiters are ahead of the caller
-/// (a newcomer never jumps the queue, even onto a key that has just expired).
-pub fn decide(held: Option<&LockState>, token: Option<&[u8]>, queued: bool) -> AcquireDecision {
-    match held {
-        Some(lock) if token == Some(lock.token()) => AcquireDecision::Renew,
-        Some(_) => AcquireDecision::Busy,
-        None if queued => AcquireDecision::Busy,
-        None => AcquireDecision::Grant,
-    }
-}
-
 /// Whether `token` holds `held`: the only test that release and extend apply.
 pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
     held.is_some_and(|lock| lock.token() == token)
@@ -245,31 +222,6 @@ mod tests {
             self.acquired_ms = acquired_ms;
             self
         }
-    }
-
-    #[test]
-    fn a_free_lock_is_granted_unless_waiters_are_queued() {
-        assert_eq!(decide(None, None, false), AcquireDecision::Grant);
-        assert_eq!(decide(None, Some(b"t"), false), AcquireDecision::Grant);
-        assert_eq!(decide(None, Some(b"t"), true), AcquireDecision::Busy);
-    }
-
-    #[test]
-    fn the_holder_renews_and_others_are_busy() {
-        let lock = held(b"mine");
-        assert_eq!(
-            decide(Some(&lock), Some(b"mine"), false),
-            AcquireDecision::Renew
-        );
-        assert_eq!(
-            decide(Some(&lock), Some(b"mine"), true),
-            AcquireDecision::Renew
-        );
-        assert_eq!(
-            decide(Some(&lock), Some(b"other"), false),
-            AcquireDecision::Busy
-        );
-        assert_eq!(decide(Some(&lock), None, false), AcquireDecision::Busy);
     }
 
     #[test]

@@ -8,8 +8,9 @@ use proptest::prelude::*;
 use crate::args;
 use crate::fence::MAX_FENCE;
 use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
-use crate::lock::{self, AcquireDecision, LockState, MAX_TIME_MS, Session};
+use crate::lock::{self, LockState, MAX_TIME_MS, Session};
 use crate::queue::{Queues, Waiter};
+use crate::rules::{self, Decision, Holding, Kind, Refusal};
 
 /// An argument as clients send them: mostly option names and numbers, any bytes too.
 fn argument() -> impl Strategy<Value = Vec<u8>> {
@@ -47,6 +48,15 @@ fn any_case(name: &str, mask: u32) -> Vec<u8> {
             }
         })
         .collect()
+}
+
+/// An exclusive holder or waiter, a reader, or a semaphore of limit 1 to 3.
+fn kind() -> impl Strategy<Value = Kind> {
+    prop_oneof![
+        Just(Kind::Exclusive),
+        Just(Kind::READER),
+        (1u32..4).prop_map(|limit| Kind::Shared { limit: Some(limit) }),
+    ]
 }
 
 proptest! {
@@ -136,24 +146,56 @@ proptest! {
 
     #[test]
     fn decide_follows_the_rules(
-        held in prop::option::of(prop::collection::vec(0u8..4, 1..3)),
-        token in prop::option::of(prop::collection::vec(0u8..4, 1..3)),
+        held in prop::option::of((kind(), 1usize..6)),
+        mine in prop::option::of(kind()),
+        want in kind(),
         queued in any::<bool>(),
     ) {
-        let lock = held.map(|t| LockState::new(t, 1, 0, None));
-        let decision = lock::decide(lock.as_ref(), token.as_deref(), queued);
-        let expected = match &lock {
-            Some(l) if token.as_deref() == Some(l.token()) => AcquireDecision::Renew,
-            Some(_) => AcquireDecision::Busy,
-            None if queued => AcquireDecision::Busy,
-            None => AcquireDecision::Grant,
+        let held = held.map(|(kind, holders)| Holding { kind, holders });
+        let decision = rules::decide(held, mine, want, queued);
+        let limit_disagrees = matches!(want, Kind::Shared { .. })
+            && held.is_some_and(|h| h.kind.same_mode(want) && h.kind != want);
+        let expected = if limit_disagrees {
+            Decision::Refused(Refusal::Limit)
+        } else {
+            match mine {
+                Some(kind) if kind.same_mode(want) => Decision::Renew,
+                Some(_) => Decision::Refused(Refusal::Kind),
+                None if queued => Decision::Busy,
+                None => match held {
+                    None => Decision::Grant,
+                    Some(h) => match (h.kind, want) {
+                        (Kind::Shared { limit }, Kind::Shared { .. })
+                            if limit.is_none_or(|l| h.holders < l as usize) => Decision::Grant,
+                        _ => Decision::Busy,
+                    },
+                },
+            }
         };
         prop_assert_eq!(decision, expected);
-        if let Some(token) = &token {
-            prop_assert_eq!(
-                lock::is_held_by(lock.as_ref(), token),
-                decision == AcquireDecision::Renew
-            );
+    }
+
+    #[test]
+    fn a_release_grants_what_fits_in_arrival_order_and_no_more(
+        held in prop::option::of((kind(), 1usize..6)),
+        queue in prop::collection::vec(kind(), 0..8),
+    ) {
+        let mut holding = held.map(|(kind, holders)| Holding { kind, holders });
+        let granted = rules::admit(holding, queue.iter().copied());
+        for &kind in &queue[..granted] {
+            prop_assert!(rules::admits(holding, kind));
+            holding = Some(match holding {
+                Some(h) if h.kind == kind => Holding { kind, holders: h.holders + 1 },
+                _ => Holding { kind, holders: 1 },
+            });
+        }
+        if let Some(Holding { kind: Kind::Shared { limit: Some(limit) }, holders }) = holding {
+            prop_assert!(holders <= limit as usize || granted == 0);
+        }
+        // The first waiter left behind does not fit, unless an exclusive one went last.
+        if let Some(&next) = queue.get(granted) {
+            let exclusive_went = granted > 0 && queue[granted - 1] == Kind::Exclusive;
+            prop_assert!(exclusive_went || !rules::admits(holding, next));
         }
     }
 
