@@ -23,6 +23,7 @@ pub mod fence;
 pub mod ffi;
 pub mod guard;
 pub mod handoff;
+pub mod holders;
 pub mod info;
 pub mod limits;
 pub mod lock;

@@ -7,6 +7,7 @@ use proptest::prelude::*;
 
 use crate::args;
 use crate::fence::MAX_FENCE;
+use crate::holders::{Holder, Holders};
 use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
 use crate::lock::{self, LockState, MAX_TIME_MS, Session};
 use crate::queue::{Queues, Waiter};
@@ -264,5 +265,58 @@ proptest! {
             );
         }
         prop_assert_eq!(queues.total(), model.iter().map(Vec::len).sum::<usize>());
+    }
+
+    #[test]
+    fn shared_holders_match_a_model(
+        ops in prop::collection::vec((0u8..4, 0u8..6, 0i64..50), 1..60),
+    ) {
+        // Each op: insert, remove, move the expiry of, or expire up to a time, tokens t0..t5.
+        let mut holders = Holders::new(Some(4));
+        let mut model: std::collections::BTreeMap<Vec<u8>, (u64, i64)> = Default::default();
+        let mut fence = 0;
+        for (op, token, at) in ops {
+            let token = format!("t{token}").into_bytes();
+            match op {
+                0 => {
+                    fence += 1;
+                    let holder = Holder {
+                        lock: LockState::new(token.clone(), fence, 0, None),
+                        expire_at: at,
+                    };
+                    let inserted = holders.insert(holder).is_ok();
+                    prop_assert_eq!(inserted, !model.contains_key(&token));
+                    model.entry(token).or_insert((fence, at));
+                }
+                1 => {
+                    let removed = holders.remove(&token).map(|h| h.lock.fence());
+                    prop_assert_eq!(removed, model.remove(&token).map(|(f, _)| f));
+                }
+                2 => {
+                    let moved = holders.set_expire_at(&token, at);
+                    prop_assert_eq!(moved, model.contains_key(&token));
+                    if let Some(entry) = model.get_mut(&token) {
+                        entry.1 = at;
+                    }
+                }
+                _ => {
+                    let mut gone: Vec<Vec<u8>> =
+                        holders.expire(at).into_iter().map(|h| h.lock.token().to_vec()).collect();
+                    gone.sort();
+                    let expected: Vec<Vec<u8>> =
+                        model.iter().filter(|(_, v)| v.1 <= at).map(|(k, _)| k.clone()).collect();
+                    model.retain(|_, v| v.1 > at);
+                    prop_assert_eq!(gone, expected);
+                }
+            }
+            prop_assert_eq!(holders.len(), model.len());
+            prop_assert_eq!(holders.next_expiry(), model.values().map(|v| v.1).min());
+            prop_assert_eq!(holders.last_expiry(), model.values().map(|v| v.1).max());
+            prop_assert_eq!(holders.newest_fence(), model.values().map(|v| v.0).max());
+            for (token, (fence, at)) in &model {
+                let held = holders.get(token).map(|h| (h.lock.fence(), h.expire_at));
+                prop_assert_eq!(held, Some((*fence, *at)));
+            }
+        }
     }
 }
