@@ -136,10 +136,10 @@ static VALUE_RUST_TYPE: OnceLock<TypeId> = OnceLock::new();
 
 /// Registers the data type the server created (`handle`) as the one whose values are
 /// `Box<T>`: the data type calls this once at load, before any key is opened, and makes
-/// every value of its type (load, copy callbacks) a `Box<T>`. False if a type was
-/// registered already or the handle is NULL.
+/// every value of its type (load, copy callbacks) a `Box<T>`. False if the handle is
+/// NULL or another Rust type was registered before.
 pub fn register_value_type<T: 'static>(handle: *mut raw::RedisModuleType) -> bool {
-    if handle.is_null() || VALUE_RUST_TYPE.set(TypeId::of::<T>()).is_err() {
+    if handle.is_null() || *VALUE_RUST_TYPE.get_or_init(TypeId::of::<T>) != TypeId::of::<T>() {
         return false;
     }
     VALUE_TYPE.store(handle, Ordering::Release);
