@@ -3,7 +3,8 @@
 //! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND` and `LOCK.INFO` run atomically inside
 //! the server, with fencing tokens, blocking first-come-first-served waits, replication,
 //! persistence and cluster routing. This file registers the module; the rules live in
-//! `lock.rs` and `fence.rs`, the commands in `commands.rs`, the handoff of a freed lock
+//! `rules.rs` (who may be granted), `lock.rs` (a lock's state) and `fence.rs`, the
+//! commands in `commands.rs`, the handoff of a freed lock
 //! to its waiters in `handoff.rs` and `blocking.rs`, session-bound locks in `session.rs`
 //! and `bindings.rs`, the server's identity in `server.rs`.
 

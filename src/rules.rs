@@ -94,9 +94,9 @@ pub enum Decision {
 /// `mine` the kind in which the caller's token holds it (`None`: it does not, or the
 /// caller gave no token), `queued` whether clients wait for the key.
 pub fn decide(held: Option<Holding>, mine: Option<Kind>, want: Kind, queued: bool) -> Decision {
-    if let (Some(Holding { kind: theirs, .. }), Kind::Shared { .. }) = (held, want)
-        && theirs.same_mode(want)
-        && theirs != want
+    if let (Some(Kind::Shared { limit: theirs }), Kind::Shared { limit }) =
+        (held.map(|h| h.kind), want)
+        && theirs != limit
     {
         return Decision::Refused(Refusal::Limit);
     }
