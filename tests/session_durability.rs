@@ -4,7 +4,7 @@
 //! another server, the bound connection is gone by definition, the grace starts when the
 //! server starts serving the key, and the owner can reclaim the lock with its fence.
 //! A `DUMP`/`RESTORE` on the same running server keeps the binding. Data written by the
-//! previous encoding (no sessions) still loads.
+//! previous encodings (no sessions; no shared holders) still loads.
 
 mod common;
 
@@ -270,4 +270,46 @@ fn locks_written_by_encoding_version_1_still_load() {
     // The fencing clock came along: new grants are larger.
     let (_, fence) = acquire(&mut con, "new", 1000, &[]).expect("free");
     assert!(fence > 1838521766387712);
+}
+
+#[test]
+fn locks_written_by_encoding_version_2_still_load_with_their_sessions() {
+    let mut server = TestServer::start();
+    server.stop();
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/locks-v2.rdb");
+    fs::copy(&fixture, server.dir.join("dump.rdb")).expect("copy the fixture");
+    server.restart();
+    let mut con = server.connection();
+    assert_eq!(
+        info_field(&mut con, "fixture:plain", "fence"),
+        Some(1838559097263104)
+    );
+    assert_eq!(binding(&mut con, "fixture:plain"), (-1, -1), "a plain lock");
+    assert_eq!(
+        info_field(&mut con, "fixture:session", "fence"),
+        Some(1838559097270272)
+    );
+    // Its connection is gone by definition: the grace runs from the start.
+    assert_eq!(binding(&mut con, "fixture:session"), (60_000, 0));
+    let reclaimed = acquire(
+        &mut con,
+        "fixture:session",
+        60_000,
+        &["TOKEN", "token-session"],
+    );
+    assert_eq!(
+        reclaimed,
+        Some((b"token-session".to_vec(), 1838559097270272)),
+        "the owner reclaims it with its fence"
+    );
+    assert_eq!(binding(&mut con, "fixture:session"), (-1, -1));
+    assert_eq!(release(&mut con, "fixture:plain", b"token-plain"), 1);
+    let _: () = redis::cmd("SELECT").arg(2).query(&mut con).unwrap();
+    assert_eq!(
+        info_field(&mut con, "fixture:db2", "fence"),
+        Some(1838559097275392)
+    );
+    let (_, fence) = acquire(&mut con, "new", 1000, &[]).expect("free");
+    assert!(fence > 1838559097275392);
 }
