@@ -6,10 +6,11 @@
 use redis_module::RedisError;
 
 use crate::error;
-use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::rules::Kind;
 
-/// The parsed options of
-/// `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`.
+/// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]
+/// [SESSION grace-ms] [SHARED] [LIMIT n]`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct AcquireOptions<'a> {
     /// How long the lock lives once granted, in ms.
@@ -20,6 +21,8 @@ pub struct AcquireOptions<'a> {
     pub wait_ms: Option<i64>,
     /// How long the lock outlives its holder's connection, if `SESSION` was given.
     pub grace_ms: Option<i64>,
+    /// Exclusive (the default), or shared (`SHARED`, `LIMIT n`, which implies it).
+    pub kind: Kind,
 }
 
 /// Parses a decimal integer the way the server does (`string2ll`): an optional `-`,
@@ -74,6 +77,14 @@ pub fn grace(arg: &[u8]) -> Result<i64, RedisError> {
         .ok_or_else(error::invalid_grace)
 }
 
+/// `LIMIT n`: an integer from 1 to [`MAX_LIMIT`].
+pub fn limit(arg: &[u8]) -> Result<u32, RedisError> {
+    integer(arg)
+        .and_then(|n| u32::try_from(n).ok())
+        .filter(|n| (1..=MAX_LIMIT).contains(n))
+        .ok_or_else(error::invalid_limit)
+}
+
 /// A token: 1 to [`MAX_TOKEN_LEN`] bytes, any bytes.
 pub fn token(arg: &[u8]) -> Result<&[u8], RedisError> {
     if (1..=MAX_TOKEN_LEN).contains(&arg.len()) {
@@ -83,8 +94,8 @@ pub fn token(arg: &[u8]) -> Result<&[u8], RedisError> {
     }
 }
 
-/// Parses `ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`, the arguments
-/// after the key.
+/// Parses `ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n]`,
+/// the arguments after the key.
 ///
 /// Returns, with the options, the index within `rest` of the token value (if any) so the
 /// caller can redact it from `SLOWLOG` and `MONITOR`.
@@ -96,7 +107,9 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
         token: None,
         wait_ms: None,
         grace_ms: None,
+        kind: Kind::Exclusive,
     };
+    let (mut shared, mut limit_given) = (false, None);
     let mut token_at = None;
     let mut i = 0;
     while i < options.len() {
@@ -121,10 +134,26 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
             }
             let value = value.ok_or_else(|| error::missing_value(name))?;
             parsed.grace_ms = Some(grace(value)?);
+        } else if name.eq_ignore_ascii_case(b"SHARED") {
+            if shared {
+                return Err(error::repeated_option(name));
+            }
+            shared = true;
+            i += 1;
+            continue;
+        } else if name.eq_ignore_ascii_case(b"LIMIT") {
+            if limit_given.is_some() {
+                return Err(error::repeated_option(name));
+            }
+            let value = value.ok_or_else(|| error::missing_value(name))?;
+            limit_given = Some(limit(value)?);
         } else {
             return Err(error::unknown_option(name));
         }
         i += 2;
+    }
+    if shared || limit_given.is_some() {
+        parsed.kind = Kind::Shared { limit: limit_given };
     }
     Ok((parsed, token_at))
 }
@@ -212,6 +241,7 @@ mod tests {
                 token: Some(b"t"),
                 wait_ms: Some(5),
                 grace_ms: None,
+                kind: Kind::Exclusive,
             }
         );
         assert_eq!(at, Some(4));
@@ -219,6 +249,46 @@ mod tests {
         assert_eq!((opts.token, opts.wait_ms, at), (None, None, None));
         let (opts, _) = acquire(&[b"100", b"session", b"0", b"WAIT", b"1"]).unwrap();
         assert_eq!((opts.grace_ms, opts.wait_ms), (Some(0), Some(1)));
+    }
+
+    #[test]
+    fn shared_is_a_flag_and_limit_implies_it() {
+        let kind = |rest: &[&[u8]]| acquire(rest).map(|(o, _)| o.kind).unwrap();
+        assert_eq!(kind(&[b"100"]), Kind::Exclusive);
+        assert_eq!(kind(&[b"100", b"shared"]), Kind::READER);
+        assert_eq!(
+            kind(&[b"100", b"LIMIT", b"3"]),
+            Kind::Shared { limit: Some(3) }
+        );
+        assert_eq!(
+            kind(&[b"100", b"Limit", b"1000000", b"SHARED", b"WAIT", b"5"]),
+            Kind::Shared {
+                limit: Some(1_000_000)
+            }
+        );
+        let (opts, at) = acquire(&[b"100", b"SHARED", b"TOKEN", b"t"]).unwrap();
+        assert_eq!((opts.token, at), (Some(&b"t"[..]), Some(3)));
+    }
+
+    #[test]
+    fn bad_limits_and_repeated_flags_name_themselves() {
+        for bad in [
+            &b"0"[..],
+            b"-1",
+            b"1000001",
+            b"4294967297",
+            b"x",
+            b"",
+            b"01",
+        ] {
+            assert!(
+                msg(acquire(&[b"100", b"LIMIT", bad])).contains("LIMIT"),
+                "{bad:?}"
+            );
+        }
+        assert!(msg(acquire(&[b"100", b"LIMIT"])).contains("'LIMIT'"));
+        assert!(msg(acquire(&[b"100", b"LIMIT", b"2", b"limit", b"2"])).contains("'limit'"));
+        assert!(msg(acquire(&[b"100", b"SHARED", b"shared"])).contains("'shared'"));
     }
 
     #[test]

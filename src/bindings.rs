@@ -18,7 +18,6 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{LazyLock, Mutex, OnceLock, TryLockError};
 
 use crate::client_locks::ClientLocks;
-use crate::lock::Session;
 use crate::queue::KeyId;
 
 /// The registry of this server. The server calls the module on its main thread only, so
@@ -109,6 +108,18 @@ pub struct Bindings {
     pending: HashMap<Bound, i64>,
 }
 
+/// Each key once, with the shortest of its graces.
+fn shortest(keys: impl Iterator<Item = (KeyId, i64)>) -> HashMap<KeyId, i64> {
+    let mut shortest: HashMap<KeyId, i64> = HashMap::new();
+    for (key, grace_ms) in keys {
+        shortest
+            .entry(key)
+            .and_modify(|g| *g = (*g).min(grace_ms))
+            .or_insert(grace_ms);
+    }
+    shortest
+}
+
 /// How many stale entries a connection's list may hold before it is compacted.
 const COMPACT_AFTER: usize = 32;
 
@@ -126,15 +137,16 @@ impl Bindings {
         !self.bound.is_empty()
     }
 
-    /// Connection `client` closed: its locks, each once with its latest grace, now leave
-    /// the registry (the caller starts their graces; a grace of a lock that has left or
-    /// been bound elsewhere ends on nothing). Nothing for a connection that held none.
+    /// Connection `client` closed: its locks, each key once with the shortest grace it
+    /// was bound with, now leave the registry (the caller starts their graces; when one
+    /// ends, the holders whose grace is longer get the rest of theirs; a grace of a lock
+    /// that has left or been bound elsewhere ends on nothing). Nothing for a connection
+    /// that held none.
     pub fn disconnected(&mut self, client: u64) -> Vec<(KeyId, i64)> {
         let Some(entry) = self.bound.remove(&client) else {
             return Vec::new();
         };
-        let latest: HashMap<KeyId, i64> = entry.keys().collect();
-        latest.into_iter().collect()
+        shortest(entry.keys()).into_iter().collect()
     }
 
     /// An id for a grace about to start, for its timer to carry.
@@ -178,9 +190,13 @@ impl Bindings {
         Some(timer)
     }
 
-    /// The lock on `key` waits for the server to serve it before its grace starts.
+    /// The lock on `key` waits for the server to serve it before its grace starts (with
+    /// the shortest grace of its holders bound to that connection).
     pub fn pend(&mut self, key: KeyId, binding: Binding) {
-        self.pending.insert((key, binding.client), binding.grace_ms);
+        self.pending
+            .entry((key, binding.client))
+            .and_modify(|grace| *grace = (*grace).min(binding.grace_ms))
+            .or_insert(binding.grace_ms);
     }
 
     /// Every pending lock: the server serves them now (loaded, promoted).
@@ -195,15 +211,17 @@ impl Bindings {
     /// the connection and grace it had), and the timers of running graces are returned
     /// for the caller to stop.
     pub fn demote(&mut self) -> Vec<u64> {
-        for (client, entry) in self.bound.drain() {
+        let bound: Vec<(u64, ClientLocks)> = self.bound.drain().collect();
+        for (client, entry) in bound {
             for (key, grace_ms) in entry.keys() {
-                self.pending.insert((key, client), grace_ms);
+                self.pend(key, Binding { client, grace_ms });
             }
         }
         let mut timers = Vec::new();
-        for (place, (_, timer, grace_ms)) in self.graces.drain() {
+        let graces: Vec<(Bound, (u64, u64, i64))> = self.graces.drain().collect();
+        for ((key, client), (_, timer, grace_ms)) in graces {
             timers.push(timer);
-            self.pending.insert(place, grace_ms);
+            self.pend(key, Binding { client, grace_ms });
         }
         self.grace_keys.clear();
         timers
@@ -220,13 +238,12 @@ impl Bindings {
         self.grace_ended(key, client)
     }
 
-    /// A session-bound lock bound to `client` left `key`, which now holds `successor` (the
-    /// binding of the session-bound lock there now, if any: a `RESTORE` or `COPY` with
+    /// A session-bound lock bound to `client` left `key`; `still_bound` says whether what
+    /// the key holds now is bound to that connection too (a `RESTORE` or `COPY` with
     /// `REPLACE` registers the new value before the old one goes). What was the old
-    /// lock's goes, unless the successor has the same connection. Returns the timer of a
-    /// grace that ended.
-    pub fn left(&mut self, key: &KeyId, client: u64, successor: Option<Session>) -> Option<u64> {
-        if successor.is_some_and(|s| s.client == client) {
+    /// lock's goes, unless it is. Returns the timer of a grace that ended.
+    pub fn left(&mut self, key: &KeyId, client: u64, still_bound: bool) -> Option<u64> {
+        if still_bound {
             return None;
         }
         self.forget(key, client)
@@ -246,9 +263,8 @@ impl Bindings {
             return;
         };
         let keep: std::collections::HashSet<&KeyId> = still_bound.iter().collect();
-        let latest: HashMap<KeyId, i64> =
-            entry.keys().filter(|(key, _)| keep.contains(key)).collect();
-        *entry = latest.into_iter().collect();
+        let kept = shortest(entry.keys().filter(|(key, _)| keep.contains(key)));
+        *entry = kept.into_iter().collect();
         if entry.is_empty() {
             self.bound.remove(&client);
         }
@@ -336,14 +352,14 @@ mod tests {
     #[test]
     fn a_close_finds_all_of_its_locks_once_and_only_its_own() {
         let mut b = Bindings::default();
-        b.bind(0, b"a", 7, 100);
+        b.bind(0, b"a", 7, 50);
         b.bind(3, b"b", 7, 0);
         b.bind(0, b"c", 8, 5);
-        b.bind(0, b"a", 7, 50);
+        b.bind(0, b"a", 7, 100);
         assert_eq!(
             sorted(b.disconnected(7)),
             vec![(key(0, "a"), 50), (key(3, "b"), 0)],
-            "once each, with the latest grace"
+            "once each, with the shortest grace"
         );
         assert!(b.disconnected(7).is_empty());
         assert!(b.disconnected(99).is_empty());
@@ -384,22 +400,18 @@ mod tests {
     #[test]
     fn a_lock_that_left_takes_only_its_own_traces() {
         let mut b = Bindings::default();
-        let same = Session {
-            grace_ms: 1,
-            client: 7,
-        };
         // Replaced by a lock of the same connection (RESTORE ... REPLACE): kept.
         b.bind(0, b"a", 7, 1);
-        assert_eq!(b.left(&key(0, "a"), 7, Some(same)), None);
+        assert_eq!(b.left(&key(0, "a"), 7, true), None);
         assert_eq!(b.bound[&7].stale, 0);
         // Replaced by another connection's lock: the old entry is stale.
         b.bind(0, b"a", 8, 1);
-        b.left(&key(0, "a"), 7, Some(Session { client: 8, ..same }));
+        b.left(&key(0, "a"), 7, false);
         assert_eq!(b.bound[&7].stale, 1);
         assert_eq!(b.disconnected(8), vec![(key(0, "a"), 1)]);
         // Gone for good: its grace ends too.
         b.grace_started(key(0, "g"), 1, 4, B);
-        assert_eq!(b.left(&key(0, "g"), 0, None), Some(4));
+        assert_eq!(b.left(&key(0, "g"), 0, false), Some(4));
     }
 
     #[test]
@@ -529,8 +541,7 @@ mod tests {
                         b.forget(&k, client);
                     }
                     7 => {
-                        let successor = (name == 0).then_some(Session { grace_ms: 1, client });
-                        b.left(&k, client, successor);
+                        b.left(&k, client, name == 0);
                     }
                     8 => {
                         b.flushed(Some(db));

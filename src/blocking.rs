@@ -26,10 +26,12 @@ use std::ptr;
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue, raw};
 
+use crate::events;
 use crate::ffi;
 use crate::guard;
 use crate::lock::Session;
 use crate::queue::{KeyId, Queues, Waiter};
+use crate::rules::{Holding, Kind};
 use crate::stats;
 
 /// What a waiter is told when it leaves its queue.
@@ -102,24 +104,33 @@ pub fn keys() -> Vec<KeyId> {
     with_queues(|q| if q.is_empty() { Vec::new() } else { q.keys() })
 }
 
+/// How many waiters at the head of `id`'s queue are granted now beside `held`.
+pub fn admissible(id: &KeyId, held: Option<Holding>) -> usize {
+    with_queues(|q| q.admissible(id, held))
+}
+
 /// Takes the oldest waiter of `id` out of its queue, to be granted the lock (or refused).
 /// The caller must `answer` it.
 pub fn take_head(id: &KeyId) -> Option<Waiter> {
     with_queues(|q| q.pop_head(id))
 }
 
-/// Blocks the calling client until it is answered: granted the lock on `key` (with
-/// `token`, for `ttl_ms`, bound to `session` if given), or `timeout_ms` passes (`0`: no
-/// limit).
-pub fn wait(
-    ctx: &Context,
-    db: i32,
-    key: &[u8],
-    token: Vec<u8>,
-    ttl_ms: i64,
-    timeout_ms: i64,
-    session: Option<Session>,
-) -> RedisResult {
+/// What a waiter asks for: the token it will hold, for how long, bound to which
+/// connection, in which kind.
+pub struct Request {
+    /// Its own token, or one the server made.
+    pub token: Vec<u8>,
+    /// The TTL of the lock once granted.
+    pub ttl_ms: i64,
+    /// The binding `SESSION` asks for.
+    pub session: Option<Session>,
+    /// Exclusive or shared.
+    pub kind: Kind,
+}
+
+/// Blocks the calling client until it is answered: granted the lock on `key` as
+/// `request` asks, or `timeout_ms` passes (`0`: no limit).
+pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i64) -> RedisResult {
     let on_admin_unblock: Option<BlockedCallback> = if ADMIN_UNBLOCK.with(Cell::get) {
         Some(on_admin_unblock as BlockedCallback)
     } else {
@@ -151,10 +162,11 @@ pub fn wait(
         q.push(Waiter {
             handle: bc as usize,
             key: key_id(db, key),
-            token,
+            token: request.token,
             wake_timer: None,
-            ttl_ms,
-            session,
+            ttl_ms: request.ttl_ms,
+            session: request.session,
+            kind: request.kind,
         })
     });
     if timeout_ms > 0 {
@@ -250,12 +262,27 @@ extern "C" fn free_answer(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     }
 }
 
+/// Waiter `id` leaves its queue without the lock. If it was the head and others still
+/// wait, the next may fit beside the holders where it did not (shared waiters behind a
+/// writer that gave up): whoever listens is told.
+fn leave(id: u64) -> Option<Waiter> {
+    let (waiter, was_head) = with_queues(|q| {
+        let was_head = q.is_head(id);
+        (q.remove(id), was_head)
+    });
+    let waiter = waiter?;
+    if was_head && busy(&waiter.key) {
+        events::head_left(waiter.key.0, &waiter.key.1);
+    }
+    Some(waiter)
+}
+
 /// The waiter's `WAIT` timeout passed.
 extern "C" fn on_wait_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard::callback((), || {
         let id = data as usize as u64;
         // Already granted or gone if it is not in its queue any more.
-        if let Some(mut waiter) = with_queues(|q| q.remove(id)) {
+        if let Some(mut waiter) = leave(id) {
             waiter.wake_timer = None; // it has just fired
             stats::WAIT_TIMEOUTS.bump();
             answer(&Context::new(ctx), waiter, Answer::Nil);
@@ -279,7 +306,7 @@ extern "C" fn on_admin_unblock(
                 ctx,
             )
         };
-        let waiter = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove(id)));
+        let waiter = with_queues(|q| q.id_of(bc as usize)).and_then(leave);
         if let Some(waiter) = waiter {
             stop_wake_timer(&context, &waiter);
             stats::WAIT_TIMEOUTS.bump();
@@ -295,7 +322,7 @@ extern "C" fn on_admin_unblock(
 /// role change, `CLIENT UNBLOCK ERROR`): it leaves its queue.
 extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
     guard::callback((), || {
-        let waiter = with_queues(|q| q.id_of(bc as usize).and_then(|id| q.remove(id)));
+        let waiter = with_queues(|q| q.id_of(bc as usize)).and_then(leave);
         if let Some(waiter) = waiter {
             stop_wake_timer(&Context::new(ctx), &waiter);
             unblock(bc, None);

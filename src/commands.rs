@@ -11,18 +11,19 @@ use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::args;
 use crate::blocking;
+use crate::blocking::Request;
 use crate::datatype::LockKey;
 use crate::error;
 use crate::events;
-use crate::fence;
 use crate::ffi::command::Args;
-use crate::ffi::{self, Key};
+use crate::ffi::{self, Field, Key};
 use crate::handoff;
-use crate::lock::{self, LockState, Session};
-use crate::rules::{self, Decision, Holding, Kind};
+use crate::lock::{self, Session};
+use crate::rules::{self, Decision, Kind};
 use crate::session;
 use crate::stats;
 use crate::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
+use crate::value::LockValue;
 
 /// Hides every `TOKEN` value of an acquire from `SLOWLOG` and `MONITOR`, before any
 /// validation: even a rejected command must not leak the token it carried, wherever a
@@ -65,11 +66,13 @@ fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, R
 }
 
 /// LOCK.ACQUIRE <key> <ttl-ms> [TOKEN <token>] [WAIT <timeout-ms>] [SESSION <grace-ms>]
+/// [SHARED] [LIMIT <n>]
 ///
-/// Grants a free lock (reply `[token, fence]`), renews it for the token that holds it
-/// (same fence, TTL reset, bound anew), and otherwise answers nil at once or, with
-/// `WAIT`, blocks the client in the key's first-come-first-served queue (`blocking.rs`),
-/// where the handoff (`handoff.rs`) grants it the lock when its turn comes.
+/// Decides with the rules (`rules.rs`): grants a place that fits (reply `[token,
+/// fence]`), renews it for the token that holds it (same fence, TTL reset, bound anew),
+/// refuses a kind or limit that disagrees with the holders, and otherwise answers nil at
+/// once or, with `WAIT`, blocks the client in the key's first-come-first-served queue
+/// (`blocking.rs`), where the handoff (`handoff.rs`) grants it when its turn comes.
 pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
     let argv = args.bytes();
     redact_acquire_tokens(ctx, argv);
@@ -83,48 +86,49 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
     let mut queued = blocking::queued(db, argv[1]);
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
-    if queued && key.lock()?.is_none() {
-        // Free, yet clients wait for it (its handoff is due from a timer on a server
-        // without post-notification jobs, or its removal reached no callback): theirs
-        // first, now, before this newcomer is considered.
+    let expired = store::expire_holders(ctx, &mut key)?;
+    if queued && (expired > 0 || !matches!(key.lock()?, Some(LockValue::Exclusive(_)))) {
+        // Free or shared, yet clients wait for it (its handoff is due from a timer on a
+        // server without post-notification jobs, or its removal reached no callback):
+        // theirs first, now, before this newcomer is considered.
         drop(key);
         handoff::handoff(ctx, db, argv[1]);
         queued = blocking::queued(db, argv[1]);
         key = Key::open_write(ctx, &name);
     }
     let held = key.lock()?;
-    let mine = held
-        .filter(|lock| options.token == Some(lock.token()))
-        .map(|_| Kind::Exclusive);
-    let holding = held.map(|_| Holding::EXCLUSIVE);
-    match rules::decide(holding, mine, Kind::Exclusive, queued) {
+    let mine = options
+        .token
+        .and_then(|token| held.and_then(|value| value.kind_of(token)));
+    let holding = held.and_then(LockValue::holding);
+    match rules::decide(holding, mine, options.kind, queued) {
         Decision::Refused(refusal) => Err(error::refused(refusal)),
         Decision::Grant => {
             let token = lock::token_buffer(options.token, session.is_some());
-            let (fence, _) =
-                store::grant(ctx, &key, (db, argv[1]), token, options.ttl_ms, session)?;
-            let lock = key
-                .lock()?
-                .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
-            ffi::reply_granted(ctx, lock.token(), fence);
+            store::grant(
+                ctx,
+                &mut key,
+                (db, argv[1]),
+                (token, options.kind),
+                options.ttl_ms,
+                session,
+                |token, fence| ffi::reply_granted(ctx, token, fence),
+            )?;
+            handoff::watch_holders(ctx, db, argv[1], &key);
             Ok(RedisValue::NoReply)
         }
         Decision::Renew => {
-            let was_bound = held.and_then(LockState::session);
-            if was_bound.is_none() && session.is_none() {
-                set_ttl(ctx, &key, options.ttl_ms)?;
+            let token = options
+                .token
+                .ok_or(RedisError::Str("ERR renew without a token"))?;
+            if matches!(options.kind, Kind::Shared { .. }) {
+                renew_holder(ctx, &mut key, (db, argv[1]), token, session, options.ttl_ms)?;
             } else {
-                rebind(
-                    ctx,
-                    &mut key,
-                    (db, argv[1]),
-                    was_bound,
-                    session,
-                    options.ttl_ms,
-                )?;
+                renew(ctx, &mut key, (db, argv[1]), session, options.ttl_ms)?;
             }
             let lock = key
                 .lock()?
+                .and_then(|value| value.lock_of(token))
                 .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
             ffi::notify(ctx, EVENT_ACQUIRE, key.name());
             ffi::reply_granted(ctx, lock.token(), lock.fence());
@@ -140,8 +144,13 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
                 Some(timeout_ms) if can_block => {
                     let expire_at = key.expire_at();
                     drop(key);
-                    let token = lock::token_buffer(options.token, session.is_some());
-                    blocking::wait(ctx, db, argv[1], token, options.ttl_ms, timeout_ms, session)?;
+                    let request = Request {
+                        token: lock::token_buffer(options.token, session.is_some()),
+                        ttl_ms: options.ttl_ms,
+                        session,
+                        kind: options.kind,
+                    };
+                    blocking::wait(ctx, db, argv[1], request, timeout_ms)?;
                     handoff::waiting_for(ctx, db, argv[1], expire_at);
                     Ok(RedisValue::NoReply)
                 }
@@ -149,6 +158,51 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
             }
         }
     }
+}
+
+/// The idempotent re-acquire of an exclusive lock: its TTL is reset and, if it was or
+/// asks to be session-bound, it is bound anew.
+fn renew(
+    ctx: &Context,
+    key: &mut Key,
+    at: (i32, &[u8]),
+    session: Option<Session>,
+    ttl_ms: i64,
+) -> Result<(), RedisError> {
+    let was_bound = match key.lock()? {
+        Some(LockValue::Exclusive(lock)) => lock.session(),
+        _ => None,
+    };
+    if was_bound.is_none() && session.is_none() {
+        set_ttl(ctx, key, ttl_ms)
+    } else {
+        rebind(ctx, key, at, was_bound, session, ttl_ms)
+    }
+}
+
+/// The idempotent re-acquire of a shared holder: its own TTL is reset and its binding
+/// replaced (or removed) as for an exclusive lock; the key's expiry follows its
+/// longest-lived holder.
+fn renew_holder(
+    ctx: &Context,
+    key: &mut Key,
+    (db, name): (i32, &[u8]),
+    token: &[u8],
+    session: Option<Session>,
+    ttl_ms: i64,
+) -> Result<(), RedisError> {
+    let expire_at = ffi::now_ms().saturating_add(ttl_ms);
+    let was = store::update_holder(ctx, key, token, expire_at, Some(session))?;
+    if let Some(Some(old)) = was {
+        // Other holders of the key bound to the same connection keep their grace.
+        let others = key.lock()?.is_some_and(|value| value.bound_to(old.client));
+        session::unbind(ctx, db, name, &old, !others);
+    }
+    if let Some(new) = &session {
+        store::bind(db, name, new.client, new.grace_ms);
+    }
+    handoff::watch_holders(ctx, db, name, key);
+    Ok(())
 }
 
 /// The idempotent re-acquire of a session-bound lock, or one that asks to be: the lock
@@ -163,9 +217,9 @@ fn rebind(
     ttl_ms: i64,
 ) -> Result<(), RedisError> {
     if let Some(old) = &was_bound {
-        session::unbind(ctx, db, name, old);
+        session::unbind(ctx, db, name, old, true);
     }
-    if let Some(lock) = key.lock_mut()? {
+    if let Some(LockValue::Exclusive(lock)) = key.lock_mut()? {
         lock.set_session(session);
     }
     if let Some(new) = &session {
@@ -173,9 +227,9 @@ fn rebind(
     }
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
-    let lock = key
-        .lock()?
-        .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
+    let Some(LockValue::Exclusive(lock)) = key.lock()? else {
+        return Err(RedisError::Str("ERR lock vanished while renewing"));
+    };
     store::replicate(ctx, key, lock, expire_at);
     handoff::deadline_moved(ctx, db, name, Some(expire_at));
     Ok(())
@@ -198,8 +252,9 @@ fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
 
 /// LOCK.RELEASE <key> <token>
 ///
-/// Deletes the lock if, and only if, `token` holds it: `1` released, `0` not held by
-/// this token. The next waiter, if any, is granted the lock at once.
+/// Deletes the lock if, and only if, `token` holds it (for shared holders: takes that
+/// holder out, and the key with the last one): `1` released, `0` not held by this token.
+/// The next waiters, if any, are granted the lock at once.
 pub fn release(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
@@ -209,24 +264,35 @@ pub fn release(ctx: &Context, args: &Args) -> RedisResult {
     }
     let token = args::token(args.get(2))?;
 
+    let db = ffi::selected_db(ctx);
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let key = Key::open_write(ctx, &name);
-    if !lock::is_held_by(key.lock()?, token) {
-        return Ok(RedisValue::Integer(0));
+    let mut key = Key::open_write(ctx, &name);
+    let expired = store::expire_holders(ctx, &mut key)?;
+    let released = match key.lock()? {
+        Some(LockValue::Exclusive(lock)) if lock.token() == token => {
+            events::releasing(|| key.delete());
+            ffi::replicate_del(ctx, key.name());
+            true
+        }
+        Some(LockValue::Shared(_)) => store::drop_holder(ctx, &mut key, token)?.is_some(),
+        _ => false,
+    };
+    if released {
+        ffi::notify(ctx, EVENT_RELEASE, key.name());
+        stats::RELEASES.bump();
     }
-    events::releasing(|| key.delete());
-    ffi::replicate_del(ctx, key.name());
-    ffi::notify(ctx, EVENT_RELEASE, key.name());
-    stats::RELEASES.bump();
-    drop(key);
-    handoff::handoff(ctx, ffi::selected_db(ctx), args.get(1));
-    Ok(RedisValue::Integer(1))
+    if released || expired > 0 {
+        handoff::watch_holders(ctx, db, args.get(1), &key);
+        drop(key);
+        handoff::handoff(ctx, db, args.get(1));
+    }
+    Ok(RedisValue::Integer(i64::from(released)))
 }
 
 /// LOCK.EXTEND <key> <token> <ttl-ms>
 ///
-/// If `token` holds the lock, sets its remaining time to `ttl-ms` from now: `1`
-/// extended, `0` not held by this token.
+/// If `token` holds the lock (or a shared place in it), sets its remaining time to
+/// `ttl-ms` from now: `1` extended, `0` not held by this token.
 pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
@@ -237,113 +303,91 @@ pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
     let token = args::token(args.get(2))?;
     let ttl_ms = args::ttl(args.get(3))?;
 
+    let db = ffi::selected_db(ctx);
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let key = Key::open_write(ctx, &name);
-    if !lock::is_held_by(key.lock()?, token) {
-        return Ok(RedisValue::Integer(0));
+    let mut key = Key::open_write(ctx, &name);
+    let expired = store::expire_holders(ctx, &mut key)?;
+    let extended = match key.lock()? {
+        Some(LockValue::Exclusive(lock)) if lock.token() == token => {
+            set_ttl(ctx, &key, ttl_ms)?;
+            true
+        }
+        Some(LockValue::Shared(_)) => {
+            let expire_at = ffi::now_ms().saturating_add(ttl_ms);
+            store::update_holder(ctx, &mut key, token, expire_at, None)?.is_some()
+        }
+        _ => false,
+    };
+    if extended {
+        ffi::notify(ctx, EVENT_EXTEND, key.name());
+        stats::EXTENDS.bump();
     }
-    set_ttl(ctx, &key, ttl_ms)?;
-    ffi::notify(ctx, EVENT_EXTEND, key.name());
-    stats::EXTENDS.bump();
-    Ok(RedisValue::Integer(1))
+    if extended || expired > 0 {
+        handoff::watch_holders(ctx, db, args.get(1), &key);
+    }
+    if expired > 0 {
+        drop(key);
+        handoff::handoff(ctx, db, args.get(1));
+    }
+    Ok(RedisValue::Integer(i64::from(extended)))
 }
 
 /// LOCK.INFO <key>
 ///
-/// Nil when the key does not exist; otherwise the fields `ttl`, `fence`, `acquired`,
-/// `waiters`, `session` (the grace, -1 when not bound) and `connected` (1 while the bound
-/// connection is open, 0 while the grace runs, -1 when not bound): a map in RESP3, a flat
-/// field/value array in RESP2. Never the token.
+/// Nil when the key does not exist; otherwise the fields `ttl` (the key's: its
+/// longest-lived holder's), `fence` (the newest holder's), `acquired` (the oldest
+/// holder's grant), `waiters`, `session` (the grace, -1 when not bound) and `connected`
+/// (1 while the bound connection is open, 0 while the grace runs, -1 when not bound;
+/// both -1 for shared holders, which are bound each on its own), `mode` (`exclusive` or
+/// `shared`), `holders` and `limit` (-1 when none): a map in RESP3, a flat field/value
+/// array in RESP2. Never a token.
 pub fn info(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() != 2 {
         return Err(RedisError::WrongArity);
     }
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
     let key = Key::open_read(ctx, &name);
-    let Some(lock) = key.lock()? else {
+    let Some(value) = key.lock()? else {
         return Ok(RedisValue::Null);
     };
     let ttl = key
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
     let waiting = blocking::count(ffi::selected_db(ctx), args.get(1));
-    let (grace, connected) = match lock.session() {
-        None => (-1, -1),
-        Some(session) => (
-            session.grace_ms,
-            i64::from(ffi::client_connected(session.client)),
+    let (grace, connected, mode, holders, limit) = match value {
+        LockValue::Exclusive(lock) => {
+            let (grace, connected) = match lock.session() {
+                None => (-1, -1),
+                Some(session) => (
+                    session.grace_ms,
+                    i64::from(ffi::client_connected(session.client)),
+                ),
+            };
+            (grace, connected, "exclusive", 1, -1)
+        }
+        LockValue::Shared(shared) => (
+            -1,
+            -1,
+            "shared",
+            shared.len() as i64,
+            shared.limit().map_or(-1, i64::from),
         ),
     };
     ffi::reply_map(
         ctx,
         &[
-            ("ttl", ttl),
-            ("fence", lock.fence() as i64),
-            ("acquired", lock.acquired_ms()),
-            ("waiters", waiting as i64),
-            ("session", grace),
-            ("connected", connected),
+            ("ttl", Field::Integer(ttl)),
+            ("fence", Field::Integer(value.newest_fence() as i64)),
+            ("acquired", Field::Integer(value.oldest_grant())),
+            ("waiters", Field::Integer(waiting as i64)),
+            ("session", Field::Integer(grace)),
+            ("connected", Field::Integer(connected)),
+            ("mode", Field::Word(mode)),
+            ("holders", Field::Integer(holders)),
+            ("limit", Field::Integer(limit)),
         ],
     );
     Ok(RedisValue::NoReply)
-}
-
-/// LOCK._SET <key> <token> <fence> <acquired-ms> <expire-at-ms | -1> [grace-ms]
-///
-/// Internal: the replicated effect of a grant. Sets the lock to exactly this state and
-/// raises the fencing clock to the fence, so a promoted replica never grants a smaller
-/// one. With `grace-ms` the lock is session-bound, to no connection here: its grace
-/// starts when this server serves it. Accepted only from the master link and while
-/// loading the AOF.
-pub fn set_internal(ctx: &Context, args: &Args) -> RedisResult {
-    if args.len() > 2 {
-        ffi::redact(ctx, 2);
-    }
-    let flags = ctx.get_flags();
-    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
-        return Err(error::internal_command());
-    }
-    if !(6..=7).contains(&args.len()) {
-        return Err(RedisError::WrongArity);
-    }
-    let token = args::token(args.get(2))?.to_vec();
-    let number = |i: usize, what: &str| -> Result<i64, RedisError> {
-        args::integer(args.get(i)).ok_or_else(|| error::invalid_internal(what))
-    };
-    let fence = u64::try_from(number(3, "fence")?)
-        .ok()
-        .filter(|f| (1..=fence::MAX_FENCE).contains(f))
-        .ok_or_else(|| error::invalid_internal("fence"))?;
-    let acquired_ms = number(4, "acquired-ms")?;
-    if !lock::in_contract(&token, fence, acquired_ms) {
-        return Err(error::invalid_internal("acquired-ms"));
-    }
-    let expire_at = match number(5, "expire-at-ms")? {
-        -1 => None,
-        at if at >= 0 => Some(at),
-        _ => return Err(error::invalid_internal("expire-at-ms")),
-    };
-    let session = match args.bytes().get(6) {
-        None => None,
-        Some(grace) => Some(Session {
-            grace_ms: args::grace(grace).map_err(|_| error::invalid_internal("grace-ms"))?,
-            client: 0,
-        }),
-    };
-
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let key = Key::open_write(ctx, &name);
-    key.set_lock(
-        LockState::new(token, fence, acquired_ms, session),
-        expire_at,
-    )?;
-    if let Some(session) = session {
-        session::arrived(ffi::selected_db(ctx), key.name().as_slice(), session);
-    }
-    fence::clock().observe(fence);
-    // A replica's own AOF and its sub-replicas need the same absolute state.
-    ctx.replicate_verbatim();
-    Ok(RedisValue::SimpleStringStatic("OK"))
 }
 
 /// LOCK.DEBUG PANIC

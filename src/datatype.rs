@@ -1,15 +1,17 @@
 //! The module's data type: how a lock is saved, loaded, rewritten into the AOF,
 //! measured, digested, copied and freed.
 //!
-//! Encoding version 2 stores the token, the fence, the grant time and the session
+//! Encoding version 3 starts with the value's kind. An exclusive lock is then stored as
+//! version 2 stored every lock: the token, the fence, the grant time and the session
 //! binding (grace, connection id, and the id of the server process that wrote it, so
-//! that only a `RESTORE` on that same running server keeps the connection); version 1,
-//! written before sessions, has the first three and still loads. The expiry is the key's
+//! that only a `RESTORE` on that same running server keeps the connection). Shared
+//! holders are stored as their limit, their count and each holder as an exclusive lock
+//! followed by its own expiry. Version 2 (before shared holders) and version 1 (before
+//! sessions, the first three fields) still load. The expiry is the key's
 //! own and the server stores it. `rdb_load` refuses versions it does not know rather
 //! than guess. The fencing clock's high-water mark travels as auxiliary data
 //! before the keys, so that a restart or full sync never hands out a smaller fence.
 
-use std::ffi::CString;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
@@ -20,14 +22,22 @@ use crate::events;
 use crate::fence;
 use crate::ffi::{self, Key};
 use crate::guard;
-use crate::limits::MAX_TTL_MS;
+use crate::holders::{Holder, Holders};
+use crate::limits::{MAX_LIMIT, MAX_TTL_MS};
 use crate::lock::{self, LockState, Session};
 use crate::stats;
+use crate::value::LockValue;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
 /// The current encoding version of a lock value and of the auxiliary data.
-pub const ENCODING_VERSION: i32 = 2;
+pub const ENCODING_VERSION: i32 = 3;
+
+/// Version 3's first field: the value's kind.
+const EXCLUSIVE: u64 = 0;
+const SHARED: u64 = 1;
+/// What version 3 stores for shared holders without a limit.
+const NO_LIMIT: i64 = -1;
 
 /// What a version 2 value stores for a lock that is not session-bound.
 const NO_SESSION: i64 = -1;
@@ -60,44 +70,44 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
 );
 
 /// Hands the registered type down to the FFI layer, whose keys then read and write its
-/// values as `LockState`s (at load, after the server created the type).
+/// values as `LockValue`s (at load, after the server created the type).
 pub fn register() -> bool {
-    ffi::register_value_type::<LockState>(*LOCK_TYPE.raw_type.borrow())
+    ffi::register_value_type::<LockValue>(*LOCK_TYPE.raw_type.borrow())
 }
 
 /// A key read and written as a lock: the data type's view of an `ffi::Key`.
 pub trait LockKey {
-    /// The lock the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
+    /// What the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
     /// something else.
-    fn lock(&self) -> Result<Option<&LockState>, RedisError>;
-    /// The lock the key holds, to change in place (the key must be open for writing).
-    fn lock_mut(&mut self) -> Result<Option<&mut LockState>, RedisError>;
-    /// Replaces whatever the key holds with `lock`, expiring at the absolute unix time
+    fn lock(&self) -> Result<Option<&LockValue>, RedisError>;
+    /// What the key holds, to change in place (the key must be open for writing).
+    fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError>;
+    /// Replaces whatever the key holds with `value`, expiring at the absolute unix time
     /// `expire_at` (`None`: no expiry).
-    fn set_lock(&self, lock: LockState, expire_at: Option<i64>) -> Result<(), RedisError>;
+    fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), RedisError>;
 }
 
 impl LockKey for Key<'_> {
-    fn lock(&self) -> Result<Option<&LockState>, RedisError> {
-        self.value::<LockState>()
+    fn lock(&self) -> Result<Option<&LockValue>, RedisError> {
+        self.value::<LockValue>()
     }
 
-    fn lock_mut(&mut self) -> Result<Option<&mut LockState>, RedisError> {
-        self.value_mut::<LockState>()
+    fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
+        self.value_mut::<LockValue>()
     }
 
-    fn set_lock(&self, lock: LockState, expire_at: Option<i64>) -> Result<(), RedisError> {
-        self.set_value(lock, expire_at)
+    fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), RedisError> {
+        self.set_value(value, expire_at)
     }
 }
 
-/// Borrows the lock behind a value pointer the server hands to a callback.
+/// Borrows the value behind a pointer the server hands to a callback.
 ///
 /// # Safety
 /// `value` must be a pointer this module gave the server for a key of `LOCK_TYPE`.
-unsafe fn state<'a>(value: *mut c_void) -> &'a LockState {
-    // SAFETY: every value of LOCK_TYPE is a Box<LockState> (see the function contract).
-    unsafe { &*value.cast::<LockState>() }
+unsafe fn state<'a>(value: *mut c_void) -> &'a LockValue {
+    // SAFETY: every value of LOCK_TYPE is a Box<LockValue> (see the function contract).
+    unsafe { &*value.cast::<LockValue>() }
 }
 
 /// Loads the fields every version has: token, fence, grant time.
@@ -136,6 +146,56 @@ fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
     Some(lock)
 }
 
+/// Version 3: the kind, then an exclusive lock as version 2 stores it, or shared
+/// holders: the limit (`NO_LIMIT` for none), the count, and each holder as version 2
+/// stores a lock followed by its expiry. A value out of the contract (no holder, a
+/// limit out of range, more holders than it, a token twice) is refused.
+fn load_v3(rdb: *mut raw::RedisModuleIO) -> Option<LockValue> {
+    match raw::load_unsigned(rdb).ok()? {
+        EXCLUSIVE => load_v2(rdb).map(LockValue::Exclusive),
+        SHARED => {
+            let limit = match raw::load_signed(rdb).ok()? {
+                NO_LIMIT => None,
+                n => Some(
+                    u32::try_from(n)
+                        .ok()
+                        .filter(|n| (1..=MAX_LIMIT).contains(n))?,
+                ),
+            };
+            let count = raw::load_unsigned(rdb).ok()?;
+            if count == 0 || limit.is_some_and(|limit| count > u64::from(limit)) {
+                return None;
+            }
+            let mut holders = Holders::new(limit);
+            for _ in 0..count {
+                let lock = load_v2(rdb)?;
+                let expire_at = raw::load_signed(rdb).ok()?;
+                if expire_at < 0 {
+                    return None;
+                }
+                holders.insert(Holder { lock, expire_at }).ok()?;
+            }
+            Some(LockValue::Shared(Box::new(holders)))
+        }
+        _ => None,
+    }
+}
+
+/// Saves `lock` as version 2 saved a lock (version 3's exclusive body and holders).
+fn save_lock(rdb: *mut raw::RedisModuleIO, lock: &LockState) {
+    raw::save_slice(rdb, lock.token());
+    raw::save_unsigned(rdb, lock.fence());
+    raw::save_signed(rdb, lock.acquired_ms());
+    match lock.session() {
+        None => raw::save_signed(rdb, NO_SESSION),
+        Some(session) => {
+            raw::save_signed(rdb, session.grace_ms);
+            raw::save_unsigned(rdb, session.client);
+            raw::save_unsigned(rdb, bindings::instance());
+        }
+    }
+}
+
 /// The database and name of the key being loaded, when the server tells them.
 fn loading_key(rdb: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
     // SAFETY: rdb is the live I/O context of this load; the name, if any, is the server's
@@ -153,25 +213,24 @@ fn loading_key(rdb: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
 extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard::callback(ptr::null_mut(), || {
         let loaded = match encver {
-            1 => load_v1(rdb),
-            2 => load_v2(rdb),
+            1 => load_v1(rdb).map(LockValue::Exclusive),
+            2 => load_v2(rdb).map(LockValue::Exclusive),
+            3 => load_v3(rdb),
             _ => {
                 raw::redis_log(
                     ptr::null_mut(),
                     &format!(
-                        "lock: cannot load a lock of encoding version {encver}: this module knows 1 and 2"
+                        "lock: cannot load a lock of encoding version {encver}: this module knows 1 to {ENCODING_VERSION}"
                     ),
                 );
                 None
             }
         };
         match loaded {
-            Some(lock) => {
-                fence::clock().observe(lock.fence());
-                if let (Some(session), Some((db, key))) = (lock.session(), loading_key(rdb)) {
-                    events::session_arrived(db, &key, session);
-                }
-                Box::into_raw(Box::new(lock)).cast()
+            Some(value) => {
+                fence::clock().observe(value.newest_fence());
+                arrived(&value, loading_key(rdb));
+                Box::into_raw(Box::new(value)).cast()
             }
             None => ptr::null_mut(),
         }
@@ -181,16 +240,19 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
 extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard::callback((), || {
         // SAFETY: the server passes a value of LOCK_TYPE.
-        let lock = unsafe { state(value) };
-        raw::save_slice(rdb, lock.token());
-        raw::save_unsigned(rdb, lock.fence());
-        raw::save_signed(rdb, lock.acquired_ms());
-        match lock.session() {
-            None => raw::save_signed(rdb, NO_SESSION),
-            Some(session) => {
-                raw::save_signed(rdb, session.grace_ms);
-                raw::save_unsigned(rdb, session.client);
-                raw::save_unsigned(rdb, bindings::instance());
+        match unsafe { state(value) } {
+            LockValue::Exclusive(lock) => {
+                raw::save_unsigned(rdb, EXCLUSIVE);
+                save_lock(rdb, lock);
+            }
+            LockValue::Shared(holders) => {
+                raw::save_unsigned(rdb, SHARED);
+                raw::save_signed(rdb, holders.limit().map_or(NO_LIMIT, i64::from));
+                raw::save_unsigned(rdb, holders.len() as u64);
+                for holder in holders.iter() {
+                    save_lock(rdb, &holder.lock);
+                    raw::save_signed(rdb, holder.expire_at);
+                }
             }
         }
     })
@@ -202,33 +264,57 @@ extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     guard::callback((), || {
-        // SAFETY: the server passes a value of LOCK_TYPE.
-        let lock = unsafe { state(value) };
-        let command = CString::new("LOCK._SET").expect("no NUL");
         // SAFETY: reading a function pointer from the API table filled at load time.
         let emit = unsafe { raw::RedisModule_EmitAOF }.expect("RedisModule_EmitAOF");
-        // The expiry is left out (-1): the server appends PEXPIREAT for the key itself.
-        // A session-bound lock adds its grace; for a plain one the format stops before
-        // it, and the server reads no further argument.
-        let (format, grace_ms) = match lock.grace_ms() {
-            None => (c"sblll", 0),
-            Some(grace_ms) => (c"sbllll", grace_ms),
-        };
-        // SAFETY: the format matches the arguments: s = RedisModuleString*, b = pointer
-        // and length, l = long long; aof and key are live for this callback.
-        unsafe {
-            emit(
-                aof,
-                command.as_ptr(),
-                format.as_ptr(),
-                key,
-                lock.token().as_ptr(),
-                lock.token().len(),
-                lock.fence() as i64,
-                lock.acquired_ms(),
-                -1i64,
-                grace_ms,
-            );
+        // SAFETY: the server passes a value of LOCK_TYPE.
+        match unsafe { state(value) } {
+            LockValue::Exclusive(lock) => {
+                // The expiry is left out (-1): the server appends PEXPIREAT for the key
+                // itself. A session-bound lock adds its grace; for a plain one the format
+                // stops before it, and the server reads no further argument.
+                let (format, grace_ms) = match lock.grace_ms() {
+                    None => (c"sblll", 0),
+                    Some(grace_ms) => (c"sbllll", grace_ms),
+                };
+                // SAFETY: the format matches the arguments: s = RedisModuleString*, b =
+                // pointer and length, l = long long; aof and key are live for this call.
+                unsafe {
+                    emit(
+                        aof,
+                        c"LOCK._SET".as_ptr(),
+                        format.as_ptr(),
+                        key,
+                        lock.token().as_ptr(),
+                        lock.token().len(),
+                        lock.fence() as i64,
+                        lock.acquired_ms(),
+                        -1i64,
+                        grace_ms,
+                    );
+                }
+            }
+            LockValue::Shared(holders) => {
+                let limit = holders.limit().map_or(NO_LIMIT, i64::from);
+                for holder in holders.iter() {
+                    let lock = &holder.lock;
+                    // SAFETY: as above, format `sblllll`.
+                    unsafe {
+                        emit(
+                            aof,
+                            c"LOCK._HOLD".as_ptr(),
+                            c"sblllll".as_ptr(),
+                            key,
+                            lock.token().as_ptr(),
+                            lock.token().len(),
+                            lock.fence() as i64,
+                            lock.acquired_ms(),
+                            holder.expire_at,
+                            limit,
+                            lock.grace_ms().unwrap_or(NO_SESSION),
+                        );
+                    }
+                }
+            }
         }
     })
 }
@@ -236,56 +322,93 @@ extern "C" fn aof_rewrite(
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(0, || {
         // SAFETY: the server passes a value of LOCK_TYPE.
-        let lock = unsafe { state(value.cast_mut()) };
-        std::mem::size_of::<LockState>() + lock.heap_bytes()
+        let value = unsafe { state(value.cast_mut()) };
+        std::mem::size_of::<LockValue>() + value.heap_bytes()
     })
 }
 
 extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard::callback((), || {
-        // SAFETY: the server passes a value of LOCK_TYPE and a live digest.
-        unsafe {
-            let lock = state(value);
-            raw::RedisModule_DigestAddStringBuffer.expect("DigestAddStringBuffer")(
-                md,
-                lock.token().as_ptr().cast(),
-                lock.token().len(),
-            );
-            raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.fence() as i64);
-            raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, lock.acquired_ms());
+        // SAFETY: reading function pointers from the API table filled at load time.
+        let (add_buffer, add_number, end) = unsafe {
+            (
+                raw::RedisModule_DigestAddStringBuffer.expect("DigestAddStringBuffer"),
+                raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong"),
+                raw::RedisModule_DigestEndSequence.expect("DigestEndSequence"),
+            )
+        };
+        // SAFETY: the server passes a value of LOCK_TYPE and a live digest; the token is
+        // only read during the call.
+        let add_lock = |lock: &LockState| unsafe {
+            add_buffer(md, lock.token().as_ptr().cast(), lock.token().len());
+            add_number(md, lock.fence() as i64);
+            add_number(md, lock.acquired_ms());
             // The grace, not the connection: a replica's copy has none.
             if let Some(grace_ms) = lock.grace_ms() {
-                raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong")(md, grace_ms);
+                add_number(md, grace_ms);
             }
-            raw::RedisModule_DigestEndSequence.expect("DigestEndSequence")(md);
+        };
+        // SAFETY: as above.
+        match unsafe { state(value) } {
+            LockValue::Exclusive(lock) => add_lock(lock),
+            LockValue::Shared(holders) => {
+                // In token order, so that equal sets digest alike whatever their slots.
+                let mut all: Vec<&Holder> = holders.iter().collect();
+                all.sort_unstable_by(|a, b| a.lock.token().cmp(b.lock.token()));
+                // SAFETY: as above.
+                unsafe { add_number(md, holders.limit().map_or(NO_LIMIT, i64::from)) };
+                for holder in all {
+                    add_lock(&holder.lock);
+                    // SAFETY: as above.
+                    unsafe { add_number(md, holder.expire_at) };
+                }
+            }
         }
+        // SAFETY: as above.
+        unsafe { end(md) };
     })
 }
 
 extern "C" fn free(value: *mut c_void) {
     guard::callback((), || {
         // SAFETY: the server gives back a value it took from this module, exactly once.
-        drop(unsafe { Box::from_raw(value.cast::<LockState>()) });
+        drop(unsafe { Box::from_raw(value.cast::<LockValue>()) });
     })
 }
 
-/// `COPY`: the copy is the same lock, bound to the same connection if it is bound.
+/// A lock value arrived at a key (loaded, restored, copied): its session-bound holders
+/// are watched from now on, and shared holders get their expiry timer.
+fn arrived(value: &LockValue, at: Option<(i32, Vec<u8>)>) {
+    let Some((db, key)) = at else {
+        return;
+    };
+    for session in value.sessions() {
+        events::session_arrived(db, &key, session);
+    }
+    if matches!(value, LockValue::Shared(_)) {
+        events::shared_arrived(db, &key);
+    }
+}
+
+/// `COPY`: the copy is the same lock, bound to the same connections if it is bound.
 extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     guard::callback(ptr::null_mut(), || {
         // SAFETY: the server passes a value of LOCK_TYPE.
-        let lock = unsafe { state(value.cast_mut()) };
-        if let Some(session) = lock.session() {
-            // SAFETY: ctx is the live key context of this callback; the name is the
-            // server's and is only read here.
-            let (db, name) = unsafe {
-                (
-                    raw::RedisModule_GetToDbIdFromOptCtx.expect("GetToDbIdFromOptCtx")(ctx),
-                    raw::RedisModule_GetToKeyNameFromOptCtx.expect("GetToKeyNameFromOptCtx")(ctx),
-                )
-            };
-            events::session_arrived(db, RedisString::string_as_slice(name), session);
-        }
-        Box::into_raw(Box::new(lock.clone())).cast()
+        let value = unsafe { state(value.cast_mut()) };
+        // SAFETY: ctx is the live key context of this callback; the name is the
+        // server's and is copied here.
+        let to = unsafe {
+            (
+                raw::RedisModule_GetToDbIdFromOptCtx.expect("GetToDbIdFromOptCtx")(ctx),
+                RedisString::string_as_slice(raw::RedisModule_GetToKeyNameFromOptCtx
+                    .expect("GetToKeyNameFromOptCtx")(
+                    ctx
+                ))
+                .to_vec(),
+            )
+        };
+        arrived(value, Some(to));
+        Box::into_raw(Box::new(value.clone())).cast()
     })
 }
 
@@ -304,12 +427,16 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
         };
         let key = RedisString::string_as_slice(name);
         // SAFETY: the server passes the value of the lock key being removed.
-        if let Some(session) = unsafe { state(value.cast_mut()) }.session() {
-            events::session_gone(db, key, session);
-            if !events::is_releasing() {
-                // A RENAME or MOVE may be taking it to another key.
-                events::session_in_flight();
-            }
+        let value = unsafe { state(value.cast_mut()) };
+        let sessions = value.sessions();
+        for session in &sessions {
+            events::session_gone(db, key, *session);
+        }
+        if !events::is_releasing()
+            && (!sessions.is_empty() || matches!(value, LockValue::Shared(_)))
+        {
+            // A RENAME or MOVE may be taking it to another key.
+            events::session_in_flight();
         }
         // A release's own deletion is never an expiry, and the release hands the lock
         // over itself: no note, no news.
@@ -332,7 +459,7 @@ extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     let failed = raw::REDISMODULE_ERR as c_int;
     guard::callback(failed, || {
-        // The auxiliary data (the fencing clock) is the same in versions 1 and 2.
+        // The auxiliary data (the fencing clock) is the same in every version.
         if !(1..=ENCODING_VERSION).contains(&encver) {
             return failed;
         }

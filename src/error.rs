@@ -5,7 +5,7 @@
 
 use redis_module::RedisError;
 
-use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
 use crate::rules::Refusal;
 
 /// `ttl-ms` was not an integer from 1 to 2^47 - 1.
@@ -29,6 +29,13 @@ pub fn invalid_grace() -> RedisError {
     ))
 }
 
+/// `LIMIT n` was not an integer from 1 to 1,000,000.
+pub fn invalid_limit() -> RedisError {
+    RedisError::String(format!(
+        "ERR invalid LIMIT: expected an integer from 1 to {MAX_LIMIT}"
+    ))
+}
+
 /// `SESSION` asked for where no connection can be bound: inside a script or function (the
 /// module API does not tell which client ran it), or from a context without a client.
 pub fn session_without_connection() -> RedisError {
@@ -47,7 +54,7 @@ pub fn invalid_token() -> RedisError {
 /// An option name that the command does not know, quoted as the client gave it.
 pub fn unknown_option(given: &[u8]) -> RedisError {
     RedisError::String(format!(
-        "ERR unknown option '{}': expected TOKEN, WAIT or SESSION",
+        "ERR unknown option '{}': expected TOKEN, WAIT, SESSION, SHARED or LIMIT",
         printable(given)
     ))
 }
@@ -75,16 +82,17 @@ pub fn fence_exhausted() -> RedisError {
     RedisError::Str("ERR fence space exhausted: no fence below 2^53 is left for this server")
 }
 
-/// A command reserved for the replication stream and the AOF was sent by a client.
-pub fn internal_command() -> RedisError {
-    RedisError::Str(
-        "ERR LOCK._SET is internal: it only runs from the replication stream or the AOF",
-    )
+/// A command reserved for the replication stream and the AOF (`LOCK._SET`, `LOCK._HOLD`,
+/// `LOCK._DROP`) was sent by a client.
+pub fn internal_command(name: &str) -> RedisError {
+    RedisError::String(format!(
+        "ERR {name} is internal: it only runs from the replication stream or the AOF"
+    ))
 }
 
-/// An argument of the internal `LOCK._SET` command was malformed.
-pub fn invalid_internal(what: &str) -> RedisError {
-    RedisError::String(format!("ERR LOCK._SET: invalid {what}"))
+/// An argument of an internal command was malformed.
+pub fn invalid_internal(name: &str, what: &str) -> RedisError {
+    RedisError::String(format!("ERR {name}: invalid {what}"))
 }
 
 /// An acquire the rules refuse outright: a limit other than the one the key's shared
@@ -166,8 +174,9 @@ mod tests {
             repeated_option(b"TOKEN"),
             missing_value(b"WAIT"),
             fence_exhausted(),
-            internal_command(),
-            invalid_internal("fence"),
+            internal_command("LOCK._HOLD"),
+            invalid_internal("LOCK._SET", "fence"),
+            invalid_limit(),
             debug_disabled(),
             unknown_debug_subcommand(b"X"),
             internal_panic(),

@@ -1,5 +1,6 @@
 //! A leaf for what the type's callbacks learn where the module may act on nothing: that
-//! a lock key left the keyspace, that a session-bound lock arrived in it or left it.
+//! a lock key left the keyspace, that a session-bound lock or shared holders arrived in
+//! it or left it; and for what the blocking layer learns when a waiter leaves a queue.
 //! Whoever can act on it (the handoff, the sessions) registers itself here at load; a
 //! type callback only reports the fact and calls nothing above it.
 
@@ -31,9 +32,14 @@ thread_local! {
     static ON_LOCK_GONE: Cell<Option<Listener>> = const { Cell::new(None) };
     /// Told of session-bound locks (set once, at load).
     static ON_SESSION: Cell<Option<SessionListeners>> = const { Cell::new(None) };
-    /// Set when a session-bound lock leaves a key other than by a release: a `RENAME` or
-    /// `MOVE` may bring it to another key, where the sessions must find it (the
-    /// notification of the destination names no value).
+    /// Told that shared holders arrived at a key (set once, at load).
+    static ON_SHARED: Cell<Option<Listener>> = const { Cell::new(None) };
+    /// Told that the head of a key's queue left it, others still waiting (set once).
+    static ON_HEAD_LEFT: Cell<Option<Listener>> = const { Cell::new(None) };
+    /// Set when a session-bound lock or shared holders leave a key other than by a
+    /// release: a `RENAME` or `MOVE` may bring them to another key, where the sessions and
+    /// the holders' expiry must find them (the notification of the destination names no
+    /// value).
     static IN_FLIGHT: Cell<bool> = const { Cell::new(false) };
 }
 
@@ -83,7 +89,34 @@ pub fn session_gone(db: i32, key: &[u8], session: Session) {
     }
 }
 
-/// A session-bound lock may be on its way to another key (see `IN_FLIGHT`).
+/// Registers who is told that shared holders arrived at a key.
+pub fn on_shared(listener: Listener) {
+    ON_SHARED.with(|l| l.set(Some(listener)));
+}
+
+/// Shared holders arrived at `key` of database `db` (loaded, restored, copied, moved):
+/// their expiries must be watched.
+pub fn shared_arrived(db: i32, key: &[u8]) {
+    if let Some(listener) = ON_SHARED.with(Cell::get) {
+        listener(db, key);
+    }
+}
+
+/// Registers who is told that the head of a queue left it.
+pub fn on_head_left(listener: Listener) {
+    ON_HEAD_LEFT.with(|l| l.set(Some(listener)));
+}
+
+/// The oldest waiter of `key` in database `db` left without the lock (timed out, gone),
+/// and others still wait: the next may fit beside the holders where it did not.
+pub fn head_left(db: i32, key: &[u8]) {
+    if let Some(listener) = ON_HEAD_LEFT.with(Cell::get) {
+        listener(db, key);
+    }
+}
+
+/// A session-bound lock or shared holders may be on their way to another key (see
+/// `IN_FLIGHT`).
 pub fn session_in_flight() {
     IN_FLIGHT.with(|f| f.set(true));
 }

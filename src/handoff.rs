@@ -1,4 +1,6 @@
-//! Handoff: a freed lock goes to the oldest waiter in the same event that freed it.
+//! Handoff: a freed lock goes to the oldest waiter in the same event that freed it (and
+//! room among shared holders to the shared waiters at the head of the queue); shared
+//! holders leave at their own expiry.
 //!
 //! Whatever frees a lock (a release, a `DEL`, an expiry, an eviction, a flush, a
 //! `RENAME`/`MOVE` away) produces one fact, "the lock on K may be free", and one function,
@@ -17,25 +19,30 @@
 //!   (Redis 7.2+, Valkey); on Redis 7.0, which has no such jobs, from a timer that fires
 //!   as soon as the event loop is free, while newcomers keep finding the queue ahead of
 //!   them (a newcomer's acquire runs the handoff itself first);
+//! - at a shared holder's expiry: a timer per key, at its next holder's expiry, takes
+//!   the holders whose time has come out (replicated as effects) and grants waiters;
 //! - at a lock's deadline: a timer, so that an expiring lock is handed over on time
 //!   rather than when the server's background expiry finds it. The same timer looks
 //!   again every `RECHECK_MS` while waiters remain: an admin's `PEXPIRE`, or a key of
 //!   another type put in the lock's place, reach the module through no callback.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::os::raw::c_void;
 
 use redis_module::{Context, raw};
 
 use crate::blocking::{self, Answer};
 use crate::cluster;
+use crate::datatype::LockKey;
 use crate::error;
 use crate::events;
 use crate::ffi::{self, Key, KeyKind};
 use crate::guard;
 use crate::queue::{KeyId, Waiter};
+use crate::rules::Holding;
 use crate::store;
+use crate::value::LockValue;
 
 /// How often a held key with waiters is looked at, besides at its deadline.
 const RECHECK_MS: i64 = 100;
@@ -46,66 +53,141 @@ const RECHECK_MS: i64 = 100;
 const PAUSED_RETRY_MS: i64 = 10;
 
 thread_local! {
-    /// The pending timer of each key with waiters: `(timer id, fires at ms)`.
+    /// The pending timer of each key with waiters or shared holders: `(timer id, fires
+    /// at ms)`.
     static TIMERS: RefCell<HashMap<KeyId, (u64, i64)>> = RefCell::new(HashMap::new());
+    /// Keys with shared holders that this server keeps without serving them (loading, a
+    /// replica): looked at when it starts serving.
+    static PENDING: RefCell<HashSet<KeyId>> = RefCell::new(HashSet::new());
 }
 
-/// The lock on `name` in database `db` may be free: if it is, grant it to the oldest
-/// waiter (a waiter whose key now lives on another cluster node is redirected, and the
-/// next one tried). Runs where the server allows writes: a write command of `db`'s
-/// client, a timer, a post-notification job.
+/// The lock on `name` in database `db` may be free, or have room for more shared
+/// holders: grant it to the waiters at the head of its queue that fit (one exclusive
+/// waiter, or shared ones up to the next exclusive one, as far as the limit allows; a
+/// waiter whose key now lives on another cluster node is redirected, and the next one
+/// tried). Runs where the server allows writes: a write command of `db`'s client, a
+/// timer, a post-notification job.
 pub fn handoff(ctx: &Context, db: i32, name: &[u8]) {
     // Checked first, without building the key's id: most releases have no waiters.
     if !blocking::queued(db, name) || ffi::is_replica(ctx) {
         return;
     }
-    let id = blocking::key_id(db, name);
+    settle(ctx, &blocking::key_id(db, name));
+}
+
+/// Brings key `id` up to date on a master: its shared holders whose time has come leave,
+/// the waiters that fit are granted, and a timer is armed for what comes next (the next
+/// holder's expiry, the key's deadline while waiters remain).
+fn settle(ctx: &Context, id: &KeyId) {
+    if ffi::is_replica(ctx) {
+        // Replicas follow their master; the holders are looked at once this one serves.
+        PENDING.with(|p| p.borrow_mut().insert(id.clone()));
+        return;
+    }
     if ffi::writes_paused() {
-        arm_timer(ctx, &id, ffi::now_ms().saturating_add(PAUSED_RETRY_MS));
+        arm_timer(ctx, id, ffi::now_ms().saturating_add(PAUSED_RETRY_MS));
         return;
     }
-    if ffi::selected_db(ctx) != db && !ffi::select_db(ctx, db) {
+    if ffi::selected_db(ctx) != id.0 && !ffi::select_db(ctx, id.0) {
         return;
     }
-    let key_name = ctx.create_string(name);
+    let key_name = ctx.create_string(id.1.as_slice());
     loop {
         // Opened for writing: a key whose time has passed is deleted here, on any server.
-        let key = Key::open_write(ctx, &key_name);
-        if key.kind() != KeyKind::Empty {
-            // Held: by a lock, or by a key of another type in its place.
-            let expire_at = key.expire_at();
+        let mut key = Key::open_write(ctx, &key_name);
+        let held = match key.kind() {
+            KeyKind::Empty => None,
+            KeyKind::Module => {
+                let _ = store::expire_holders(ctx, &mut key);
+                match key.lock() {
+                    Ok(Some(LockValue::Shared(holders))) => holders.holding(),
+                    Ok(None) => None,
+                    _ => Some(Holding::EXCLUSIVE),
+                }
+            }
+            // A key of another type in the lock's place holds it like a lock.
+            KeyKind::Other => Some(Holding::EXCLUSIVE),
+        };
+        let admitted = blocking::admissible(id, held);
+        if admitted == 0 {
+            let (expire_at, next_holder) = (key.expire_at(), next_holder_expiry(&key));
             drop(key);
-            rearm(ctx, &id, expire_at);
+            rearm(ctx, id, expire_at);
+            if let Some(at) = next_holder {
+                arm_timer(ctx, id, at);
+            }
             return;
         }
-        let Some(waiter) = blocking::take_head(&id) else {
-            return;
-        };
-        let (waiter, answer) = grant_to(ctx, &key, waiter);
-        drop(key);
-        blocking::answer(ctx, waiter, answer);
+        for _ in 0..admitted {
+            let Some(waiter) = blocking::take_head(id) else {
+                break;
+            };
+            let (waiter, answer) = grant_to(ctx, &mut key, waiter);
+            blocking::answer(ctx, waiter, answer);
+        }
     }
 }
 
-/// Writes the grant of the free lock `key` to `waiter`, and returns what it is told.
-fn grant_to(ctx: &Context, key: &Key, mut waiter: Waiter) -> (Waiter, Answer) {
+/// When the next shared holder of `key` expires, if it holds shared holders.
+fn next_holder_expiry(key: &Key) -> Option<i64> {
+    match key.lock() {
+        Ok(Some(LockValue::Shared(holders))) => holders.next_expiry(),
+        _ => None,
+    }
+}
+
+/// The shared holders of `key` (`name` in database `db`) changed: a timer takes each out
+/// at its own time, within a few milliseconds, on a master.
+pub fn watch_holders(ctx: &Context, db: i32, name: &[u8], key: &Key) {
+    if let Some(at) = next_holder_expiry(key) {
+        arm_timer(ctx, &blocking::key_id(db, name), at);
+    }
+}
+
+/// Shared holders arrived at `key` (loaded, restored, copied, moved, replicated): their
+/// expiries are watched now, or once this server serves its keys.
+fn shared_arrived(db: i32, key: &[u8]) {
+    let ctx = ffi::detached();
+    let id = blocking::key_id(db, key);
+    if ffi::is_loading() || ffi::is_replica(&ctx) {
+        PENDING.with(|p| p.borrow_mut().insert(id));
+    } else {
+        arm_timer(&ctx, &id, ffi::now_ms());
+    }
+}
+
+/// The server starts serving its keys (loading ended on a master, or it was promoted):
+/// the shared holders it has been keeping are looked at now.
+pub fn serving(ctx: &Context) {
+    if ffi::is_replica(ctx) || ffi::is_loading() {
+        return;
+    }
+    let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    let now = ffi::now_ms();
+    for id in pending {
+        arm_timer(ctx, &id, now);
+    }
+}
+
+/// Writes the grant of `key` to `waiter`, and returns what it is told.
+fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer) {
     if let Some(redirect) = cluster::route(ctx, &waiter.key.1).redirect() {
         return (waiter, Answer::Error(redirect));
     }
     let token = std::mem::take(&mut waiter.token);
-    let reply_token: Box<[u8]> = token.as_slice().into();
     let answer = match store::grant(
         ctx,
         key,
         (waiter.key.0, &waiter.key.1),
-        token,
+        (token, waiter.kind),
         waiter.ttl_ms,
         waiter.session,
-    ) {
-        Ok((fence, _)) => Answer::Granted {
-            token: reply_token,
+        |token, fence| Answer::Granted {
+            token: token.into(),
             fence,
         },
+    ) {
+        Ok((_, granted)) => granted,
         Err(err) => Answer::Error(err.to_string()),
     };
     (waiter, answer)
@@ -127,9 +209,21 @@ pub fn waiting_for(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
 /// A lock key left the keyspace other than by a release (the type's unlink callback,
 /// through `events`): if clients wait for it, hand it over as soon as writes are allowed.
 fn lock_gone(db: i32, key: &[u8]) {
-    if blocking::queued(db, key) {
-        run_soon(blocking::key_id(db, key));
+    let id = blocking::key_id(db, key);
+    PENDING.with(|p| {
+        let mut pending = p.borrow_mut();
+        if !pending.is_empty() {
+            pending.remove(&id);
+        }
+    });
+    if blocking::busy(&id) {
+        run_soon(id);
     }
+}
+
+/// The oldest waiter of `key` left without it: the next ones may fit now.
+fn head_left(db: i32, key: &[u8]) {
+    run_soon(blocking::key_id(db, key));
 }
 
 /// Runs the handoff of `id` right after the current command or cycle: as a
@@ -148,7 +242,7 @@ fn run_soon(id: KeyId) {
 extern "C" fn on_job(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     // SAFETY: data is the Box<KeyId> that run_soon handed to the server; a job runs once.
     let id = unsafe { Box::from_raw(data.cast::<KeyId>()) };
-    guard::callback((), || handoff(&Context::new(ctx), id.0, &id.1));
+    guard::callback((), || settle(&Context::new(ctx), &id));
 }
 
 /// While waiters remain for a held key, a timer at its deadline hands it over on time,
@@ -192,7 +286,7 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
                 timers.shrink_to_fit();
             }
         });
-        handoff(&Context::new(ctx), id.0, &id.1);
+        settle(&Context::new(ctx), &id);
     })
 }
 
@@ -212,7 +306,10 @@ pub fn demoted(ctx: &Context) {
     blocking::answer_all(ctx, |_| Answer::Error(refused.clone()));
 }
 
-/// Registers for the type's news of removed lock keys (at load).
+/// Registers for the type's news of removed lock keys and arrived shared holders, and
+/// for waiters leaving the head of a queue (at load).
 pub fn init() {
     events::on_lock_gone(lock_gone);
+    events::on_shared(shared_arrived);
+    events::on_head_left(head_left);
 }

@@ -118,8 +118,8 @@ impl Holders {
     }
 
     /// Adds `holder`, whose token must not hold the key already (the caller renews
-    /// instead); gives it back if it does.
-    pub fn insert(&mut self, holder: Holder) -> Result<(), Holder> {
+    /// instead); gives it back if it does. Returns the holder as stored.
+    pub fn insert(&mut self, holder: Holder) -> Result<&Holder, Holder> {
         if self.slot_of(holder.lock.token()).is_some() {
             return Err(holder);
         }
@@ -142,7 +142,9 @@ impl Holders {
             }
         }
         self.by_expiry.insert((expire_at, slot));
-        Ok(())
+        Ok(self.slots[slot as usize]
+            .as_ref()
+            .expect("the slot was just filled"))
     }
 
     /// Takes the holder with this token out.

@@ -26,6 +26,7 @@ pub mod guard;
 pub mod handoff;
 pub mod holders;
 pub mod info;
+pub mod internal;
 pub mod limits;
 pub mod lock;
 #[cfg(test)]
@@ -37,6 +38,7 @@ pub mod server_events;
 pub mod session;
 pub mod stats;
 pub mod store;
+pub mod value;
 
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisString, Status, redis_module};
@@ -76,7 +78,7 @@ struct CommandSpec {
 }
 
 /// Every command: handler, flags, keys, arity and key use.
-const COMMANDS: [CommandSpec; 6] = [
+const COMMANDS: [CommandSpec; 8] = [
     CommandSpec {
         name: c"lock.acquire",
         entry: command_entry!(commands::acquire),
@@ -111,11 +113,27 @@ const COMMANDS: [CommandSpec; 6] = [
     },
     CommandSpec {
         name: c"lock._set",
-        entry: command_entry!(commands::set_internal),
+        entry: command_entry!(internal::set),
         flags: c"write",
         keys: (1, 1, 1),
         arity: -6,
         key_use: Some(KeyUse::Overwrite),
+    },
+    CommandSpec {
+        name: c"lock._hold",
+        entry: command_entry!(internal::hold),
+        flags: c"write",
+        keys: (1, 1, 1),
+        arity: 8,
+        key_use: Some(KeyUse::Update),
+    },
+    CommandSpec {
+        name: c"lock._drop",
+        entry: command_entry!(internal::drop_holder),
+        flags: c"write",
+        keys: (1, 1, 1),
+        arity: 3,
+        key_use: Some(KeyUse::Delete),
     },
     CommandSpec {
         name: c"lock.debug",

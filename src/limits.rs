@@ -5,3 +5,5 @@
 pub const MAX_TTL_MS: i64 = (1 << 47) - 1;
 /// Largest token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
+/// Largest `LIMIT n`: the most shared holders a semaphore may allow.
+pub const MAX_LIMIT: u32 = 1_000_000;

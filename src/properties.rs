@@ -242,6 +242,7 @@ proptest! {
                         wake_timer: None,
                         ttl_ms: 1,
                         session: None,
+                        kind: crate::rules::Kind::Exclusive,
                     });
                     model[slot].push((id, next_handle));
                     next_handle += 1;

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::lock::Session;
+use crate::rules::{self, Holding, Kind};
 
 /// A key in a database: waiters of different databases never meet.
 pub type KeyId = (i32, Vec<u8>);
@@ -27,6 +28,8 @@ pub struct Waiter {
     pub ttl_ms: i64,
     /// The connection the lock will be bound to, with its grace (`SESSION`), if any.
     pub session: Option<Session>,
+    /// How it asks to hold the key: exclusive, or shared (with the limit it gave).
+    pub kind: Kind,
 }
 
 /// All waiters of the server.
@@ -81,6 +84,24 @@ impl Queues {
     pub fn head(&self, key: &KeyId) -> Option<(u64, &Waiter)> {
         let id = *self.queues.get(key)?.front()?;
         Some((id, &self.waiters[&id]))
+    }
+
+    /// How many waiters at the head of `key`'s queue are granted now beside `held`
+    /// (`rules::admit`): one exclusive waiter, or the shared ones up to the next
+    /// exclusive one, as far as the limit allows.
+    pub fn admissible(&self, key: &KeyId, held: Option<Holding>) -> usize {
+        let Some(queue) = self.queues.get(key) else {
+            return 0;
+        };
+        rules::admit(held, queue.iter().map(|id| self.waiters[id].kind))
+    }
+
+    /// Whether waiter `id` is the oldest of its key.
+    pub fn is_head(&self, id: u64) -> bool {
+        self.waiters
+            .get(&id)
+            .and_then(|w| self.queues.get(&w.key))
+            .is_some_and(|queue| queue.front() == Some(&id))
     }
 
     /// Takes the oldest waiter of `key` out of its queue (to be granted the lock).
@@ -150,6 +171,7 @@ mod tests {
             wake_timer: None,
             ttl_ms: 1000,
             session: None,
+            kind: Kind::Exclusive,
         }
     }
 
@@ -246,6 +268,26 @@ mod tests {
         });
         assert!(!q.busy(&key("k")));
         assert!(q.busy(&(1, b"k".to_vec())));
+    }
+
+    #[test]
+    fn a_batch_of_shared_waiters_at_the_head_is_admissible_together() {
+        let mut q = Queues::default();
+        let reader = |handle| Waiter {
+            kind: Kind::READER,
+            ..waiter(handle, "k")
+        };
+        let first = q.push(reader(1));
+        q.push(reader(2));
+        q.push(waiter(3, "k"));
+        q.push(reader(4));
+        assert!(q.is_head(first));
+        assert_eq!(q.admissible(&key("k"), None), 2);
+        assert_eq!(q.admissible(&key("k"), Some(Holding::EXCLUSIVE)), 0);
+        assert_eq!(q.admissible(&key("other"), None), 0);
+        q.remove(first);
+        q.pop_head(&key("k"));
+        assert_eq!(q.admissible(&key("k"), None), 1, "the writer alone");
     }
 
     #[test]

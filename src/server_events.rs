@@ -106,12 +106,14 @@ extern "C" fn on_server_event(
                     handoff::demoted(&ctx);
                 } else {
                     session::serving(&ctx);
+                    handoff::serving(&ctx);
                 }
             }
             raw::REDISMODULE_EVENT_LOADING
                 if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED =>
             {
                 session::serving(&ctx);
+                handoff::serving(&ctx);
             }
             _ => {}
         }

@@ -27,10 +27,11 @@ use crate::events::{self, SessionListeners};
 use crate::ffi::{self, Key};
 use crate::guard;
 use crate::handoff;
-use crate::lock::{LockState, Session};
+use crate::lock::Session;
 use crate::queue::KeyId;
 use crate::stats;
 use crate::store::{self, EVENT_RELEASE};
+use crate::value::LockValue;
 
 /// How soon a grace that ended while the server held writes back is looked at again.
 const PAUSED_RETRY_MS: i64 = 10;
@@ -51,10 +52,11 @@ fn unwatch_when_idle() {
 
 /// The lock on `key`, bound as `session`, is about to lose that binding (its holder's
 /// token acquires it again, bound anew or not at all). If that ends a grace, it is a
-/// reclaim, counted in `session_reclaims`.
-pub fn unbind(ctx: &Context, db: i32, key: &[u8], session: &Session) {
+/// reclaim, counted in `session_reclaims`. With `forget` false, other holders of the key
+/// stay bound to the same connection and keep their entry and grace.
+pub fn unbind(ctx: &Context, db: i32, key: &[u8], session: &Session, forget: bool) {
     let id = (db, key.to_vec());
-    if let Some(timer) = bindings::with(|b| b.forget(&id, session.client)) {
+    if forget && let Some(timer) = bindings::with(|b| b.forget(&id, session.client)) {
         stop_grace_timer(ctx, timer);
     }
     if !ffi::client_connected(session.client) {
@@ -150,8 +152,8 @@ fn gone(db: i32, key: &[u8], session: Session) {
 fn reconcile_left(ctx: &Context) {
     let mut clients = Vec::new();
     for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
-        let successor = session_at(ctx, &key);
-        if let Some(timer) = bindings::with(|b| b.left(&key, client, successor)) {
+        let still_bound = bound_at(ctx, &key, client);
+        if let Some(timer) = bindings::with(|b| b.left(&key, client, still_bound)) {
             stop_grace_timer(ctx, timer);
         }
         if !clients.contains(&client) {
@@ -166,29 +168,29 @@ fn reconcile_left(ctx: &Context) {
         };
         let still_bound: Vec<KeyId> = keys
             .into_iter()
-            .filter(|key| session_at(ctx, key).is_some_and(|s| s.client == client))
+            .filter(|key| bound_at(ctx, key, client))
             .collect();
         bindings::with(|b| b.compact(client, &still_bound));
     }
     unwatch_when_idle();
 }
 
-/// The binding of the session-bound lock on `key`, if it holds one.
-fn session_at(ctx: &Context, key: &KeyId) -> Option<Session> {
+/// Whether some holder of `key` is bound to connection `client`.
+fn bound_at(ctx: &Context, key: &KeyId, client: u64) -> bool {
     if ffi::selected_db(ctx) != key.0 && !ffi::select_db(ctx, key.0) {
-        return None;
+        return false;
     }
     let name = ctx.create_string(key.1.as_slice());
     Key::open_read(ctx, &name)
         .lock()
         .ok()
         .flatten()
-        .and_then(LockState::session)
+        .is_some_and(|value| value.bound_to(client))
 }
 
 /// `RENAME` and `MOVE` bring a lock to a new key with no type callback that names the
-/// destination: their notification of it is where a session-bound lock that left another
-/// key is found again (`COPY` has its type callback). Any other event costs a flag check.
+/// destination: their notification of it is where a session-bound lock (or shared
+/// holders, whose expiries are watched) that left another key is found again (`COPY` has its type callback). Any other event costs a flag check.
 pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
     guard::callback((), || {
         if !events::is_session_in_flight() || !matches!(event, b"rename_to" | b"move_to") {
@@ -197,10 +199,14 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
         events::take_session_in_flight();
         let name = ctx.create_string(key);
         let opened = Key::open_read(ctx, &name);
-        if let Ok(Some(lock)) = opened.lock()
-            && let Some(session) = lock.session()
-        {
-            arrived(ffi::selected_db(ctx), key, session);
+        let db = ffi::selected_db(ctx);
+        if let Ok(Some(value)) = opened.lock() {
+            for session in value.sessions() {
+                arrived(db, key, session);
+            }
+            if matches!(value, LockValue::Shared(_)) {
+                events::shared_arrived(db, key);
+            }
         }
     })
 }
@@ -236,30 +242,63 @@ extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     })
 }
 
-/// The grace of the lock on `key` ran out: release it if it still has that binding.
+/// The grace `binding.grace_ms` of the lock on `key` ran out, since its connection
+/// closed (or the server started serving it): release every holder still bound to that
+/// connection with a grace no longer than that, if the connection is still gone. A
+/// holder bound with a longer grace gets the rest of it.
 fn release(ctx: &Context, key: &KeyId, binding: Binding) {
     let (db, name) = (key.0, key.1.as_slice());
-    if ffi::selected_db(ctx) != db && !ffi::select_db(ctx, db) {
+    if ffi::client_connected(binding.client)
+        || (ffi::selected_db(ctx) != db && !ffi::select_db(ctx, db))
+    {
         return;
     }
     let key_name = ctx.create_string(name);
-    let opened = Key::open_write(ctx, &key_name);
-    let Ok(Some(lock)) = opened.lock() else {
+    let mut opened = Key::open_write(ctx, &key_name);
+    let Ok(Some(value)) = opened.lock() else {
         return;
     };
-    let still_bound = lock.session().is_some_and(|session| {
-        session.client == binding.client && !ffi::client_connected(session.client)
-    });
-    if !still_bound {
-        return;
+    let bound: Vec<(Vec<u8>, i64)> = value
+        .locks()
+        .filter_map(|lock| {
+            let session = lock.session()?;
+            (session.client == binding.client).then(|| (lock.token().to_vec(), session.grace_ms))
+        })
+        .collect();
+    let longer = bound
+        .iter()
+        .map(|(_, grace)| *grace)
+        .filter(|grace| *grace > binding.grace_ms)
+        .min();
+    let shared = matches!(value, LockValue::Shared(_));
+    let mut released = 0;
+    for (token, _) in bound.iter().filter(|(_, grace)| *grace <= binding.grace_ms) {
+        let gone = if shared {
+            store::drop_holder(ctx, &mut opened, token).is_ok_and(|h| h.is_some())
+        } else {
+            events::releasing(|| opened.delete());
+            ffi::replicate_del(ctx, opened.name());
+            true
+        };
+        if gone {
+            ffi::notify(ctx, EVENT_RELEASE, opened.name());
+            stats::RELEASES.bump();
+            stats::SESSION_RELEASES.bump();
+            released += 1;
+        }
     }
-    events::releasing(|| opened.delete());
-    ffi::replicate_del(ctx, opened.name());
-    ffi::notify(ctx, EVENT_RELEASE, opened.name());
-    stats::RELEASES.bump();
-    stats::SESSION_RELEASES.bump();
-    drop(opened);
-    handoff::handoff(ctx, db, name);
+    if let Some(grace_ms) = longer {
+        let rest = Binding {
+            client: binding.client,
+            grace_ms,
+        };
+        start_grace(ctx, key.clone(), rest, grace_ms - binding.grace_ms);
+    }
+    if released > 0 {
+        handoff::watch_holders(ctx, db, name, &opened);
+        drop(opened);
+        handoff::handoff(ctx, db, name);
+    }
 }
 
 /// Registers for the type's news of session-bound locks (at load).

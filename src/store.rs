@@ -1,6 +1,7 @@
-//! Writing a grant to the keyspace: the one place a lock is given to a token, whether to
-//! a caller of `LOCK.ACQUIRE` or to a waiter at the head of the queue; and binding a
-//! session-bound lock to its connection.
+//! Writing locks to the keyspace: the one place a lock is given to a token, whether to a
+//! caller of `LOCK.ACQUIRE` or to a waiter at the head of the queue; the changes to one
+//! shared holder (renewed, released, expired), each replicated as an effect; and binding
+//! a session-bound lock to its connection.
 
 use std::ffi::CStr;
 
@@ -9,10 +10,14 @@ use redis_module::{Context, RedisError};
 use crate::bindings;
 use crate::datatype::LockKey;
 use crate::error;
+use crate::events;
 use crate::fence;
 use crate::ffi::{self, Key, LockSet};
+use crate::holders::{Holder, Holders};
 use crate::lock::{LockState, Session};
+use crate::rules::Kind;
 use crate::stats;
+use crate::value::LockValue;
 
 /// Keyspace events, in the module class (`notify-keyspace-events` with `d`): a grant.
 pub const EVENT_ACQUIRE: &CStr = c"lock.acquire";
@@ -20,35 +25,183 @@ pub const EVENT_ACQUIRE: &CStr = c"lock.acquire";
 pub const EVENT_RELEASE: &CStr = c"lock.release";
 /// Fired when the holder extends the lock.
 pub const EVENT_EXTEND: &CStr = c"lock.extend";
+/// Fired when a shared holder expires at its own time (an exclusive lock's expiry is the
+/// key's, which the server announces as `expired`).
+pub const EVENT_EXPIRED: &CStr = c"lock.expired";
 
-/// Grants the free lock `key` (named `name` in database `db`) to `token` for `ttl_ms`,
-/// bound to `session`'s connection if given: a new fence, the key's expiry, replication of the absolute state
-/// (`LOCK._SET`), the `lock.acquire` event and the `grants` counter. Returns the fence
-/// and the absolute expiry; the caller replies.
-pub fn grant(
+/// Grants `key` (named `name` in database `db`) to `token` for `ttl_ms` in `kind`, bound
+/// to `session`'s connection if given: a new fence, the holder's expiry (and the key's:
+/// its longest-lived holder's), replication of the absolute state (`LOCK._SET` for an
+/// exclusive lock, `LOCK._HOLD` for a shared holder), the `lock.acquire` event and the
+/// `grants` counter. The caller has checked with the rules that the grant fits: the key
+/// is free, or holds shared holders of this kind. `reply` is handed the token as stored
+/// and the fence; its result is returned with the fence.
+pub fn grant<R>(
     ctx: &Context,
-    key: &Key,
+    key: &mut Key,
     (db, name): (i32, &[u8]),
-    token: Vec<u8>,
+    (token, kind): (Vec<u8>, Kind),
     ttl_ms: i64,
     session: Option<Session>,
-) -> Result<(u64, i64), RedisError> {
+    reply: impl FnOnce(&[u8], u64) -> R,
+) -> Result<(u64, R), RedisError> {
     let now = ffi::now_ms();
     let fence = fence::clock()
         .next(now)
         .ok_or_else(error::fence_exhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
-    key.set_lock(LockState::new(token, fence, now, session), Some(expire_at))?;
-    let lock = key
-        .lock()?
-        .ok_or(RedisError::Str("ERR lock vanished while granting"))?;
-    replicate(ctx, key, lock, expire_at);
+    let lock = LockState::new(token, fence, now, session);
+    let replied = match kind {
+        Kind::Exclusive => {
+            key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
+            let Some(LockValue::Exclusive(lock)) = key.lock()? else {
+                return Err(RedisError::Str("ERR lock vanished while granting"));
+            };
+            replicate(ctx, key, lock, expire_at);
+            reply(lock.token(), fence)
+        }
+        Kind::Shared { limit } => {
+            let name = key.name();
+            let holder = Holder { lock, expire_at };
+            let taken = || RedisError::Str("ERR the token holds the key already");
+            let (replied, last) = match key.lock_mut()? {
+                Some(LockValue::Shared(holders)) if holders.limit() == limit => {
+                    let stored = holders.insert(holder).map_err(|_| taken())?;
+                    ffi::replicate_hold(ctx, name, &hold_set(&stored.lock, expire_at), limit);
+                    let replied = reply(stored.lock.token(), fence);
+                    (replied, holders.last_expiry().unwrap_or(expire_at))
+                }
+                None => {
+                    let mut holders = Holders::new(limit);
+                    let stored = holders.insert(holder).map_err(|_| taken())?;
+                    ffi::replicate_hold(ctx, name, &hold_set(&stored.lock, expire_at), limit);
+                    let replied = reply(stored.lock.token(), fence);
+                    key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
+                    (replied, expire_at)
+                }
+                Some(_) => return Err(RedisError::Str("ERR the key is held in another mode")),
+            };
+            key.set_expire_at(Some(last))?;
+            replied
+        }
+    };
     if let Some(session) = session {
         bind(db, name, session.client, session.grace_ms);
     }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());
     stats::GRANTS.bump();
-    Ok((fence, expire_at))
+    Ok((fence, replied))
+}
+
+/// What `LOCK._HOLD` carries for a holder expiring at `expire_at`.
+fn hold_set(lock: &LockState, expire_at: i64) -> LockSet<'_> {
+    LockSet {
+        token: lock.token(),
+        fence: lock.fence(),
+        acquired_ms: lock.acquired_ms(),
+        expire_at,
+        grace_ms: lock.grace_ms(),
+    }
+}
+
+/// The shared holders of `key`, if it holds shared holders.
+fn holders_mut<'k>(key: &'k mut Key) -> Result<Option<&'k mut Holders>, RedisError> {
+    Ok(match key.lock_mut()? {
+        Some(LockValue::Shared(holders)) => Some(holders),
+        _ => None,
+    })
+}
+
+/// Sets the expiry of `token`'s shared holder of `key` to `expire_at` and, with
+/// `session`, rebinds it (`Some(None)`: unbinds it); the key's expiry follows its
+/// longest-lived holder, and the holder's whole state replicates. Returns the binding it
+/// had; `None` if `token` holds no shared place here.
+pub fn update_holder(
+    ctx: &Context,
+    key: &mut Key,
+    token: &[u8],
+    expire_at: i64,
+    session: Option<Option<Session>>,
+) -> Result<Option<Option<Session>>, RedisError> {
+    let name = key.name();
+    let Some(holders) = holders_mut(key)? else {
+        return Ok(None);
+    };
+    let Some(lock) = holders.lock_mut(token) else {
+        return Ok(None);
+    };
+    let was = lock.session();
+    if let Some(session) = session {
+        lock.set_session(session);
+    }
+    holders.set_expire_at(token, expire_at);
+    let limit = holders.limit();
+    let last = holders.last_expiry();
+    let holder = holders
+        .get(token)
+        .ok_or(RedisError::Str("ERR holder vanished while renewing"))?;
+    ffi::replicate_hold(ctx, name, &hold_set(&holder.lock, expire_at), limit);
+    key.set_expire_at(last)?;
+    Ok(Some(was))
+}
+
+/// Takes `token`'s shared holder out of `key`: the key goes with its last holder
+/// (`DEL` replicated), else its expiry follows the longest-lived holder left (`LOCK._DROP`
+/// replicated). Returns the holder taken out.
+pub fn drop_holder(
+    ctx: &Context,
+    key: &mut Key,
+    token: &[u8],
+) -> Result<Option<Holder>, RedisError> {
+    let Some(holders) = holders_mut(key)? else {
+        return Ok(None);
+    };
+    let Some(holder) = holders.remove(token) else {
+        return Ok(None);
+    };
+    match holders.last_expiry() {
+        None => {
+            events::releasing(|| key.delete());
+            ffi::replicate_del(ctx, key.name());
+        }
+        Some(last) => {
+            ffi::replicate_drop(ctx, key.name(), token);
+            key.set_expire_at(Some(last))?;
+        }
+    }
+    Ok(Some(holder))
+}
+
+/// Takes out every shared holder of `key` whose expiry has come (on the master, which
+/// replicates each removal): each is counted in `expired` and notified as
+/// `lock.expired`. Returns how many went.
+pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError> {
+    let now = ffi::now_ms();
+    let due = match key.lock()? {
+        Some(LockValue::Shared(holders)) => holders.next_expiry().is_some_and(|at| at <= now),
+        _ => false,
+    };
+    if !due {
+        return Ok(0);
+    }
+    let Some(holders) = holders_mut(key)? else {
+        return Ok(0);
+    };
+    let gone = holders.expire(now);
+    let last = holders.last_expiry();
+    for holder in &gone {
+        ffi::replicate_drop(ctx, key.name(), holder.lock.token());
+        ffi::notify(ctx, EVENT_EXPIRED, key.name());
+        stats::EXPIRED.bump();
+    }
+    match last {
+        None => {
+            events::releasing(|| key.delete());
+            ffi::replicate_del(ctx, key.name());
+        }
+        Some(last) => key.set_expire_at(Some(last))?,
+    }
+    Ok(gone.len())
 }
 
 /// The lock on key `name` of database `db` is bound to the open connection `client`: the

@@ -332,6 +332,11 @@ fn lock_info_in_resp3_is_a_map() {
             panic!("field names must be bulk strings: {name:?}");
         };
         let name = String::from_utf8(name.clone()).unwrap();
+        if name == "mode" {
+            assert_eq!(value, &Value::BulkString(b"exclusive".to_vec()));
+            names.push(name);
+            continue;
+        }
         let Value::Int(value) = value else {
             panic!("field {name}: expected an integer, got {value:?}");
         };
@@ -344,7 +349,9 @@ fn lock_info_in_resp3_is_a_map() {
         }
         names.push(name);
     }
-    for expected in ["ttl", "fence", "acquired", "waiters"] {
+    for expected in [
+        "ttl", "fence", "acquired", "waiters", "mode", "holders", "limit",
+    ] {
         assert!(
             names.iter().any(|n| n == expected),
             "{expected} in {names:?}"

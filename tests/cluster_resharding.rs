@@ -32,9 +32,12 @@ struct Snapshot {
 fn snapshot(con: &mut redis::Connection, key: &str, step: &str) -> Snapshot {
     let info: HashMap<String, i64> = redis::cmd("LOCK.INFO")
         .arg(key)
-        .query::<Option<HashMap<String, i64>>>(con)
+        .query::<Option<common::InfoFields>>(con)
         .expect("LOCK.INFO")
-        .unwrap_or_else(|| panic!("{step}: no lock at {key}"));
+        .unwrap_or_else(|| panic!("{step}: no lock at {key}"))
+        .0
+        .into_iter()
+        .collect();
     let expire_at: i64 = redis::cmd("PEXPIRETIME")
         .arg(key)
         .query(con)

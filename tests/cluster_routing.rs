@@ -119,8 +119,11 @@ fn cluster_client_acquires_extends_and_releases_on_every_master(cluster: &Cluste
         assert_eq!(extended, 1, "{step}: LOCK.EXTEND {key} by its token");
         let info: HashMap<String, i64> = redis::cmd("LOCK.INFO")
             .arg(key)
-            .query(&mut con)
-            .expect("LOCK.INFO");
+            .query::<common::InfoFields>(&mut con)
+            .expect("LOCK.INFO")
+            .0
+            .into_iter()
+            .collect();
         assert_eq!(
             info.get("fence"),
             Some(fence),
@@ -144,7 +147,7 @@ fn cluster_client_acquires_extends_and_releases_on_every_master(cluster: &Cluste
             .query(&mut con)
             .expect("LOCK.RELEASE");
         assert_eq!(again, 0, "{step}: a second LOCK.RELEASE of {key}");
-        let info: Option<Vec<(String, i64)>> = redis::cmd("LOCK.INFO")
+        let info: Option<common::InfoFields> = redis::cmd("LOCK.INFO")
             .arg(key)
             .query(&mut con)
             .expect("LOCK.INFO");

@@ -311,7 +311,7 @@ fn the_smallest_ttl_1_is_accepted_and_the_lock_expires_1_ms_after_its_grant() {
     // Inside EXEC the server reads the clock once, so the 1 ms lock cannot expire
     // between its grant and the reads of its state.
     type Granted = Option<(Vec<u8>, i64)>;
-    type Info = Option<Vec<(String, i64)>>;
+    type Info = Option<InfoFields>;
     let (granted, info, expire_at): (Granted, Info, i64) = redis::pipe()
         .atomic()
         .cmd("LOCK.ACQUIRE")
@@ -327,8 +327,7 @@ fn the_smallest_ttl_1_is_accepted_and_the_lock_expires_1_ms_after_its_grant() {
         .expect("MULTI LOCK.ACQUIRE min 1 ... EXEC");
     let acquired = info
         .expect("the lock exists right after its grant")
-        .into_iter()
-        .find_map(|(name, value)| (name == "acquired").then_some(value))
+        .get("acquired")
         .expect("acquired");
     let (token, fence) = granted.expect("a ttl of 1 ms is accepted");
     assert_eq!(token, b"tiny");

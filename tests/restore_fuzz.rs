@@ -22,7 +22,7 @@ const RANGES: [(&str, i64, i64); 3] = [
 ];
 
 /// `LOCK.INFO` as field/value pairs.
-type Fields = Vec<(String, i64)>;
+type Fields = InfoFields;
 
 /// A number below `n`.
 fn pick(rng: &mut Rng, n: usize) -> usize {
@@ -126,9 +126,7 @@ fn mutated_payloads_never_crash_the_server_and_never_load_out_of_range() {
         loaded += 1;
         for (name, low, high) in RANGES {
             let value = fields
-                .iter()
-                .find(|(field, _)| field == name)
-                .map(|(_, value)| *value)
+                .get(name)
                 .unwrap_or_else(|| panic!("seed {seed} case {case}: no {name}"));
             assert!(
                 (low..=high).contains(&value),

@@ -34,7 +34,7 @@ fn held_with_two_waiters(
 }
 
 /// `LOCK.INFO`'s fields (`None`: no lock) and a newcomer's reply (`None`: nil).
-type LookAndIntrusion = (Option<Vec<(String, i64)>>, Option<(Vec<u8>, i64)>);
+type LookAndIntrusion = (Option<InfoFields>, Option<(Vec<u8>, i64)>);
 
 /// Sends `removal` (one or more commands), then `LOCK.INFO job` and a newcomer's
 /// `LOCK.ACQUIRE job 5000 TOKEN intruder`, all in one write, and returns the fence that
@@ -54,12 +54,7 @@ fn remove_then_look_and_intrude(
         .arg("TOKEN")
         .arg("intruder");
     let (seen, intruder): LookAndIntrusion = pipe.query(con).expect("the removal pipeline");
-    let fence = seen.and_then(|fields| {
-        fields
-            .into_iter()
-            .find(|(name, _)| name == "fence")
-            .map(|(_, value)| value)
-    });
+    let fence = seen.and_then(|fields| fields.get("fence"));
     (fence, intruder)
 }
 

@@ -198,7 +198,7 @@ impl<'ctx> Key<'ctx> {
     }
 
     /// The key's name.
-    pub fn name(&self) -> &RedisString {
+    pub fn name(&self) -> &'ctx RedisString {
         self.name
     }
 
@@ -428,6 +428,57 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockSet) {
     }
 }
 
+/// Replicates one shared holder as `LOCK._HOLD key token fence acquired-ms expire-at-ms
+/// limit grace-ms` (`limit` -1 for none, `grace-ms` -1 for a plain holder): the holder is
+/// added, or replaced if its token holds the key already.
+pub fn replicate_hold(ctx: &Context, key: &RedisString, lock: &LockSet, limit: Option<u32>) {
+    let numbers = [
+        Decimal::new(lock.fence as i64),
+        Decimal::new(lock.acquired_ms),
+        Decimal::new(lock.expire_at),
+        Decimal::new(limit.map_or(-1, i64::from)),
+        Decimal::new(lock.grace_ms.unwrap_or(-1)),
+    ];
+    let [fence, acquired, expire, limit, grace] = numbers.each_ref().map(Decimal::digits);
+    // SAFETY: format `sbbbbbb`: s = RedisModuleString*, b = pointer and length; every
+    // argument is live for the call, which copies what it keeps.
+    unsafe {
+        raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
+            ctx.get_raw(),
+            c"LOCK._HOLD".as_ptr(),
+            c"sbbbbbb".as_ptr(),
+            key.inner,
+            lock.token.as_ptr(),
+            lock.token.len(),
+            fence.as_ptr(),
+            fence.len(),
+            acquired.as_ptr(),
+            acquired.len(),
+            expire.as_ptr(),
+            expire.len(),
+            limit.as_ptr(),
+            limit.len(),
+            grace.as_ptr(),
+            grace.len(),
+        );
+    }
+}
+
+/// Replicates the removal of one shared holder as `LOCK._DROP key token`.
+pub fn replicate_drop(ctx: &Context, key: &RedisString, token: &[u8]) {
+    // SAFETY: format `sb`: the key string and a buffer, both live for the call.
+    unsafe {
+        raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
+            ctx.get_raw(),
+            c"LOCK._DROP".as_ptr(),
+            c"sb".as_ptr(),
+            key.inner,
+            token.as_ptr(),
+            token.len(),
+        );
+    }
+}
+
 /// The grace last replicated, and the server string that holds it in decimal. Plain
 /// statics, not thread-locals: the server calls the module on its main thread only, and
 /// a thread-local costs a call in a loaded library.
@@ -516,14 +567,28 @@ pub fn reply_granted(ctx: &Context, token: &[u8], fence: u64) {
     raw::reply_with_long_long(ctx, fence as i64);
 }
 
-/// Replies with a map of integer fields: a map in RESP3, a flat field/value array in
-/// RESP2. Field names are bulk strings, as in `XINFO`.
-pub fn reply_map(ctx: &Context, fields: &[(&str, i64)]) {
+/// A field's value in a map reply.
+#[derive(Debug, Clone, Copy)]
+pub enum Field {
+    /// An integer.
+    Integer(i64),
+    /// A word, sent as a bulk string.
+    Word(&'static str),
+}
+
+/// Replies with a map of fields: a map in RESP3, a flat field/value array in RESP2.
+/// Field names are bulk strings, as in `XINFO`.
+pub fn reply_map(ctx: &Context, fields: &[(&str, Field)]) {
     let ctx = ctx.get_raw();
     raw::reply_with_map(ctx, fields.len() as c_long);
     for (name, value) in fields {
         raw::reply_with_string_buffer(ctx, name.as_ptr().cast(), name.len());
-        raw::reply_with_long_long(ctx, *value);
+        match value {
+            Field::Integer(n) => raw::reply_with_long_long(ctx, *n),
+            Field::Word(word) => {
+                raw::reply_with_string_buffer(ctx, word.as_ptr().cast(), word.len())
+            }
+        };
     }
 }
 

@@ -35,12 +35,51 @@ pub fn release(con: &mut redis::Connection, key: &str, token: &[u8]) -> i64 {
         .expect("LOCK.RELEASE")
 }
 
-/// `LOCK.INFO key` as (field, value) pairs, `None` for nil.
+/// `LOCK.INFO key` as (field, value) pairs of its integer fields, `None` for nil.
 pub fn info(con: &mut redis::Connection, key: &str) -> Option<Vec<(String, i64)>> {
-    redis::cmd("LOCK.INFO")
+    let fields: Option<InfoFields> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(con)
-        .expect("LOCK.INFO")
+        .expect("LOCK.INFO");
+    fields.map(|fields| fields.0)
+}
+
+/// The integer fields of a `LOCK.INFO` reply (all but the word `mode`), in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InfoFields(pub Vec<(String, i64)>);
+
+impl redis::FromRedisValue for InfoFields {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let fields: Vec<(String, redis::Value)> = redis::FromRedisValue::from_redis_value(v)?;
+        Ok(InfoFields(
+            fields
+                .into_iter()
+                .filter_map(|(name, value)| match value {
+                    redis::Value::Int(n) => Some((name, n)),
+                    _ => None,
+                })
+                .collect(),
+        ))
+    }
+}
+
+impl InfoFields {
+    /// The field `name`, if the reply has it.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+}
+
+/// A word field of `LOCK.INFO key` (`mode`).
+pub fn info_word(con: &mut redis::Connection, key: &str, field: &str) -> Option<String> {
+    let fields: Option<Vec<(String, redis::Value)>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(con)
+        .expect("LOCK.INFO");
+    fields?.into_iter().find_map(|(name, value)| match value {
+        redis::Value::BulkString(word) if name == field => String::from_utf8(word).ok(),
+        _ => None,
+    })
 }
 
 /// One field of `LOCK.INFO key`.

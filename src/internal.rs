@@ -1,0 +1,180 @@
+//! The internal commands that carry effects to replicas and into the AOF: the absolute
+//! state a command wrote on the master, never the command itself. Each is accepted only
+//! from the master link and while loading the AOF, checks every argument as carefully as
+//! a client's command, raises the fencing clock to the fence it carries (so a promoted
+//! replica never grants a smaller one) and passes itself on verbatim to the server's own
+//! AOF and sub-replicas.
+
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
+
+use crate::args;
+use crate::datatype::LockKey;
+use crate::error;
+use crate::events;
+use crate::fence;
+use crate::ffi::command::Args;
+use crate::ffi::{self, Key};
+use crate::holders::{Holder, Holders};
+use crate::limits::MAX_LIMIT;
+use crate::lock::{self, LockState, Session};
+use crate::session;
+use crate::value::LockValue;
+
+/// Refuses a client; hides the token (argument 2) from `SLOWLOG` and `MONITOR`.
+fn only_from_master(ctx: &Context, args: &Args, name: &str) -> Result<(), RedisError> {
+    if args.len() > 2 {
+        ffi::redact(ctx, 2);
+    }
+    if !ctx
+        .get_flags()
+        .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
+    {
+        return Err(error::internal_command(name));
+    }
+    Ok(())
+}
+
+/// A holder's state as both `LOCK._SET` and `LOCK._HOLD` carry it, from argument 2 on:
+/// `token fence acquired-ms expire-at-ms` (the expiry -1 for none).
+fn lock_state(
+    args: &Args,
+    name: &str,
+    grace: Option<&[u8]>,
+) -> Result<(LockState, Option<i64>), RedisError> {
+    let token = args::token(args.get(2))?.to_vec();
+    let number = |i: usize, what: &str| -> Result<i64, RedisError> {
+        args::integer(args.get(i)).ok_or_else(|| error::invalid_internal(name, what))
+    };
+    let fence = u64::try_from(number(3, "fence")?)
+        .ok()
+        .filter(|f| (1..=fence::MAX_FENCE).contains(f))
+        .ok_or_else(|| error::invalid_internal(name, "fence"))?;
+    let acquired_ms = number(4, "acquired-ms")?;
+    if !lock::in_contract(&token, fence, acquired_ms) {
+        return Err(error::invalid_internal(name, "acquired-ms"));
+    }
+    let expire_at = match number(5, "expire-at-ms")? {
+        -1 => None,
+        at if at >= 0 => Some(at),
+        _ => return Err(error::invalid_internal(name, "expire-at-ms")),
+    };
+    let session = match grace {
+        None | Some(b"-1") => None,
+        Some(grace) => Some(Session {
+            grace_ms: args::grace(grace).map_err(|_| error::invalid_internal(name, "grace-ms"))?,
+            client: 0,
+        }),
+    };
+    Ok((
+        LockState::new(token, fence, acquired_ms, session),
+        expire_at,
+    ))
+}
+
+/// LOCK._SET <key> <token> <fence> <acquired-ms> <expire-at-ms | -1> [grace-ms]
+///
+/// The replicated effect of an exclusive grant: sets the lock to exactly this state.
+/// With `grace-ms` the lock is session-bound, to no connection here: its grace starts
+/// when this server serves it.
+pub fn set(ctx: &Context, args: &Args) -> RedisResult {
+    only_from_master(ctx, args, "LOCK._SET")?;
+    if !(6..=7).contains(&args.len()) {
+        return Err(RedisError::WrongArity);
+    }
+    let (lock, expire_at) = lock_state(args, "LOCK._SET", args.bytes().get(6).copied())?;
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let key = Key::open_write(ctx, &name);
+    let (fence, session) = (lock.fence(), lock.session());
+    key.set_lock(LockValue::Exclusive(lock), expire_at)?;
+    if let Some(session) = session {
+        session::arrived(ffi::selected_db(ctx), key.name().as_slice(), session);
+    }
+    fence::clock().observe(fence);
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// LOCK._HOLD <key> <token> <fence> <acquired-ms> <expire-at-ms> <limit | -1> <grace-ms | -1>
+///
+/// The replicated effect of a shared grant or of a change to one holder (renewed,
+/// extended, rebound): the holder with this token is set to exactly this state, added if
+/// it was not there. A key that held anything else (an exclusive lock, holders of another
+/// limit, a key of another type) is replaced, as the master's was.
+pub fn hold(ctx: &Context, args: &Args) -> RedisResult {
+    only_from_master(ctx, args, "LOCK._HOLD")?;
+    if args.len() != 8 {
+        return Err(RedisError::WrongArity);
+    }
+    let (lock, expire_at) = lock_state(args, "LOCK._HOLD", Some(args.get(7)))?;
+    let expire_at =
+        expire_at.ok_or_else(|| error::invalid_internal("LOCK._HOLD", "expire-at-ms"))?;
+    let limit = match args::integer(args.get(6)) {
+        Some(-1) => None,
+        Some(n) => Some(
+            u32::try_from(n)
+                .ok()
+                .filter(|n| (1..=MAX_LIMIT).contains(n))
+                .ok_or_else(|| error::invalid_internal("LOCK._HOLD", "limit"))?,
+        ),
+        None => return Err(error::invalid_internal("LOCK._HOLD", "limit")),
+    };
+    let (fence, session) = (lock.fence(), lock.session());
+    let db = ffi::selected_db(ctx);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let mut key = Key::open_write(ctx, &name);
+    let holder = Holder { lock, expire_at };
+    let joins = matches!(key.lock(), Ok(Some(LockValue::Shared(h))) if h.limit() == limit);
+    let last = match key.lock_mut() {
+        Ok(Some(LockValue::Shared(holders))) if joins => {
+            holders.remove(holder.lock.token());
+            holders
+                .insert(holder)
+                .map_err(|_| RedisError::Str("ERR LOCK._HOLD: the holder could not be set"))?;
+            holders.last_expiry()
+        }
+        _ => {
+            let mut holders = Holders::new(limit);
+            holders
+                .insert(holder)
+                .map_err(|_| RedisError::Str("ERR LOCK._HOLD: the holder could not be set"))?;
+            // Whatever was there is replaced, as the master's was.
+            key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
+            Some(expire_at)
+        }
+    };
+    key.set_expire_at(last)?;
+    if let Some(session) = session {
+        session::arrived(db, key.name().as_slice(), session);
+    }
+    events::shared_arrived(db, key.name().as_slice());
+    fence::clock().observe(fence);
+    ctx.replicate_verbatim();
+    Ok(RedisValue::SimpleStringStatic("OK"))
+}
+
+/// LOCK._DROP <key> <token>
+///
+/// The replicated effect of one shared holder's release or expiry: the holder goes, and
+/// the key with its last holder; the key's expiry follows the longest-lived one left.
+pub fn drop_holder(ctx: &Context, args: &Args) -> RedisResult {
+    only_from_master(ctx, args, "LOCK._DROP")?;
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let token = args::token(args.get(2))?;
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let mut key = Key::open_write(ctx, &name);
+    let Ok(Some(LockValue::Shared(holders))) = key.lock_mut() else {
+        ctx.replicate_verbatim();
+        return Ok(RedisValue::Integer(0));
+    };
+    let dropped = holders.remove(token).is_some();
+    match holders.last_expiry() {
+        None => {
+            events::releasing(|| key.delete());
+        }
+        Some(last) => key.set_expire_at(Some(last))?,
+    }
+    ctx.replicate_verbatim();
+    Ok(RedisValue::Integer(i64::from(dropped)))
+}
