@@ -328,12 +328,13 @@ impl<'ctx> Key<'ctx> {
         }
     }
 
-    /// The key's expiry as absolute unix time in ms, `None` if it has none.
+    /// The key's expiry as absolute unix time in ms, `None` if it has none or does not
+    /// exist (Redis 8.2 reads the value's expiry without checking that there is one).
     pub fn expire_at(&self) -> Option<i64> {
-        if self.key.is_null() {
+        if self.kind() == KeyKind::Empty {
             return None;
         }
-        // SAFETY: self.key is an open, non-null key handle.
+        // SAFETY: self.key is an open, non-null handle of a key that exists.
         let at =
             unsafe { raw::RedisModule_GetAbsExpire.expect("RedisModule_GetAbsExpire")(self.key) };
         (at != raw::REDISMODULE_NO_EXPIRE.into()).then_some(at)
