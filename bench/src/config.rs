@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The scenarios, by the names `--only` takes.
-pub const SCENARIOS: [&str; 8] = [
+pub const SCENARIOS: [&str; 9] = [
     "throughput",
     "callgrind",
     "contention",
@@ -13,6 +13,7 @@ pub const SCENARIOS: [&str; 8] = [
     "expiry",
     "durability",
     "sessions",
+    "shared",
 ];
 
 /// Sizes and durations of one benchmark run.

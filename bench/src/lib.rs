@@ -25,7 +25,7 @@ use std::time::Instant;
 pub use config::Config;
 pub use report::Report;
 
-use scenarios::{callgrind, contention, durability, expiry, sessions, throughput, waiters};
+use scenarios::{callgrind, contention, durability, expiry, sessions, shared, throughput, waiters};
 use server::{Launch, Server};
 
 /// Prints progress to stderr.
@@ -86,6 +86,10 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
     if cfg.runs("sessions") {
         step("scenario 9: session-bound locks: SESSION acquire, connection close");
         report.metrics.extend(sessions::run(cfg)?);
+    }
+    if cfg.runs("shared") {
+        step("scenario 10: read/write locks against Redisson's scripts");
+        report.metrics.extend(shared::run(cfg)?);
     }
     report.elapsed = started.elapsed();
     Ok(report)

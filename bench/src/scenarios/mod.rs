@@ -7,5 +7,6 @@ pub mod durability;
 pub mod expiry;
 pub mod memory;
 pub mod sessions;
+pub mod shared;
 pub mod throughput;
 pub mod waiters;
