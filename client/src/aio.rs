@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::commands::{
-    Grant, LockInfo, acquire_cmd, acquire_session_cmd, extend_cmd, info_cmd, release_cmd,
+    Grant, LockInfo, Mode, acquire_cmd, acquire_mode_cmd, extend_cmd, info_cmd, release_cmd,
 };
 use crate::guard::{
     DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
@@ -156,6 +156,36 @@ impl Locker {
         }
     }
 
+    /// Acquires `key` as a reader of a read/write lock (`SHARED`).
+    pub async fn read_lock(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        self.acquire(key, &options.clone().mode(Mode::Shared)).await
+    }
+
+    /// Acquires `key` as the writer of a read/write lock.
+    pub async fn write_lock(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        self.acquire(key, &options.clone().mode(Mode::Exclusive))
+            .await
+    }
+
+    /// Acquires one of at most `permits` places of the counting semaphore `key`.
+    pub async fn semaphore(
+        &self,
+        key: impl AsRef<[u8]>,
+        permits: u32,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        self.acquire(key, &options.clone().mode(Mode::Semaphore(permits)))
+            .await
+    }
+
     /// Acquires `key` with `options`: `Some(lock)` when granted, `None` when another
     /// token holds it (at once, or after the wait timed out).
     ///
@@ -214,6 +244,7 @@ impl Locker {
             fence: grant.fence,
             lost,
             session: options.session_grace(),
+            mode: options.lock_mode(),
             ttl: options.ttl(),
             bound_to: AtomicU64::new(bound_to),
         });
@@ -243,6 +274,8 @@ struct Shared {
     lost: watch::Sender<Option<LostReason>>,
     /// The grace of a lock bound to the locker's shared connection.
     session: Option<Duration>,
+    /// How the lock is held, for a reclaim.
+    mode: Mode,
     /// The lock's TTL, for a reclaim.
     ttl: Duration,
     /// The generation of the shared connection the lock is bound to.
@@ -267,7 +300,14 @@ impl Shared {
         if self.bound_to.load(Ordering::SeqCst) == current {
             return Ok(());
         }
-        let cmd = acquire_session_cmd(&self.key, self.ttl, Some(&self.token), None, Some(grace));
+        let cmd = acquire_mode_cmd(
+            &self.key,
+            self.ttl,
+            Some(&self.token),
+            None,
+            Some(grace),
+            self.mode,
+        );
         let reclaimed: Option<Grant> = self.conn.query(&cmd, self.command_timeout).await?;
         match reclaimed {
             Some(grant) if grant.fence == self.fence => {}

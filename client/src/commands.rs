@@ -70,6 +70,50 @@ pub fn acquire_session_cmd(
     cmd
 }
 
+/// How an acquire asks to hold a key: alone (a mutex, or a read/write lock's writer),
+/// as one of any number of shared holders (a reader), or as one of at most `n` (a
+/// counting semaphore).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The only holder (`LOCK.ACQUIRE` without `SHARED`): a mutex, or a writer.
+    #[default]
+    Exclusive,
+    /// A shared holder beside other shared holders (`SHARED`): a reader.
+    Shared,
+    /// A shared holder of a key with at most `n` of them (`LIMIT n`, 1 to 1,000,000).
+    /// Every holder of a key must ask for the same `n`.
+    Semaphore(u32),
+}
+
+impl Mode {
+    /// Adds `SHARED` or `LIMIT n` to an acquire.
+    pub fn add_to(self, cmd: &mut redis::Cmd) {
+        match self {
+            Mode::Exclusive => {}
+            Mode::Shared => {
+                cmd.arg("SHARED");
+            }
+            Mode::Semaphore(n) => {
+                cmd.arg("LIMIT").arg(n);
+            }
+        }
+    }
+}
+
+/// `LOCK.ACQUIRE key ttl-ms ... [SHARED | LIMIT n]`: [`acquire_session_cmd`] in `mode`.
+pub fn acquire_mode_cmd(
+    key: impl AsRef<[u8]>,
+    ttl: Duration,
+    token: Option<&[u8]>,
+    wait: Option<Duration>,
+    session: Option<Duration>,
+    mode: Mode,
+) -> redis::Cmd {
+    let mut cmd = acquire_session_cmd(key, ttl, token, wait, session);
+    mode.add_to(&mut cmd);
+    cmd
+}
+
 /// `LOCK.RELEASE key token`. Reply: `bool`, true if this token held the lock and it is
 /// now released.
 pub fn release_cmd(key: impl AsRef<[u8]>, token: &[u8]) -> redis::Cmd {
@@ -143,6 +187,12 @@ pub struct LockInfo {
     /// For a session-bound lock, whether its connection is open (`false` while the grace
     /// runs); `None` for a plain lock.
     pub connected: Option<bool>,
+    /// Whether the key is held by shared holders (readers, a semaphore's holders).
+    pub shared: bool,
+    /// How many holders the key has (1 for an exclusive lock).
+    pub holders: u64,
+    /// The limit the shared holders agreed on (`LIMIT n`), `None` for none.
+    pub limit: Option<u64>,
 }
 
 impl FromRedisValue for LockInfo {
@@ -166,8 +216,15 @@ impl FromRedisValue for LockInfo {
         let mut waiters = None;
         let mut session = None;
         let mut connected = None;
+        let mut holders = None;
+        let mut limit = None;
+        let mut shared = false;
         for (name, value) in pairs {
             let name = String::from_redis_value(name)?;
+            if name == "mode" {
+                shared = String::from_redis_value(value)? == "shared";
+                continue;
+            }
             let slot = match name.as_str() {
                 "ttl" => &mut ttl,
                 "fence" => &mut fence,
@@ -175,6 +232,8 @@ impl FromRedisValue for LockInfo {
                 "waiters" => &mut waiters,
                 "session" => &mut session,
                 "connected" => &mut connected,
+                "holders" => &mut holders,
+                "limit" => &mut limit,
                 _ => continue,
             };
             *slot = Some(i64::from_redis_value(value)?);
@@ -192,6 +251,9 @@ impl FromRedisValue for LockInfo {
                 .and_then(|ms| u64::try_from(ms).ok())
                 .map(Duration::from_millis),
             connected: connected.and_then(|c| (c >= 0).then_some(c == 1)),
+            shared,
+            holders: holders.and_then(|h| u64::try_from(h).ok()).unwrap_or(1),
+            limit: limit.and_then(|l| u64::try_from(l).ok()),
         })
     }
 }
@@ -266,9 +328,52 @@ mod tests {
             waiters: 2,
             session: Some(Duration::from_millis(500)),
             connected: Some(false),
+            shared: false,
+            holders: 1,
+            limit: None,
         };
         assert_eq!(LockInfo::from_redis_value(flat).unwrap(), expected);
         assert_eq!(LockInfo::from_redis_value(map).unwrap(), expected);
+    }
+
+    #[test]
+    fn info_reads_the_mode_holders_and_limit_of_shared_holders() {
+        let mut items = Vec::new();
+        for (name, value) in [
+            ("ttl", Value::Int(5)),
+            ("fence", Value::Int(9)),
+            ("acquired", Value::Int(1)),
+            ("waiters", Value::Int(0)),
+            ("mode", Value::BulkString(b"shared".to_vec())),
+            ("holders", Value::Int(3)),
+            ("limit", Value::Int(4)),
+        ] {
+            items.push(Value::BulkString(name.as_bytes().to_vec()));
+            items.push(value);
+        }
+        let info = LockInfo::from_redis_value(Value::Array(items)).unwrap();
+        assert!(info.shared);
+        assert_eq!((info.holders, info.limit), (3, Some(4)));
+    }
+
+    #[test]
+    fn a_mode_adds_shared_or_limit_to_an_acquire() {
+        let words = |mode: Mode| -> Vec<Vec<u8>> {
+            acquire_mode_cmd("k", Duration::from_secs(1), None, None, None, mode)
+                .args_iter()
+                .skip(3)
+                .map(|arg| match arg {
+                    redis::Arg::Simple(bytes) => bytes.to_vec(),
+                    _ => Vec::new(),
+                })
+                .collect()
+        };
+        assert!(words(Mode::Exclusive).is_empty());
+        assert_eq!(words(Mode::Shared), vec![b"SHARED".to_vec()]);
+        assert_eq!(
+            words(Mode::Semaphore(5)),
+            vec![b"LIMIT".to_vec(), b"5".to_vec()]
+        );
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub mod redlock;
 mod sync;
 mod token;
 
-pub use commands::{Grant, LockInfo};
+pub use commands::{Grant, LockInfo, Mode};
 pub use lost::{LockLost, LostReason};
 pub use options::LockOptions;
 pub use redlock::{Redlock, RedlockError, RedlockGuard, RedlockOptions};

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::commands::acquire_session_cmd;
+use crate::commands::{Mode, acquire_mode_cmd};
 use crate::token::new_token;
 
 /// The default share of the TTL after which the watchdog extends the lock.
@@ -26,6 +26,7 @@ pub struct LockOptions {
     token: Option<Vec<u8>>,
     watchdog: Option<f64>,
     session: Option<Duration>,
+    mode: Mode,
 }
 
 impl std::fmt::Debug for LockOptions {
@@ -36,6 +37,7 @@ impl std::fmt::Debug for LockOptions {
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("watchdog", &self.watchdog)
             .field("session", &self.session)
+            .field("mode", &self.mode)
             .finish()
     }
 }
@@ -51,6 +53,7 @@ impl LockOptions {
             token: None,
             watchdog: None,
             session: None,
+            mode: Mode::Exclusive,
         }
     }
 
@@ -107,6 +110,19 @@ impl LockOptions {
         self
     }
 
+    /// Hold the key in `mode`: alone (the default), as a reader beside other readers
+    /// ([`Mode::Shared`]), or as one of at most `n` holders ([`Mode::Semaphore`]). The
+    /// [`Locker`](crate::Locker)'s `read_lock`, `write_lock` and `semaphore` set it.
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How the lock is held.
+    pub fn lock_mode(&self) -> Mode {
+        self.mode
+    }
+
     /// The grace of a session-bound lock, if [`session`](Self::session) was set.
     pub fn session_grace(&self) -> Option<Duration> {
         self.session
@@ -144,12 +160,13 @@ impl LockOptions {
     /// The `LOCK.ACQUIRE` these options send for `key` with `token`: TTL, wait and
     /// session grace as set.
     pub(crate) fn acquire_cmd(&self, key: &[u8], token: &[u8]) -> redis::Cmd {
-        acquire_session_cmd(
+        acquire_mode_cmd(
             key,
             self.ttl(),
             Some(token),
             self.wait_timeout(),
             self.session_grace(),
+            self.mode,
         )
     }
 

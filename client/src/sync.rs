@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, FromRedisValue, RedisResult};
 
-use crate::commands::{Grant, LockInfo, acquire_session_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::commands::{Grant, LockInfo, Mode, acquire_mode_cmd, extend_cmd, info_cmd, release_cmd};
 use crate::guard::{
     DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
 };
@@ -53,6 +53,37 @@ impl Locker {
         self
     }
 
+    /// Acquires `key` as a reader of a read/write lock (`SHARED`): beside other readers,
+    /// never beside a writer. The same guard as [`acquire`](Self::acquire).
+    pub fn read_lock(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        self.acquire(key, &options.clone().mode(Mode::Shared))
+    }
+
+    /// Acquires `key` as the writer of a read/write lock: alone, after the readers that
+    /// came before it (readers that come after it wait for it).
+    pub fn write_lock(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        self.acquire(key, &options.clone().mode(Mode::Exclusive))
+    }
+
+    /// Acquires one of at most `permits` places of the counting semaphore `key`
+    /// (`LIMIT n`); every holder of the key must give the same `permits`.
+    pub fn semaphore(
+        &self,
+        key: impl AsRef<[u8]>,
+        permits: u32,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
+        self.acquire(key, &options.clone().mode(Mode::Semaphore(permits)))
+    }
+
     /// Acquires `key` with `options`: `Some(lock)` when granted, `None` when another
     /// token holds it (at once, or after the wait timed out).
     ///
@@ -92,6 +123,7 @@ impl Locker {
             lost: LostFlag::default(),
             fence: grant.fence,
             session: options.session_grace(),
+            mode: options.lock_mode(),
             ttl: options.ttl(),
         });
         let watchdog = options
@@ -120,6 +152,8 @@ struct Shared {
     fence: u64,
     /// The grace of a lock bound to the guard's connection.
     session: Option<Duration>,
+    /// How the lock is held, for a reclaim.
+    mode: Mode,
     /// The lock's TTL, for a reclaim.
     ttl: Duration,
 }
@@ -151,7 +185,14 @@ impl Shared {
         let Some(grace) = self.session else {
             return Ok(());
         };
-        let cmd = acquire_session_cmd(&self.key, self.ttl, Some(&self.token), None, Some(grace));
+        let cmd = acquire_mode_cmd(
+            &self.key,
+            self.ttl,
+            Some(&self.token),
+            None,
+            Some(grace),
+            self.mode,
+        );
         match cmd.query::<Option<Grant>>(con)? {
             Some(grant) if grant.fence == self.fence => {}
             Some(_) => {
