@@ -106,9 +106,11 @@ def check_resp3(port, r):
     check("LOCK.INFO answers a map on RESP3",
           isinstance(reply, tuple) and reply[0] == "map")
     fields = reply[1]
-    check("the RESP3 map has bulk-string names and integer values, never the token",
-          set(fields) >= {b"ttl", b"fence", b"acquired", b"waiters"}
-          and all(isinstance(v, int) for v in fields.values())
+    check("the RESP3 map has bulk-string names and integer values (the word `mode`"
+          " aside), never the token",
+          set(fields) >= {b"ttl", b"fence", b"acquired", b"waiters", b"mode"}
+          and fields[b"mode"] == b"exclusive"
+          and all(isinstance(v, int) for k, v in fields.items() if k != b"mode")
           and held.token not in fields and held.token not in fields.values())
     check("info reads the RESP3 map too",
           info(_Replies(fields), "jobs:3")["fence"] == held.fence)

@@ -10,19 +10,21 @@
 `Lock` is a drop-in for redis-py's `redis.lock.Lock` (also as
 `r.lock(name, timeout=..., lock_class=Lock)`), with the fence, waits served by the
 server in arrival order, `session=` and `watchdog=`; `redis_lock.asyncio.Lock` is the
-same for `redis.asyncio`. `Redlock` spans several independent masters. `acquire`,
+same for `redis.asyncio`. `read_lock`, `write_lock` and `semaphore` make the same lock
+as a reader or writer of a read/write lock, or a holder of a counting semaphore
+(`LOCK.ACQUIRE ... SHARED` / `LIMIT n`). `Redlock` spans several independent masters. `acquire`,
 `release`, `extend`, `info` and `lock` are the commands as functions, in milliseconds.
 """
 
 from ._helpers import (
     Held, LockNotAcquired, LockNotReplicated, acquire, extend, info, lock, release,
 )
-from ._lock import Lock
+from ._lock import Lock, read_lock, semaphore, write_lock
 from ._redlock import Redlock
 from .exceptions import LockError, LockLostError, LockNotOwnedError
 
 __all__ = [
-    "Lock", "Redlock", "LockError", "LockNotOwnedError", "LockLostError",
+    "Lock", "read_lock", "write_lock", "semaphore", "Redlock", "LockError", "LockNotOwnedError", "LockLostError",
     "Held", "LockNotAcquired", "LockNotReplicated", "acquire", "release", "extend", "info",
     "lock",
 ]

@@ -36,6 +36,12 @@ class Lock(LockState):
     network dropped), however long its `timeout`. `watchdog=True`: extend the lock to
     `timeout` every third of it while held; `on_lost(lock)` is called (in the watchdog's
     thread) if it is lost, and `check()` raises `LockLostError` from then on.
+
+    `shared=True`: a reader of a read/write lock (`LOCK.ACQUIRE ... SHARED`), beside other
+    readers, never beside a writer (a plain `Lock` on the same name). `limit=n`: one of at
+    most `n` holders, a counting semaphore. `read_lock`, `write_lock` and `semaphore`
+    make them. For a shared holder `owned()` extends it to `timeout` (the server's
+    `LOCK.INFO` shows the newest holder's fence, not this one's).
     """
 
     def __enter__(self) -> "Lock":
@@ -87,7 +93,7 @@ class Lock(LockState):
         if self.token is None:
             return False
         try:
-            return self._owned_by(self.redis.execute_command("LOCK.INFO", self.name))
+            return self._owned_from(self.redis.execute_command(*self._owned_args()))
         except ResponseError as error:
             if self._wrong_type(error):
                 return False
@@ -143,3 +149,28 @@ class Lock(LockState):
             if self._wrong_type(error):
                 return False
             raise
+
+
+def read_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:
+    """A reader of the read/write lock `name`: `Lock(redis, name, shared=True, ...)`.
+
+        with read_lock(r, "catalog", timeout=10, blocking_timeout=5):
+            serve_from_cache()
+    """
+    return Lock(redis, name, shared=True, **kwargs)
+
+
+def write_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:
+    """The writer of the read/write lock `name`: alone, after the readers that came
+    before it (readers that come after it wait for it). A plain `Lock` on that name."""
+    return Lock(redis, name, **kwargs)
+
+
+def semaphore(redis: Any, name: Any, permits: int, **kwargs: Any) -> Lock:
+    """One of at most `permits` holders of the counting semaphore `name`
+    (`LOCK.ACQUIRE ... LIMIT permits`); every holder of a name gives the same `permits`.
+
+        with semaphore(r, "payments-api", 10, timeout=30, blocking_timeout=None):
+            call_the_api()
+    """
+    return Lock(redis, name, limit=permits, **kwargs)

@@ -7,7 +7,7 @@ the server's replies into Python values, so both APIs send exactly the same comm
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Number = Union[int, float]
 Token = Union[bytes, str]
@@ -31,11 +31,25 @@ def to_ms(seconds: Number, what: str, minimum: int = 1) -> int:
     return ms
 
 
+MAX_LIMIT = 1_000_000
+
+
+def mode_args(shared: bool = False, limit: Optional[int] = None) -> List[Any]:
+    """`SHARED` for a reader, `LIMIT n` for a semaphore's holder, nothing for a mutex or
+    a writer; the limit checked here (an integer, 1 to 1,000,000)."""
+    if limit is None:
+        return ["SHARED"] if shared else []
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_LIMIT}, not {limit!r}")
+    return ["LIMIT", limit]
+
+
 def acquire_args(name: Any, ttl_ms: int, token: Optional[Token] = None,
                  wait_ms: Optional[int] = None,
-                 session_ms: Optional[int] = None) -> List[Any]:
-    """`LOCK.ACQUIRE key ttl-ms [TOKEN t] [WAIT ms] [SESSION ms]`."""
-    args: List[Any] = ["LOCK.ACQUIRE", name, ttl_ms]
+                 session_ms: Optional[int] = None,
+                 mode: Sequence[Any] = ()) -> List[Any]:
+    """`LOCK.ACQUIRE key ttl-ms [TOKEN t] [WAIT ms] [SESSION ms] [SHARED | LIMIT n]`."""
+    args: List[Any] = ["LOCK.ACQUIRE", name, ttl_ms, *mode]
     if token is not None:
         args += ["TOKEN", token]
     if wait_ms is not None:

@@ -34,6 +34,8 @@ class LockState:
         session: Optional[Number] = None,
         watchdog: bool = False,
         on_lost: Optional[Callable[[Any], None]] = None,
+        shared: bool = False,
+        limit: Optional[int] = None,
     ):
         self.redis = redis
         self.name = name
@@ -50,6 +52,7 @@ class LockState:
         self._ttl_ms = _protocol.MAX_MS if timeout is None else _protocol.to_ms(timeout, "timeout")
         self._session_ms = (None if session is None
                             else _protocol.to_ms(session, "session", minimum=0))
+        self._mode = _protocol.mode_args(shared, limit)
         if watchdog and timeout is None:
             raise ValueError("watchdog=True needs a timeout: a lock without one never expires")
         if blocking_timeout is not None:
@@ -171,7 +174,18 @@ class LockState:
 
     def _acquire_args(self, token: bytes, wait_ms: Optional[int] = None) -> List[Any]:
         return _protocol.acquire_args(self.name, self._ttl_ms, token, wait_ms,
-                                      self._session_ms)
+                                      self._session_ms, self._mode)
+
+    def _owned_args(self) -> List[Any]:
+        """What `owned()` asks: `LOCK.INFO` (whose fence is the holder's) for an
+        exclusive lock; for a shared holder, which `LOCK.INFO` cannot single out, an
+        extend of its own to the full timeout (as a watchdog's)."""
+        if self._mode:
+            return ["LOCK.EXTEND", self.name, self.token, self._ttl_ms]
+        return ["LOCK.INFO", self.name]
+
+    def _owned_from(self, reply: Any) -> bool:
+        return reply == 1 if self._mode else self._owned_by(reply)
 
     def _waiting_connection(self, wait_ms: Optional[int]) -> Any:
         """A new connection without a read timeout for a wait the client would stop

@@ -20,7 +20,7 @@ from ._state import LockState
 from ._watchdog import TaskWatchdog
 from .exceptions import LockError
 
-__all__ = ["Lock", "Redlock"]
+__all__ = ["Lock", "Redlock", "read_lock", "write_lock", "semaphore"]
 
 Redlock = AsyncRedlock
 
@@ -76,7 +76,7 @@ class Lock(LockState):
         if self.token is None:
             return False
         try:
-            return self._owned_by(await self.redis.execute_command("LOCK.INFO", self.name))
+            return self._owned_from(await self.redis.execute_command(*self._owned_args()))
         except ResponseError as error:
             if self._wrong_type(error):
                 return False
@@ -130,3 +130,18 @@ class Lock(LockState):
                 return False
             raise
         return bool(extended == 1)
+
+
+def read_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:
+    """See `redis_lock.read_lock`."""
+    return Lock(redis, name, shared=True, **kwargs)
+
+
+def write_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:
+    """See `redis_lock.write_lock`."""
+    return Lock(redis, name, **kwargs)
+
+
+def semaphore(redis: Any, name: Any, permits: int, **kwargs: Any) -> Lock:
+    """See `redis_lock.semaphore`."""
+    return Lock(redis, name, limit=permits, **kwargs)
