@@ -24,13 +24,15 @@ final class Commands
     /**
      * LOCK.ACQUIRE: [token, fence], or null when another token holds the lock.
      * $token null lets the server make one; $waitMs null does not wait, 0 waits
-     * without limit.
+     * without limit. $mode: [] for a mutex or a writer, ['SHARED'] for a reader,
+     * ['LIMIT', n] for a semaphore's holder.
      *
+     * @param list<string> $mode
      * @return array{0: string, 1: int}|null
      */
-    public function acquire(string $key, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null): ?array
+    public function acquire(string $key, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, array $mode = []): ?array
     {
-        $args = ['LOCK.ACQUIRE', $key, (string) $ttlMs];
+        $args = array_merge(['LOCK.ACQUIRE', $key, (string) $ttlMs], $mode);
         if ($token !== null) {
             array_push($args, 'TOKEN', $token);
         }

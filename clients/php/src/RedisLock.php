@@ -17,7 +17,9 @@ use Redis;
  * - a lock that is busy is waited for in the server (`LOCK.ACQUIRE ... WAIT`), first come
  *   first served, and granted the moment it is free: `$waitIntervalUs` is accepted for
  *   the old signature and no longer needed;
- * - each lock has a fence (`fence($name)`) for the writes it protects.
+ * - each lock has a fence (`fence($name)`) for the writes it protects;
+ * - `readLock`/`writeLock` take a read/write lock and `semaphore` one of n permits, in
+ *   the same shape as `lock` (`unlock`, `expire`, `isLocking`, `fence` work on them).
  *
  * Tokens are kept per name inside the object: use one object per worker, not one shared
  * by several. Keys are `Lock:<name>` (the prefix is the constructor's second argument).
@@ -32,6 +34,8 @@ class RedisLock
     private $sessionMs;
     /** @var array<string, array{0: string, 1: int}> name => [token, fence] */
     private $lockedNames = [];
+    /** @var array<string, array{0: list<string>, 1: int}> name => [mode, ttl ms] of shared holdings */
+    private $sharedNames = [];
 
     /**
      * $sessionSeconds binds every lock to this connection: if the PHP process dies, the
@@ -52,18 +56,60 @@ class RedisLock
      */
     public function lock(string $name, $timeout = 0, $expire = 15, int $waitIntervalUs = 100000): bool
     {
+        return $this->take($name, $timeout, $expire, []);
+    }
+
+    /**
+     * Takes `$name` as a reader of a read/write lock: beside other readers, never beside
+     * a writer (`writeLock`, or `lock`, on the same name). As `lock` otherwise.
+     */
+    public function readLock(string $name, $timeout = 0, $expire = 15): bool
+    {
+        return $this->take($name, $timeout, $expire, ['SHARED']);
+    }
+
+    /**
+     * Takes `$name` as the writer of a read/write lock: alone, after the readers that came
+     * before it (readers that come after it wait for it). The same as `lock`.
+     */
+    public function writeLock(string $name, $timeout = 0, $expire = 15): bool
+    {
+        return $this->take($name, $timeout, $expire, []);
+    }
+
+    /**
+     * Takes one of at most `$permits` places of the counting semaphore `$name` (1 to
+     * 1,000,000; every holder of a name gives the same number, else a LockException
+     * naming LIMIT). As `lock` otherwise.
+     */
+    public function semaphore(string $name, int $permits, $timeout = 0, $expire = 15): bool
+    {
+        if ($permits < 1 || $permits > 1000000) {
+            throw new LockException("semaphore: permits must be from 1 to 1000000, not $permits");
+        }
+        return $this->take($name, $timeout, $expire, ['LIMIT', (string) $permits]);
+    }
+
+    /** @param list<string> $mode */
+    private function take(string $name, $timeout, $expire, array $mode): bool
+    {
         if ($name === '') {
             throw new LockException('lock: the name must not be empty');
         }
         $ttlMs = self::ms($expire, 'expire', 1);
         $waitMs = $timeout > 0 ? self::ms($timeout, 'timeout', 1) : null;
         $token = isset($this->lockedNames[$name]) ? $this->lockedNames[$name][0] : bin2hex(random_bytes(16));
-        $granted = $this->commands->acquire($this->prefix . $name, $ttlMs, $token, $waitMs, $this->sessionMs);
+        $granted = $this->commands->acquire($this->prefix . $name, $ttlMs, $token, $waitMs, $this->sessionMs, $mode);
         if ($granted === null) {
-            unset($this->lockedNames[$name]);
+            unset($this->lockedNames[$name], $this->sharedNames[$name]);
             return false;
         }
         $this->lockedNames[$name] = $granted;
+        if ($mode === []) {
+            unset($this->sharedNames[$name]);
+        } else {
+            $this->sharedNames[$name] = [$mode, $ttlMs];
+        }
         return true;
     }
 
@@ -74,7 +120,7 @@ class RedisLock
             return false;
         }
         $token = $this->lockedNames[$name][0];
-        unset($this->lockedNames[$name]);
+        unset($this->lockedNames[$name], $this->sharedNames[$name]);
         return $this->commands->release($this->prefix . $name, $token);
     }
 
@@ -101,12 +147,17 @@ class RedisLock
 
     /**
      * True if this object holds `$name` now. It compares fences (unique per grant), so
-     * no token is read back from the server.
+     * no token is read back from the server. For a reader or a semaphore's holder,
+     * whose own fence LOCK.INFO does not show (it shows the newest holder's), it extends
+     * the holding to its `$expire` instead.
      */
     public function isLocking(string $name): bool
     {
         if (!isset($this->lockedNames[$name])) {
             return false;
+        }
+        if (isset($this->sharedNames[$name])) {
+            return $this->commands->extend($this->prefix . $name, $this->lockedNames[$name][0], $this->sharedNames[$name][1]);
         }
         $info = $this->commands->info($this->prefix . $name);
         return $info !== null && ($info['fence'] ?? null) === $this->lockedNames[$name][1];

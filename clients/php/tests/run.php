@@ -103,6 +103,35 @@ check('and released the others', $r->exists('Lock:x', 'Lock:z') === 0 && !$a->is
 $a->lock('x');
 check('unlockAll answers true when all were held', $a->unlockAll() && $r->exists('Lock:x') === 0);
 
+$reader1 = new RedisLock(connect($port));
+$reader2 = new RedisLock(connect($port));
+$writer = new RedisLock(connect($port));
+check('readers share a read lock', $reader1->readLock('doc') && $reader2->readLock('doc'));
+check('each with its own, greater fence', $reader2->fence('doc') > $reader1->fence('doc'));
+$info = $r->rawCommand('LOCK.INFO', 'Lock:doc');
+$fields = array_combine(array_values(array_filter($info, function ($k) { return $k % 2 === 0; }, ARRAY_FILTER_USE_KEY)), array_values(array_filter($info, function ($k) { return $k % 2 === 1; }, ARRAY_FILTER_USE_KEY)));
+check('LOCK.INFO says shared, 2 holders', $fields['mode'] === 'shared' && (int) $fields['holders'] === 2);
+check('both readers are isLocking', $reader1->isLocking('doc') && $reader2->isLocking('doc'));
+check('a writer cannot join them', !$writer->writeLock('doc'));
+$reader1->unlock('doc');
+$reader2->unlock('doc');
+check('the writer takes it once they are gone', $writer->writeLock('doc', 1) && !$reader1->readLock('doc'));
+$writer->unlock('doc');
+$permits = [new RedisLock(connect($port)), new RedisLock(connect($port)), new RedisLock(connect($port))];
+check('a semaphore gives out its permits', $permits[0]->semaphore('api', 2) && $permits[1]->semaphore('api', 2));
+check('and no more', !$permits[2]->semaphore('api', 2));
+check('a limit that disagrees is an error naming LIMIT', throws(function () use ($permits) {
+    $permits[2]->semaphore('api', 3);
+}, 'LIMIT'));
+check('a bad number of permits is refused before any command', throws(function () use ($permits) {
+    $permits[2]->semaphore('api', 0);
+}, 'permits'));
+$permits[0]->unlock('api');
+check('a freed permit goes to the next', $permits[2]->semaphore('api', 2, 1));
+$permits[1]->unlockAll();
+$permits[2]->unlockAll();
+check('unlock releases every permit', $r->exists('Lock:api') === 0);
+
 $custom = new RedisLock($r, 'app:lock:');
 check('the key prefix is the constructor\'s', $custom->lock('job') && $r->exists('app:lock:job') === 1);
 $custom->unlock('job');
