@@ -126,6 +126,11 @@ fn manual_migration_moves_locks_and_redirects_waiters(
     let mut src = cluster.con(source.port);
     let held_fences = lock_with_history(&mut src, &held, "holder");
     let quiet_fences = lock_with_history(&mut src, &quiet, "quiet-holder");
+    // Shared holders in the same slot: each must arrive with its own expiry.
+    let readers = format!("{{{tag}}}:readers");
+    common::acquire(&mut src, &readers, 6_000, &["SHARED", "TOKEN", "short"]).expect("reader");
+    let (_, newest) =
+        common::acquire(&mut src, &readers, 60_000, &["SHARED", "TOKEN", "long"]).expect("reader");
     let held_before = snapshot(&mut src, &held, step);
     let quiet_before = snapshot(&mut src, &quiet, step);
     age_beyond_slack(&mut src, &quiet);
@@ -155,6 +160,7 @@ fn manual_migration_moves_locks_and_redirects_waiters(
         .arg("KEYS")
         .arg(&held)
         .arg(&quiet)
+        .arg(&readers)
         .query(&mut src)
         .expect("MIGRATE");
     assert_eq!(migrated, "OK", "{step}: MIGRATE");
@@ -232,6 +238,20 @@ fn manual_migration_moves_locks_and_redirects_waiters(
         target.port,
         "{step}: slot moved"
     );
+
+    // The shared holders arrived, each with its own expiry, which still ends it.
+    assert_eq!(info_field(&mut dst, &readers, "holders"), Some(2), "{step}");
+    assert_eq!(
+        info_field(&mut dst, &readers, "fence"),
+        Some(newest),
+        "{step}"
+    );
+    poll_until(
+        Duration::from_secs(15),
+        "the short reader to expire on the target",
+        || info_field(&mut dst, &readers, "holders") == Some(1),
+    );
+    assert_eq!(common::release(&mut dst, &readers, b"long"), 1, "{step}");
 
     // The locks arrived whole, still held by their tokens.
     assert_same_lock(&held_before, &snapshot(&mut dst, &held, step), step);
