@@ -61,28 +61,34 @@ pub fn grant<R>(
             reply(lock.token(), fence)
         }
         Kind::Shared { limit } => {
-            let name = key.name();
+            // The reply comes after every write: a failed write must not follow a sent
+            // grant. (A copy of the token, on the shared path only.)
+            let token: Box<[u8]> = lock.token().into();
             let holder = Holder { lock, expire_at };
             let taken = || RedisError::Str("ERR the token holds the key already");
-            let (replied, last) = match key.lock_mut()? {
+            let last = match key.lock_mut()? {
                 Some(LockValue::Shared(holders)) if holders.limit() == limit => {
-                    let stored = holders.insert(holder).map_err(|_| taken())?;
-                    ffi::replicate_hold(ctx, name, &hold_set(&stored.lock, expire_at), limit);
-                    let replied = reply(stored.lock.token(), fence);
-                    (replied, holders.last_expiry().unwrap_or(expire_at))
+                    holders.insert(holder).map_err(|_| taken())?;
+                    holders.last_expiry().unwrap_or(expire_at)
                 }
                 None => {
                     let mut holders = Holders::new(limit);
-                    let stored = holders.insert(holder).map_err(|_| taken())?;
-                    ffi::replicate_hold(ctx, name, &hold_set(&stored.lock, expire_at), limit);
-                    let replied = reply(stored.lock.token(), fence);
+                    holders.insert(holder).map_err(|_| taken())?;
                     key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
-                    (replied, expire_at)
+                    expire_at
                 }
                 Some(_) => return Err(RedisError::Str("ERR the key is held in another mode")),
             };
             key.set_expire_at(Some(last))?;
-            replied
+            let set = LockSet {
+                token: &token,
+                fence,
+                acquired_ms: now,
+                expire_at,
+                grace_ms: session.map(|s| s.grace_ms),
+            };
+            ffi::replicate_hold(ctx, key.name(), &set, limit);
+            reply(&token, fence)
         }
     };
     if let Some(session) = session {
@@ -181,7 +187,8 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError>
         Some(LockValue::Shared(holders)) => holders.next_expiry().is_some_and(|at| at <= now),
         _ => false,
     };
-    if !due {
+    // A replica (even a writable one) follows its master, which expires its holders.
+    if !due || ffi::is_replica(ctx) {
         return Ok(0);
     }
     let Some(holders) = holders_mut(key)? else {
