@@ -527,7 +527,7 @@ fn the_grant_to_a_waiter_is_made_inside_the_release_so_no_command_sees_the_lock_
         job_held_with_a_waiter(&["WAIT", "0", "TOKEN", "next"]);
 
     // One read: the commands right behind the release already see the waiter's lock.
-    type Info = Option<Vec<(String, i64)>>;
+    type Info = Option<InfoFields>;
     type Granted = Option<(Vec<u8>, i64)>;
     let (released, fence, newcomer): (i64, Info, Granted) = redis::pipe()
         .cmd("LOCK.RELEASE")
@@ -543,9 +543,7 @@ fn the_grant_to_a_waiter_is_made_inside_the_release_so_no_command_sees_the_lock_
     assert_eq!(released, 1);
     let fence = fence
         .expect("the lock is held right after the release")
-        .into_iter()
-        .find(|(name, _)| name == "fence")
-        .map(|(_, value)| value)
+        .get("fence")
         .expect("fence");
     assert!(fence > old_fence);
     assert_eq!(newcomer, None, "the newcomer finds it held");
