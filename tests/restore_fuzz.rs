@@ -5,7 +5,7 @@
 //! Only the module's part of a payload is mutated (after the type and module id, before
 //! the RDB version and checksum): the server's own types have their own sanitizer
 //! (`sanitize-dump-payload`), which is not this module's to test. The payloads come from
-//! real `DUMP`s of a plain and a session-bound lock; each case flips, overwrites, drops or
+//! real `DUMP`s of a plain and a session-bound lock and of shared holders; each case flips, overwrites, drops or
 //! inserts a few bytes, or changes the encoding version. `RESTORE_FUZZ_CASES` sets the
 //! count (default 1,500 per server), `RESTORE_FUZZ_SEED` replays a run; the seed is
 //! printed.
@@ -15,10 +15,12 @@ mod common;
 use common::*;
 
 /// The fields of `LOCK.INFO` that loaded data decides, with their allowed range.
-const RANGES: [(&str, i64, i64); 3] = [
+const RANGES: [(&str, i64, i64); 5] = [
     ("fence", 1, (1 << 53) - 1),
     ("acquired", 0, (1 << 53) - 1),
     ("session", -1, (1 << 47) - 1),
+    ("holders", 1, 1_000_000),
+    ("limit", -1, 1_000_000),
 ];
 
 /// `LOCK.INFO` as field/value pairs.
@@ -92,13 +94,21 @@ fn mutated_payloads_never_crash_the_server_and_never_load_out_of_range() {
         &["TOKEN", "b-token", "SESSION", "250"],
     )
     .expect("granted");
+    for (token, extra) in [("r-1", "250"), ("r-2", "-")] {
+        let mut args = vec!["LIMIT", "3", "TOKEN", token];
+        if extra != "-" {
+            args.extend(["SESSION", extra]);
+        }
+        acquire(&mut con, "shared", 60_000, &args).expect("granted");
+    }
     let templates = [
         dump(&mut con, "plain").expect("DUMP"),
         dump(&mut con, "bound").expect("DUMP"),
+        dump(&mut con, "shared").expect("DUMP"),
     ];
     let mut loaded = 0;
     for case in 0..cases {
-        let payload = mutate(&templates[case % 2], &mut rng);
+        let payload = mutate(&templates[case % templates.len()], &mut rng);
         let key = format!("case:{case}");
         // RESTORE and LOCK.INFO in one transaction: a session-bound lock restored with a
         // short grace may rightly be released by the next turn of the event loop.
