@@ -90,12 +90,13 @@ pub fn assert_watchdog_stopped(con: &mut redis::Connection, calls: u64, extends:
 
 /// One integer field of `LOCK.INFO key` (`None` if the key or the field is missing).
 pub fn info_field(con: &mut redis::Connection, key: &str, field: &str) -> Option<i64> {
-    let fields: Option<Vec<(String, i64)>> = redis::cmd("LOCK.INFO")
+    // `mode` is a word, every other field an integer.
+    let fields: Option<Vec<(String, redis::Value)>> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(con)
         .expect("LOCK.INFO");
-    fields?
-        .into_iter()
-        .find(|(name, _)| name == field)
-        .map(|(_, value)| value)
+    fields?.into_iter().find_map(|(name, value)| match value {
+        redis::Value::Int(n) if name == field => Some(n),
+        _ => None,
+    })
 }
