@@ -388,11 +388,13 @@ fn the_sessions_demo_runs_as_shown() {
                     let info: String = redis::cmd("INFO").arg("clients").query(&mut watch).unwrap();
                     info.contains("blocked_clients:1")
                 });
+                // Taken before the kill: the server may see the connection close
+                // before the kill returns (it waits for the process to exit).
+                killed_at = Some(Instant::now());
                 terminals
                     .get_mut(&current)
                     .expect("a terminal to kill")
                     .kill();
-                killed_at = Some(Instant::now());
             }
         } else if let Some(command) = line.strip_prefix("$ ") {
             let args = words(command);
