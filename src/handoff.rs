@@ -128,10 +128,12 @@ fn settle(ctx: &Context, id: &KeyId) {
     }
 }
 
-/// When the next shared holder of `key` expires, if it holds shared holders.
+/// When the next shared holder of `key` is to be taken out, if it holds shared holders:
+/// the millisecond after its expiry (holders leave once their time is strictly past, as
+/// keys do).
 fn next_holder_expiry(key: &Key) -> Option<i64> {
     match key.lock() {
-        Ok(Some(LockValue::Shared(holders))) => holders.next_expiry(),
+        Ok(Some(LockValue::Shared(holders))) => holders.next_expiry().map(|at| at + 1),
         _ => None,
     }
 }

@@ -178,13 +178,13 @@ pub fn drop_holder(
     Ok(Some(holder))
 }
 
-/// Takes out every shared holder of `key` whose expiry has come (on the master, which
+/// Takes out every shared holder of `key` whose expiry has passed (on the master, which
 /// replicates each removal): each is counted in `expired` and notified as
 /// `lock.expired`. Returns how many went.
 pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError> {
     let now = ffi::now_ms();
     let due = match key.lock()? {
-        Some(LockValue::Shared(holders)) => holders.next_expiry().is_some_and(|at| at <= now),
+        Some(LockValue::Shared(holders)) => holders.next_expiry().is_some_and(|at| at < now),
         _ => false,
     };
     // A replica (even a writable one) follows its master, which expires its holders.
@@ -194,7 +194,9 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError>
     let Some(holders) = holders_mut(key)? else {
         return Ok(0);
     };
-    let gone = holders.expire(now);
+    // As the server expires a key: once its time is strictly past, so that a holder
+    // never leaves before its whole TTL has run, whatever the millisecond clock rounds.
+    let gone = holders.expire(now - 1);
     let last = holders.last_expiry();
     for holder in &gone {
         ffi::replicate_drop(ctx, key.name(), holder.lock.token());

@@ -7,9 +7,10 @@
 //!
 //! A section is recorded from the moment the grant's reply arrived to the earliest of:
 //! sending the release, the command's send time plus its TTL (the server granted it no
-//! earlier, so it expires no earlier), and the send time of a `DEL` of its key. Each of
-//! these lies within the server's own holding, so an overlap seen here is one the server
-//! allowed.
+//! earlier, so it expires no earlier), and the send time of a `DEL` of its key sent
+//! after the acquire (nothing of it counts if that `DEL` went before the reply came).
+//! Each of these lies within the server's own holding, so an overlap seen here is one the
+//! server allowed.
 
 mod common;
 
@@ -42,6 +43,8 @@ enum Mode {
 struct Section {
     key: &'static str,
     mode: Mode,
+    /// When the acquire was sent: the grant came after it.
+    sent: Instant,
     start: Instant,
     end: Instant,
 }
@@ -104,6 +107,7 @@ fn worker(server: &TestServer, record: &Mutex<Record>, seed: u64, until: Instant
         record.lock().unwrap().sections.push(Section {
             key,
             mode,
+            sent,
             start,
             end,
         });
@@ -143,12 +147,14 @@ fn troublemaker(server: &TestServer, record: &Mutex<Record>, until: Instant) {
     }
 }
 
-/// The section cut short by the first `DEL` of its key sent while it ran.
+/// The section cut short by the first `DEL` of its key sent after its acquire: a `DEL`
+/// sent before the grant's reply arrived may have removed the holding already, which
+/// leaves nothing of the section to trust.
 fn cut(section: Section, deletes: &[(&'static str, Instant)]) -> Section {
     let end = deletes
         .iter()
-        .filter(|(key, at)| *key == section.key && *at >= section.start && *at < section.end)
-        .map(|(_, at)| *at)
+        .filter(|(key, at)| *key == section.key && *at >= section.sent && *at < section.end)
+        .map(|(_, at)| (*at).max(section.start))
         .min()
         .unwrap_or(section.end);
     Section { end, ..section }
