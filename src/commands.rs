@@ -268,21 +268,23 @@ pub fn release(ctx: &Context, args: &Args) -> RedisResult {
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
     let expired = store::expire_holders(ctx, &mut key)?;
-    let released = match key.lock()? {
+    let (released, shared) = match key.lock()? {
         Some(LockValue::Exclusive(lock)) if lock.token() == token => {
             events::releasing(|| key.delete());
             ffi::replicate_del(ctx, key.name());
-            true
+            (true, false)
         }
-        Some(LockValue::Shared(_)) => store::drop_holder(ctx, &mut key, token)?.is_some(),
-        _ => false,
+        Some(LockValue::Shared(_)) => (store::drop_holder(ctx, &mut key, token)?.is_some(), true),
+        _ => (false, false),
     };
     if released {
         ffi::notify(ctx, EVENT_RELEASE, key.name());
         stats::RELEASES.bump();
     }
-    if released || expired > 0 {
+    if shared || expired > 0 {
         handoff::watch_holders(ctx, db, args.get(1), &key);
+    }
+    if released || expired > 0 {
         drop(key);
         handoff::handoff(ctx, db, args.get(1));
     }

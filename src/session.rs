@@ -190,7 +190,8 @@ fn bound_at(ctx: &Context, key: &KeyId, client: u64) -> bool {
 
 /// `RENAME` and `MOVE` bring a lock to a new key with no type callback that names the
 /// destination: their notification of it is where a session-bound lock (or shared
-/// holders, whose expiries are watched) that left another key is found again (`COPY` has its type callback). Any other event costs a flag check.
+/// holders, whose expiries are watched) that left another key is found again (`COPY`
+/// has its type callback). Any other event costs a flag check.
 pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
     guard::callback((), || {
         if !events::is_session_in_flight() || !matches!(event, b"rename_to" | b"move_to") {
@@ -245,7 +246,8 @@ extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 /// The grace `binding.grace_ms` of the lock on `key` ran out, since its connection
 /// closed (or the server started serving it): release every holder still bound to that
 /// connection with a grace no longer than that, if the connection is still gone. A
-/// holder bound with a longer grace gets the rest of it.
+/// holder bound with a longer grace gets the rest of it. (Linear in the key's holders:
+/// once per grace, never on a command's path.)
 fn release(ctx: &Context, key: &KeyId, binding: Binding) {
     let (db, name) = (key.0, key.1.as_slice());
     if ffi::client_connected(binding.client)
