@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
 use crate::args;
 use crate::blocking;
@@ -250,6 +250,26 @@ fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
     Ok(())
 }
 
+/// Opens `name` (raw `raw`, in database `db`) for a release or an extend with the lock's
+/// waiters served first, when it was freed where the server runs the handoff only later:
+/// a `DEL` earlier in the same `MULTI`/`EXEC` (post-notification jobs run when the
+/// transaction is over) or, on Redis 7.0, a command just before. The command then sees
+/// the key as every later one will, as `LOCK.ACQUIRE` does. A held key costs no lookup.
+fn open_served<'c>(
+    ctx: &'c Context,
+    db: i32,
+    name: &'c RedisString,
+    raw: &[u8],
+) -> Result<Key<'c>, RedisError> {
+    let key = Key::open_write(ctx, name);
+    if key.lock()?.is_some() || !blocking::queued(db, raw) {
+        return Ok(key);
+    }
+    drop(key);
+    handoff::handoff(ctx, db, raw);
+    Ok(Key::open_write(ctx, name))
+}
+
 /// LOCK.RELEASE <key> <token>
 ///
 /// Deletes the lock if, and only if, `token` holds it (for shared holders: takes that
@@ -266,7 +286,7 @@ pub fn release(ctx: &Context, args: &Args) -> RedisResult {
 
     let db = ffi::selected_db(ctx);
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let mut key = Key::open_write(ctx, &name);
+    let mut key = open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
     let (released, shared) = match key.lock()? {
         Some(LockValue::Exclusive(lock)) if lock.token() == token => {
@@ -307,7 +327,7 @@ pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
 
     let db = ffi::selected_db(ctx);
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let mut key = Key::open_write(ctx, &name);
+    let mut key = open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
     let extended = match key.lock()? {
         Some(LockValue::Exclusive(lock)) if lock.token() == token => {

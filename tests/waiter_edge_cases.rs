@@ -1,6 +1,7 @@
 //! What happens to clients blocked in `LOCK.ACQUIRE ... WAIT` when an admin command
 //! changes the key or the server under them: `FLUSHALL`, `FLUSHDB`, `SWAPDB`, `RENAME`,
-//! `MOVE`, `RESTORE ... REPLACE`, a plain `SET`, `REPLICAOF`. Each has one documented
+//! `MOVE`, `RESTORE ... REPLACE`, a plain `SET`, `REPLICAOF`, a `DEL` inside
+//! `MULTI`/`EXEC`. Each has one documented
 //! outcome; in none is a waiter left blocked with the lock free, and in none do two
 //! clients hold the lock at once.
 
@@ -245,6 +246,72 @@ fn a_plain_set_over_a_lock_with_waiters_keeps_them_waiting_until_the_key_is_dele
 
 /// `LOCK.ACQUIRE job 30000 WAIT 0` on a replica is refused with `READONLY`, and nobody
 /// is left blocked.
+/// `MULTI`, `DEL key`, then `command` on `key`, `EXEC`: the replies.
+fn delete_then_in_one_transaction(
+    con: &mut redis::Connection,
+    key: &str,
+    command: &[&str],
+) -> (i64, i64) {
+    redis::pipe()
+        .atomic()
+        .cmd("DEL")
+        .arg(key)
+        .cmd(command[0])
+        .arg(key)
+        .arg(&command[1..])
+        .query(con)
+        .expect("MULTI/EXEC")
+}
+
+#[test]
+fn a_release_after_a_del_in_the_same_transaction_sees_the_waiter_granted() {
+    // The server runs post-notification jobs (the handoff of a deleted lock) when the
+    // transaction is over; the release must not find the key free before that.
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (_, fence, mut waiter) = held_with_a_waiter(
+        &server,
+        &mut con,
+        "tx",
+        30_000,
+        &["TOKEN", "next", "WAIT", "0"],
+    );
+    assert_eq!(
+        delete_then_in_one_transaction(&mut con, "tx", &["LOCK.RELEASE", "next"]),
+        (1, 1)
+    );
+    let (token, granted) = waiter
+        .granted()
+        .expect("the waiter is granted the deleted lock");
+    assert_eq!(token, b"next");
+    assert!(granted > fence);
+    assert!(
+        !exists(&mut con, "tx"),
+        "released by its holder inside the transaction"
+    );
+}
+
+#[test]
+fn an_extend_after_a_del_in_the_same_transaction_extends_the_waiters_grant() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (_, _, mut waiter) = held_with_a_waiter(
+        &server,
+        &mut con,
+        "tx",
+        30_000,
+        &["TOKEN", "next", "WAIT", "0"],
+    );
+    let replies =
+        delete_then_in_one_transaction(&mut con, "tx", &["LOCK.EXTEND", "next", "900000"]);
+    assert_eq!(replies, (1, 1));
+    assert_eq!(waiter.granted_token(), b"next");
+    assert!(
+        pttl(&mut con, "tx") > 800_000,
+        "the waiter's grant was extended"
+    );
+}
+
 fn assert_a_replica_refuses_to_queue_a_waiter(con: &mut redis::Connection) {
     let err = error_of(
         redis::cmd("LOCK.ACQUIRE")
