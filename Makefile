@@ -31,9 +31,10 @@ test: build deps-test ## run every test on every server CI tests (REDIS_SERVER=p
 chaos: build ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server
 	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(CARGO) test --release --test chaos -- --nocapture
 
-fuzz: build ## property tests (PROPTEST_CASES, default 100000) and mutated RESTORE payloads (RESTORE_FUZZ_CASES, default 100000), long
+fuzz: build ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE payloads (RESTORE_FUZZ_CASES, default 100000) and model-checked command sequences (MODEL_FUZZ_STEPS, default 50000), long
 	PROPTEST_CASES=$${PROPTEST_CASES:-100000} $(CARGO) test --release --lib -- properties bindings
 	RESTORE_FUZZ_CASES=$${RESTORE_FUZZ_CASES:-100000} $(CARGO) test --release --test restore_fuzz -- --nocapture
+	MODEL_FUZZ_STEPS=$${MODEL_FUZZ_STEPS:-50000} $(CARGO) test --release --test model_fuzz -- --nocapture
 
 test-cluster: build ## run only the Redis Cluster and failover tests (real 6-node clusters)
 	$(CARGO) test --release --test cluster_routing --test cluster_resharding --test cluster_failover
