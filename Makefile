@@ -39,7 +39,7 @@ fuzz: build ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE 
 test-cluster: build ## run only the Redis Cluster and failover tests (real 6-node clusters)
 	$(CARGO) test --release --test cluster_routing --test cluster_resharding --test cluster_failover
 
-.PHONY: bench bench-smoke
+.PHONY: bench bench-smoke soak
 # valgrind (instructions per call) and gnuplot (the contention chart) are installed here
 # when missing; if that fails, the benchmark runs without those two parts.
 # `make bench BENCH_ARGS="--only contention"` runs some scenarios (`--help` lists them).
@@ -52,6 +52,13 @@ bench: build ## benchmark module vs SET NX + Lua recipe (minutes; target/bench/r
 	    || echo "could not install them: no instruction counts, no chart"; \
 	fi
 	$(CARGO) run --release -p redis-lock-bench -- $(BENCH_ARGS)
+
+soak: build ## a million locks and ten thousand waiters on one server, side by side with plain keys (minutes; target/soak/report.md, soak.png)
+	@command -v gnuplot >/dev/null || { echo "installing gnuplot-nox for the plot"; \
+	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  ($$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
+	    --no-install-recommends gnuplot-nox) || echo "could not install it: no plot"; }
+	$(CARGO) run --release -p redis-lock-bench --bin soak -- $(SOAK_ARGS)
 
 bench-smoke: build ## the benchmark in seconds with tiny sizes (as `make test` runs it)
 	$(CARGO) run --release -p redis-lock-bench -- --smoke --out target/bench-smoke

@@ -17,6 +17,7 @@ pub mod results;
 pub mod scenarios;
 pub mod server;
 pub mod sides;
+pub mod soak;
 pub mod stats;
 
 use std::io;
