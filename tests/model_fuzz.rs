@@ -180,15 +180,20 @@ impl Fuzz {
         format!("tok-{}", self.fresh).into_bytes()
     }
 
-    /// A token to release or extend with: a holder's of `k` (most often), one that held
-    /// somewhere, or one that never held.
-    fn some_token(&mut self, k: usize) -> Vec<u8> {
-        let holders: Vec<Vec<u8>> = self.model.keys[k]
+    /// The tokens of `k`'s holders whose grant the server has named.
+    fn holder_tokens(&self, k: usize) -> Vec<Vec<u8>> {
+        self.model.keys[k]
             .holders()
             .iter()
             .filter(|h| h.fence > 0)
             .map(|h| h.token.clone())
-            .collect();
+            .collect()
+    }
+
+    /// A token to release or extend with: a holder's of `k` (most often), one that held
+    /// somewhere, or one that never held.
+    fn some_token(&mut self, k: usize) -> Vec<u8> {
+        let holders = self.holder_tokens(k);
         let known = self.known.clone();
         match self.rng.below(10) {
             0..=5 => self.pick(&holders),
@@ -379,12 +384,7 @@ impl Fuzz {
         } else {
             match self.rng.below(20) {
                 _ if retry => {
-                    let holders: Vec<Vec<u8>> = self.model.keys[k]
-                        .holders()
-                        .iter()
-                        .filter(|h| h.fence > 0)
-                        .map(|h| h.token.clone())
-                        .collect();
+                    let holders = self.holder_tokens(k);
                     self.pick(&holders)
                 }
                 6..=8 => {

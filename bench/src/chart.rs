@@ -10,7 +10,8 @@ use std::process::{Command, Stdio};
 
 use crate::scenarios::contention::{Point, Waiting};
 
-fn gnuplot_installed() -> bool {
+/// Whether gnuplot is installed (`make bench` and `make soak` install it).
+pub fn gnuplot_installed() -> bool {
     Command::new("gnuplot")
         .arg("--version")
         .stdout(Stdio::null())
@@ -99,14 +100,19 @@ pub fn draw(points: &[Point], dir: &Path) -> io::Result<Option<PathBuf>> {
         series(k),
         png = png.display()
     );
-    let script_path = dir.join("contention.gp");
-    fs::write(&script_path, script)?;
-    let out = Command::new("gnuplot").arg(&script_path).output()?;
+    gnuplot(&dir.join("contention.gp"), &script)?;
+    Ok(Some(png))
+}
+
+/// Writes `script` to `path` and runs gnuplot on it.
+pub fn gnuplot(path: &Path, script: &str) -> io::Result<()> {
+    fs::write(path, script)?;
+    let out = Command::new("gnuplot").arg(path).output()?;
     if !out.status.success() {
         return Err(io::Error::other(format!(
             "gnuplot failed: {}",
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    Ok(Some(png))
+    Ok(())
 }

@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use super::{Config, MEMORY_MARGIN, PAUSE_MARGIN_MS, SideRun};
+use crate::chart;
 
 /// One line of the report.
 struct Row {
@@ -171,13 +171,7 @@ pub fn csv(runs: &[&SideRun]) -> String {
 /// `soak.png`: memory and the longest round trip over time, both sides; `None` without
 /// gnuplot.
 pub fn plot(dir: &Path, runs: &[&SideRun]) -> io::Result<Option<PathBuf>> {
-    let installed = Command::new("gnuplot")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !installed {
+    if !chart::gnuplot_installed() {
         return Ok(None);
     }
     let mut series = Vec::new();
@@ -222,14 +216,6 @@ pub fn plot(dir: &Path, runs: &[&SideRun]) -> io::Result<Option<PathBuf>> {
         plots(&[(2, "used_memory"), (3, "RSS")]),
         plots(&[(4, "")]),
     );
-    let script_path = dir.join("soak.gp");
-    fs::write(&script_path, script)?;
-    let out = Command::new("gnuplot").arg(&script_path).output()?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "gnuplot failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
+    chart::gnuplot(&dir.join("soak.gp"), &script)?;
     Ok(Some(png))
 }
