@@ -21,6 +21,7 @@ use crate::bindings;
 use crate::events;
 use crate::fence;
 use crate::ffi::{self, Key};
+use crate::footprint;
 use crate::guard;
 use crate::holders::{Holder, Holders};
 use crate::limits::{MAX_LIMIT, MAX_TTL_MS};
@@ -323,7 +324,13 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(0, || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let value = unsafe { state(value.cast_mut()) };
-        std::mem::size_of::<LockValue>() + value.heap_bytes()
+        // An exclusive lock's token is one allocation, rounded as the allocator does;
+        // shared holders' maps are an estimate already.
+        let heap = match value {
+            LockValue::Exclusive(lock) => footprint::allocated(lock.heap_bytes()),
+            LockValue::Shared(_) => value.heap_bytes(),
+        };
+        footprint::server_cells() + footprint::allocated(std::mem::size_of::<LockValue>()) + heap
     })
 }
 

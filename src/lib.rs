@@ -22,6 +22,7 @@ pub mod error;
 pub mod events;
 pub mod fence;
 pub mod ffi;
+pub mod footprint;
 pub mod guard;
 pub mod handoff;
 pub mod holders;
@@ -209,6 +210,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(info::section));
     blocking::init(found.unblock_is_safe());
+    footprint::set_server_cells(found.memory_usage_leaves_out());
     handoff::init();
     session::init();
     bindings::instance();

@@ -340,6 +340,70 @@ fn memory_usage_answers_an_integer() {
     assert!(bytes > 0, "{bytes}");
 }
 
+/// Fills a fresh server with `count` keys written by `command(i)`: the growth of
+/// `used_memory` per key, and the mean `MEMORY USAGE` of the first hundred (some servers
+/// answer a little more for some keys than for others).
+fn footprint_of(count: usize, command: impl Fn(usize) -> redis::Cmd) -> (f64, f64) {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let used = |con: &mut redis::Connection| info_int(&server_info(con, "memory"), "used_memory");
+    let before = used(&mut con);
+    for first in (0..count).step_by(1000) {
+        let mut pipe = redis::pipe();
+        for i in first..(first + 1000).min(count) {
+            pipe.add_command(command(i)).ignore();
+        }
+        let () = pipe.query(&mut con).expect("the keys are written");
+    }
+    let grown = (used(&mut con) - before) as f64 / count as f64;
+    let usage: i64 = (0..100)
+        .map(|i| {
+            redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(format!("key:{i:06}"))
+                .query::<i64>(&mut con)
+                .expect("MEMORY USAGE")
+        })
+        .sum();
+    (grown, usage as f64 / 100.0)
+}
+
+#[test]
+fn memory_usage_counts_what_a_lock_costs_beside_a_string_key() {
+    // The same names, 32-byte values and TTLs on two fresh servers: whatever the server
+    // adds per key (name, table entries, expiry) is the same on both sides, so the
+    // difference of `MEMORY USAGE` must be the difference of what memory really grew by.
+    const COUNT: usize = 20_000;
+    const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+    let (lock_grown, lock_usage) = footprint_of(COUNT, |i| {
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(format!("key:{i:06}"))
+            .arg(600_000)
+            .arg("TOKEN")
+            .arg(TOKEN);
+        cmd
+    });
+    let (string_grown, string_usage) = footprint_of(COUNT, |i| {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(format!("key:{i:06}"))
+            .arg(TOKEN)
+            .arg("PX")
+            .arg(600_000);
+        cmd
+    });
+    let real = lock_grown - string_grown;
+    println!(
+        "a lock: {lock_grown:.1} bytes of used_memory, MEMORY USAGE {lock_usage:.1}; \
+         a string key: {string_grown:.1}, MEMORY USAGE {string_usage:.1}"
+    );
+    let reported = lock_usage - string_usage;
+    assert!(
+        (reported - real).abs() <= 8.0,
+        "MEMORY USAGE says a lock costs {reported:.1} bytes more than a string key; memory grew \
+         by {real:.1} more ({lock_grown:.1} against {string_grown:.1} a key)"
+    );
+}
+
 #[test]
 fn object_subcommands_answer_without_harming_the_lock() {
     let server = TestServer::start();
