@@ -104,7 +104,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
     match rules::decide(holding, mine, options.kind, queued) {
         Decision::Refused(refusal) => Err(error::refused(refusal)),
         Decision::Grant => {
-            let token = lock::token_buffer(options.token, session.is_some());
+            let token = lock::NewToken::for_grant(options.token, session.is_some());
             store::grant(
                 ctx,
                 &mut key,
@@ -131,7 +131,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
                 .and_then(|value| value.lock_of(token))
                 .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
             ffi::notify(ctx, EVENT_ACQUIRE, key.name());
-            ffi::reply_granted(ctx, lock.token(), lock.fence());
+            ffi::reply_granted(ctx, &lock.token(), lock.fence());
             Ok(RedisValue::NoReply)
         }
         Decision::Busy => {
@@ -230,7 +230,7 @@ fn rebind(
     let Some(LockValue::Exclusive(lock)) = key.lock()? else {
         return Err(RedisError::Str("ERR lock vanished while renewing"));
     };
-    store::replicate(ctx, key, lock, expire_at);
+    store::replicate(ctx, key, lock, &lock.token(), expire_at);
     handoff::deadline_moved(ctx, db, name, Some(expire_at));
     Ok(())
 }
@@ -289,7 +289,7 @@ pub fn release(ctx: &Context, args: &Args) -> RedisResult {
     let mut key = open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
     let (released, shared) = match key.lock()? {
-        Some(LockValue::Exclusive(lock)) if lock.token() == token => {
+        Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
             events::releasing(|| key.delete());
             ffi::replicate_del(ctx, key.name());
             (true, false)
@@ -330,7 +330,7 @@ pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
     let mut key = open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
     let extended = match key.lock()? {
-        Some(LockValue::Exclusive(lock)) if lock.token() == token => {
+        Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
             set_ttl(ctx, &key, ttl_ms)?;
             true
         }

@@ -184,7 +184,7 @@ fn load_v3(rdb: *mut raw::RedisModuleIO) -> Option<LockValue> {
 
 /// Saves `lock` as version 2 saved a lock (version 3's exclusive body and holders).
 fn save_lock(rdb: *mut raw::RedisModuleIO, lock: &LockState) {
-    raw::save_slice(rdb, lock.token());
+    raw::save_slice(rdb, &lock.token());
     raw::save_unsigned(rdb, lock.fence());
     raw::save_signed(rdb, lock.acquired_ms());
     match lock.session() {
@@ -361,7 +361,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
             LockValue::Shared(holders) => {
                 // In token order, so that equal sets digest alike whatever their slots.
                 let mut all: Vec<&Holder> = holders.iter().collect();
-                all.sort_unstable_by(|a, b| a.lock.token().cmp(b.lock.token()));
+                all.sort_unstable_by(|a, b| a.lock.token().cmp(&b.lock.token()));
                 // SAFETY: as above.
                 unsafe { add_number(md, holders.limit().map_or(NO_LIMIT, i64::from)) };
                 for holder in all {

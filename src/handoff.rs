@@ -39,6 +39,7 @@ use crate::error;
 use crate::events;
 use crate::ffi::{self, Key, KeyKind};
 use crate::guard;
+use crate::lock::NewToken;
 use crate::queue::{KeyId, Waiter};
 use crate::rules::Holding;
 use crate::store;
@@ -181,7 +182,7 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         ctx,
         key,
         (waiter.key.0, &waiter.key.1),
-        (token, waiter.kind),
+        (NewToken::Given(token), waiter.kind),
         waiter.ttl_ms,
         waiter.session,
         |token, fence| Answer::Granted {

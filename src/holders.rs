@@ -97,7 +97,7 @@ impl Holders {
 
     /// The slot of `token`'s holder, if it holds the key.
     fn slot_of(&self, token: &[u8]) -> Option<u32> {
-        let holds = |slot: &u32| self.holder(*slot).is_some_and(|h| h.lock.token() == token);
+        let holds = |slot: &u32| self.holder(*slot).is_some_and(|h| h.lock.holds(token));
         match self.by_token.get(&self.hash(token)) {
             Some(slot) if holds(slot) => Some(*slot),
             Some(_) => self.collided.iter().copied().find(|slot| holds(slot)),
@@ -120,10 +120,10 @@ impl Holders {
     /// Adds `holder`, whose token must not hold the key already (the caller renews
     /// instead); gives it back if it does. Returns the holder as stored.
     pub fn insert(&mut self, holder: Holder) -> Result<&Holder, Holder> {
-        if self.slot_of(holder.lock.token()).is_some() {
+        if self.slot_of(&holder.lock.token()).is_some() {
             return Err(holder);
         }
-        let hash = self.hash(holder.lock.token());
+        let hash = self.hash(&holder.lock.token());
         let expire_at = holder.expire_at;
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -158,13 +158,13 @@ impl Holders {
         let holder = self.slots[slot as usize]
             .take()
             .expect("an indexed slot is occupied");
-        let hash = self.hash(holder.lock.token());
+        let hash = self.hash(&holder.lock.token());
         if self.by_token.get(&hash) == Some(&slot) {
             self.by_token.remove(&hash);
             // A holder that collided on this hash takes its place in the map.
             if let Some(i) = self.collided.iter().position(|&other| {
                 self.holder(other)
-                    .is_some_and(|h| self.hash(h.lock.token()) == hash)
+                    .is_some_and(|h| self.hash(&h.lock.token()) == hash)
             }) {
                 let other = self.collided.swap_remove(i);
                 self.by_token.insert(hash, other);
@@ -276,8 +276,8 @@ mod tests {
         }
     }
 
-    fn tokens(holders: &[Holder]) -> Vec<&[u8]> {
-        holders.iter().map(|h| h.lock.token()).collect()
+    fn tokens(holders: &[Holder]) -> Vec<Vec<u8>> {
+        holders.iter().map(|h| h.lock.token().to_vec()).collect()
     }
 
     #[test]

@@ -126,7 +126,7 @@ pub fn hold(ctx: &Context, args: &Args) -> RedisResult {
     let joins = matches!(key.lock(), Ok(Some(LockValue::Shared(h))) if h.limit() == limit);
     let last = match key.lock_mut() {
         Ok(Some(LockValue::Shared(holders))) if joins => {
-            holders.remove(holder.lock.token());
+            holders.remove(&holder.lock.token());
             holders
                 .insert(holder)
                 .map_err(|_| RedisError::Str("ERR LOCK._HOLD: the holder could not be set"))?;

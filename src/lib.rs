@@ -39,6 +39,7 @@ pub mod server_events;
 pub mod session;
 pub mod stats;
 pub mod store;
+pub mod token;
 pub mod value;
 
 use redis_module::raw::ModuleOptions;

@@ -6,22 +6,56 @@
 
 use crate::fence::MAX_FENCE;
 use crate::limits::MAX_TOKEN_LEN;
+use crate::token::{self, TokenText};
 
-/// The value of a lock key: 32 bytes and one allocation (the token's), whether or not
-/// it is session-bound, so that a session-bound lock costs plain locks nothing.
-///
-/// A session-bound lock keeps its binding after the token, in the same allocation, and
-/// says so with the top bit of the fence word (fences stay below 2^53).
+/// The value of a lock key: 40 bytes, with a server-made token (or any token of 32
+/// lowercase hexadecimal digits) packed inside it: one allocation for the whole lock.
+/// Any other token, and the token of a session-bound lock, is kept in an allocation of
+/// its own, the binding after the token, which the top bit of the fence word announces
+/// (fences stay below 2^53).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
     /// The token (the secret that proves ownership; never shown to anyone but the
-    /// holder), followed by the binding for a session-bound lock. A boxed slice, not a
-    /// `Vec`: no spare capacity.
-    data: Box<[u8]>,
+    /// holder), and for a session-bound lock its binding.
+    store: Store,
     /// The fence of this grant, and `SESSION_BIT`.
     fence_word: u64,
     /// Unix time in ms when the lock was granted.
     acquired_ms: i64,
+}
+
+/// How a lock keeps its token; one form for each token and binding, so that equal locks
+/// compare equal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Store {
+    /// 32 lowercase hexadecimal digits, as the 16 bytes they spell.
+    Packed([u8; 16]),
+    /// The same, session-bound: the 16 bytes, then the binding.
+    PackedBound(Box<[u8; 16 + SESSION_BYTES]>),
+    /// Any other token, followed by the binding when bound. A boxed slice, not a `Vec`:
+    /// no spare capacity.
+    Kept(Box<[u8]>),
+}
+
+/// The binding's bytes: the grace, then the connection id.
+fn binding_bytes(session: Session) -> [u8; SESSION_BYTES] {
+    let mut bytes = [0u8; SESSION_BYTES];
+    bytes[..8].copy_from_slice(&session.grace_ms.to_le_bytes());
+    bytes[8..].copy_from_slice(&session.client.to_le_bytes());
+    bytes
+}
+
+/// A store for the packed token `bytes`, bound as `session`.
+fn packed_store(bytes: [u8; 16], session: Option<Session>) -> Store {
+    match session {
+        None => Store::Packed(bytes),
+        Some(session) => {
+            let mut both = [0u8; 16 + SESSION_BYTES];
+            both[..16].copy_from_slice(&bytes);
+            both[16..].copy_from_slice(&binding_bytes(session));
+            Store::PackedBound(Box::new(both))
+        }
+    }
 }
 
 /// Marks a session-bound lock in `LockState::fence_word`.
@@ -43,26 +77,50 @@ pub struct Session {
 impl LockState {
     /// A lock held by `token`, granted with `fence` at `acquired_ms`, bound as `session`.
     /// A token made by [`token_buffer`] for a session-bound lock has room for the
-    /// binding already: one allocation either way.
+    /// binding already: one allocation for the token either way.
     pub fn new(mut token: Vec<u8>, fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
-        let mut fence_word = fence & !SESSION_BIT;
-        if let Some(session) = session {
-            token.reserve_exact(SESSION_BYTES);
-            token.extend_from_slice(&session.grace_ms.to_le_bytes());
-            token.extend_from_slice(&session.client.to_le_bytes());
-            fence_word |= SESSION_BIT;
-        }
+        let store = match (token::packed(&token), session) {
+            (Some(bytes), _) => packed_store(bytes, session),
+            (None, None) => Store::Kept(token.into_boxed_slice()),
+            (None, Some(session)) => {
+                token.reserve_exact(SESSION_BYTES);
+                token.extend_from_slice(&binding_bytes(session));
+                Store::Kept(token.into_boxed_slice())
+            }
+        };
+        LockState::with_store(store, fence, acquired_ms, session.is_some())
+    }
+
+    fn with_store(store: Store, fence: u64, acquired_ms: i64, bound: bool) -> Self {
+        let session_bit = if bound { SESSION_BIT } else { 0 };
         LockState {
-            data: token.into_boxed_slice(),
-            fence_word,
+            store,
+            fence_word: (fence & !SESSION_BIT) | session_bit,
             acquired_ms,
         }
     }
 
     /// The token that holds the lock.
-    pub fn token(&self) -> &[u8] {
-        let end = self.data.len() - if self.is_bound() { SESSION_BYTES } else { 0 };
-        &self.data[..end]
+    pub fn token(&self) -> TokenText<'_> {
+        match &self.store {
+            Store::Packed(bytes) => TokenText::Spelled(token::spelled(bytes)),
+            Store::PackedBound(both) => TokenText::Spelled(token::spelled(&first_16(both))),
+            Store::Kept(data) => {
+                let end = data.len() - if self.is_bound() { SESSION_BYTES } else { 0 };
+                TokenText::Kept(&data[..end])
+            }
+        }
+    }
+
+    /// Whether `token` is the one that holds the lock.
+    pub fn holds(&self, token: &[u8]) -> bool {
+        match &self.store {
+            Store::Packed(bytes) => token::packed(token).is_some_and(|given| given == *bytes),
+            Store::PackedBound(both) => {
+                token::packed(token).is_some_and(|given| given == first_16(both))
+            }
+            Store::Kept(_) => *self.token() == *token,
+        }
     }
 
     /// The fence of this grant.
@@ -81,10 +139,12 @@ impl LockState {
 
     /// The connection the lock is bound to (`SESSION grace-ms`), if any.
     pub fn session(&self) -> Option<Session> {
-        if !self.is_bound() {
-            return None;
-        }
-        let binding = &self.data[self.data.len() - SESSION_BYTES..];
+        let data: &[u8] = match &self.store {
+            Store::Kept(data) if self.is_bound() => data,
+            Store::PackedBound(both) => &both[..],
+            _ => return None,
+        };
+        let binding = &data[data.len() - SESSION_BYTES..];
         let (grace, client) = binding.split_at(8);
         Some(Session {
             grace_ms: i64::from_le_bytes(grace.try_into().ok()?),
@@ -103,22 +163,70 @@ impl LockState {
             // A plain lock stays as it is: no allocation on the common path.
             return;
         }
-        let mut data = Vec::with_capacity(self.token().len() + SESSION_BYTES);
-        data.extend_from_slice(self.token());
-        match session {
-            Some(session) => {
-                data.extend_from_slice(&session.grace_ms.to_le_bytes());
-                data.extend_from_slice(&session.client.to_le_bytes());
-                self.fence_word |= SESSION_BIT;
-            }
-            None => self.fence_word &= !SESSION_BIT,
-        }
-        self.data = data.into_boxed_slice();
+        let mut text = Vec::with_capacity(self.token().len() + SESSION_BYTES);
+        text.extend_from_slice(&self.token());
+        *self = LockState::new(text, self.fence(), self.acquired_ms, session);
     }
 
-    /// The bytes the lock keeps on the heap: its token and binding.
+    /// The bytes the lock keeps on the heap: its token and binding, unless the token is
+    /// packed inside the value.
     pub fn heap_bytes(&self) -> usize {
-        self.data.len()
+        match &self.store {
+            Store::Packed(_) => 0,
+            Store::PackedBound(both) => both.len(),
+            Store::Kept(data) => data.len(),
+        }
+    }
+}
+
+/// The packed token of a bound lock's store.
+fn first_16(both: &[u8; 16 + SESSION_BYTES]) -> [u8; 16] {
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&both[..16]);
+    bytes
+}
+
+/// The token a new grant holds: one the server makes (128 random bits, kept packed and
+/// spelled as 32 lowercase hexadecimal digits only when read), or the caller's own, in a
+/// buffer that may have room for a binding already.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NewToken {
+    Made([u8; 16]),
+    Given(Vec<u8>),
+}
+
+impl NewToken {
+    /// The token for a grant: the caller's own (with room for a binding when `bound`), or
+    /// a new server-made one.
+    pub fn for_grant(own: Option<&[u8]>, bound: bool) -> NewToken {
+        match own {
+            Some(_) => NewToken::Given(token_buffer(own, bound)),
+            None => {
+                let mut bytes = [0u8; 16];
+                rand::fill(&mut bytes);
+                NewToken::Made(bytes)
+            }
+        }
+    }
+}
+
+impl LockState {
+    /// A lock granted now to `token`: see [`LockState::new`].
+    pub fn granted(
+        token: NewToken,
+        fence: u64,
+        acquired_ms: i64,
+        session: Option<Session>,
+    ) -> Self {
+        match token {
+            NewToken::Made(bytes) => LockState::with_store(
+                packed_store(bytes, session),
+                fence,
+                acquired_ms,
+                session.is_some(),
+            ),
+            NewToken::Given(text) => LockState::new(text, fence, acquired_ms, session),
+        }
     }
 }
 
@@ -137,7 +245,7 @@ pub fn in_contract(token: &[u8], fence: u64, acquired_ms: i64) -> bool {
 
 /// Whether `token` holds `held`: the only test that release and extend apply.
 pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
-    held.is_some_and(|lock| lock.token() == token)
+    held.is_some_and(|lock| lock.holds(token))
 }
 
 /// A server-made token: 128 bits from a cryptographically secure generator (the
@@ -150,7 +258,6 @@ pub fn new_token() -> Vec<u8> {
 /// The token a grant will hold (the caller's own, or a new server-made one) in a buffer
 /// with room for a session binding when `bound`, so that the lock is one allocation.
 pub fn token_buffer(own: Option<&[u8]>, bound: bool) -> Vec<u8> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let room = if bound { SESSION_BYTES } else { 0 };
     match own {
         Some(token) => {
@@ -162,10 +269,7 @@ pub fn token_buffer(own: Option<&[u8]>, bound: bool) -> Vec<u8> {
             let mut bytes = [0u8; 16];
             rand::fill(&mut bytes);
             let mut buffer = Vec::with_capacity(32 + room);
-            for byte in bytes {
-                buffer.push(HEX[usize::from(byte >> 4)]);
-                buffer.push(HEX[usize::from(byte & 0xf)]);
-            }
+            buffer.extend_from_slice(&token::spelled(&bytes));
             buffer
         }
     }
@@ -193,7 +297,7 @@ mod tests {
 
     #[test]
     fn a_binding_is_kept_after_the_token_and_costs_plain_locks_nothing() {
-        assert_eq!(std::mem::size_of::<LockState>(), 32);
+        assert_eq!(std::mem::size_of::<LockState>(), 40);
         let session = Session {
             grace_ms: 5_000,
             client: u64::MAX,
@@ -201,14 +305,14 @@ mod tests {
         let mut lock = LockState::new(token_buffer(Some(b"mine"), true), 9, 3, Some(session));
         assert_eq!(lock.heap_bytes(), 4 + 16);
         assert_eq!(
-            (lock.token(), lock.fence(), lock.acquired_ms()),
+            (&*lock.token(), lock.fence(), lock.acquired_ms()),
             (&b"mine"[..], 9, 3)
         );
         assert_eq!(lock.session(), Some(session));
         assert_eq!(lock.heap_bytes(), 4 + 16);
         lock.set_session(None);
         assert_eq!(
-            (lock.token(), lock.fence(), lock.session()),
+            (&*lock.token(), lock.fence(), lock.session()),
             (&b"mine"[..], 9, None)
         );
         assert_eq!(lock.heap_bytes(), 4);

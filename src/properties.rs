@@ -202,22 +202,35 @@ proptest! {
 
     #[test]
     fn a_lock_value_keeps_every_field_whatever_its_binding(
-        token in prop::collection::vec(any::<u8>(), 1..=MAX_TOKEN_LEN),
+        token in prop_oneof![
+            prop::collection::vec(any::<u8>(), 1..=MAX_TOKEN_LEN),
+            // Server-made tokens and tokens like them are packed inside the value.
+            prop::collection::vec(prop::sample::select(b"0123456789abcdef".to_vec()), 32),
+        ],
         fence in 1..=MAX_FENCE,
         acquired in 0..=MAX_TIME_MS,
         sessions in prop::collection::vec(
             prop::option::of((0..=MAX_TTL_MS, any::<u64>())), 1..5),
     ) {
         let mut lock = LockState::new(token.clone(), fence, acquired, None);
-        prop_assert!(lock::in_contract(lock.token(), lock.fence(), lock.acquired_ms()));
+        prop_assert!(lock::in_contract(&lock.token(), lock.fence(), lock.acquired_ms()));
         for session in sessions {
             let session = session.map(|(grace_ms, client)| Session { grace_ms, client });
             lock.set_session(session);
-            prop_assert_eq!(lock.token(), token.as_slice());
+            prop_assert_eq!(&*lock.token(), token.as_slice());
             prop_assert_eq!(lock.fence(), fence);
             prop_assert_eq!(lock.acquired_ms(), acquired);
             prop_assert_eq!(lock.session(), session);
-            prop_assert_eq!(lock.heap_bytes(), token.len() + if session.is_some() { 16 } else { 0 });
+            // A packed token keeps its 16 bytes inside the value, or beside the binding.
+            let packed = crate::token::packed(&token).is_some();
+            let heap = match (packed, session.is_some()) {
+                (true, false) => 0,
+                (true, true) => 16 + 16,
+                (false, bound) => token.len() + if bound { 16 } else { 0 },
+            };
+            prop_assert_eq!(lock.heap_bytes(), heap);
+            prop_assert!(lock.holds(&token));
+            prop_assert!(!lock.holds(&token[1..]));
         }
     }
 

@@ -14,7 +14,7 @@ use crate::events;
 use crate::fence;
 use crate::ffi::{self, Key, LockSet};
 use crate::holders::{Holder, Holders};
-use crate::lock::{LockState, Session};
+use crate::lock::{LockState, NewToken, Session};
 use crate::rules::Kind;
 use crate::stats;
 use crate::value::LockValue;
@@ -40,7 +40,7 @@ pub fn grant<R>(
     ctx: &Context,
     key: &mut Key,
     (db, name): (i32, &[u8]),
-    (token, kind): (Vec<u8>, Kind),
+    (token, kind): (NewToken, Kind),
     ttl_ms: i64,
     session: Option<Session>,
     reply: impl FnOnce(&[u8], u64) -> R,
@@ -50,20 +50,21 @@ pub fn grant<R>(
         .next(now)
         .ok_or_else(error::fence_exhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
-    let lock = LockState::new(token, fence, now, session);
+    let lock = LockState::granted(token, fence, now, session);
     let replied = match kind {
         Kind::Exclusive => {
             key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
             let Some(LockValue::Exclusive(lock)) = key.lock()? else {
                 return Err(RedisError::Str("ERR lock vanished while granting"));
             };
-            replicate(ctx, key, lock, expire_at);
-            reply(lock.token(), fence)
+            let token = lock.token();
+            replicate(ctx, key, lock, &token, expire_at);
+            reply(&token, fence)
         }
         Kind::Shared { limit } => {
             // The reply comes after every write: a failed write must not follow a sent
             // grant. (A copy of the token, on the shared path only.)
-            let token: Box<[u8]> = lock.token().into();
+            let token: Box<[u8]> = (*lock.token()).into();
             let holder = Holder { lock, expire_at };
             let taken = || RedisError::Str("ERR the token holds the key already");
             let last = match key.lock_mut()? {
@@ -99,10 +100,10 @@ pub fn grant<R>(
     Ok((fence, replied))
 }
 
-/// What `LOCK._HOLD` carries for a holder expiring at `expire_at`.
-fn hold_set(lock: &LockState, expire_at: i64) -> LockSet<'_> {
+/// What `LOCK._HOLD` carries for a holder with `token` expiring at `expire_at`.
+fn hold_set<'t>(lock: &LockState, token: &'t [u8], expire_at: i64) -> LockSet<'t> {
     LockSet {
-        token: lock.token(),
+        token,
         fence: lock.fence(),
         acquired_ms: lock.acquired_ms(),
         expire_at,
@@ -146,7 +147,8 @@ pub fn update_holder(
     let holder = holders
         .get(token)
         .ok_or(RedisError::Str("ERR holder vanished while renewing"))?;
-    ffi::replicate_hold(ctx, name, &hold_set(&holder.lock, expire_at), limit);
+    let token = holder.lock.token();
+    ffi::replicate_hold(ctx, name, &hold_set(&holder.lock, &token, expire_at), limit);
     key.set_expire_at(last)?;
     Ok(Some(was))
 }
@@ -199,7 +201,7 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError>
     let gone = holders.expire(now - 1);
     let last = holders.last_expiry();
     for holder in &gone {
-        ffi::replicate_drop(ctx, key.name(), holder.lock.token());
+        ffi::replicate_drop(ctx, key.name(), &holder.lock.token());
         ffi::notify(ctx, EVENT_EXPIRED, key.name());
         stats::EXPIRED.bump();
     }
@@ -220,13 +222,14 @@ pub fn bind(db: i32, name: &[u8], client: u64, grace_ms: i64) {
     ffi::watch_connections(true);
 }
 
-/// Replicates `lock`, expiring at `expire_at`, as the absolute state `LOCK._SET` sets.
-pub fn replicate(ctx: &Context, key: &Key, lock: &LockState, expire_at: i64) {
+/// Replicates `lock` (held by `token`, as read from it), expiring at `expire_at`, as the
+/// absolute state `LOCK._SET` sets.
+pub fn replicate(ctx: &Context, key: &Key, lock: &LockState, token: &[u8], expire_at: i64) {
     ffi::replicate_lock_set(
         ctx,
         key.name(),
         &LockSet {
-            token: lock.token(),
+            token,
             fence: lock.fence(),
             acquired_ms: lock.acquired_ms(),
             expire_at,

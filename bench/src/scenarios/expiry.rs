@@ -123,7 +123,7 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         "string key (SET PX)",
         Better::Lower,
     )
-    .target(Target::RatioAtMost(1.25));
+    .target(Target::RatioAtMost(1.1));
     let mut monitor = Metric::new(
         "7. expiry",
         &format!("server latency max while {n} locks expire in 1 s (LATENCY monitor)"),
