@@ -1,9 +1,11 @@
-//! The module's `INFO` section, `lock_stats` (`INFO lock`): the counters of `stats.rs`
-//! and the number of clients waiting now, which the blocking layer knows.
+//! The module's `INFO` section, `lock_stats` (`INFO lock`): the counters of `stats.rs`,
+//! the number of clients waiting now, which the blocking layer knows, and the bytes the
+//! module holds, which its allocator counts.
 
 use redis_module::{InfoContext, RedisResult, raw};
 
 use crate::blocking;
+use crate::ffi;
 use crate::guard;
 use crate::stats;
 
@@ -22,6 +24,7 @@ pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: 
             ("waiters", blocking::total() as u64),
             ("session_releases", stats::SESSION_RELEASES.get()),
             ("session_reclaims", stats::SESSION_RECLAIMS.get()),
+            ("allocated_bytes", ffi::alloc::held_bytes() as u64),
         ];
         let mut section = info.builder().add_section("stats");
         for (name, value) in fields {

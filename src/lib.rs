@@ -48,12 +48,13 @@ use redis_module::{Context, RedisString, Status, redis_module};
 use crate::command_info::KeyUse;
 use crate::datatype::LOCK_TYPE;
 
-/// Memory comes from the server's allocator, so `INFO memory` and `maxmemory` count
-/// it; unit tests, which run without a server, use the system's.
+/// Memory comes from the server's allocator, counted (`ffi::alloc`), so `INFO memory` and
+/// `maxmemory` count it and `INFO lock` tells the module's part; unit tests, which run
+/// without a server, use the system's.
 #[cfg(not(test))]
-type Allocator = redis_module::alloc::RedisAlloc;
+type Allocator = ffi::alloc::CountingAlloc;
 #[cfg(not(test))]
-const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+const ALLOCATOR: Allocator = ffi::alloc::CountingAlloc;
 #[cfg(test)]
 type Allocator = std::alloc::System;
 #[cfg(test)]

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use common::*;
 
-/// The section's fields as the server prints them, in order.
-const FIELDS: [&str; 10] = [
+/// The section's fields as the server prints them, in order: the counters, then the
+/// bytes the module holds.
+const FIELDS: [&str; 11] = [
     "lock_grants",
     "lock_contended",
     "lock_releases",
@@ -21,7 +22,11 @@ const FIELDS: [&str; 10] = [
     "lock_waiters",
     "lock_session_releases",
     "lock_session_reclaims",
+    "lock_allocated_bytes",
 ];
+
+/// The counters among them.
+const COUNTERS: &[&str] = FIELDS.split_at(10).0;
 
 /// Every `field:value` line of `INFO section`.
 fn info_fields(con: &mut redis::Connection, section: &str) -> BTreeMap<String, i64> {
@@ -35,7 +40,7 @@ fn info_fields(con: &mut redis::Connection, section: &str) -> BTreeMap<String, i
 /// The `lock_stats` counters, all of them.
 fn stats(con: &mut redis::Connection) -> BTreeMap<String, i64> {
     let all = info_fields(con, "lock");
-    FIELDS
+    COUNTERS
         .iter()
         .map(|&field| {
             let value = *all
@@ -49,7 +54,7 @@ fn stats(con: &mut redis::Connection) -> BTreeMap<String, i64> {
 fn expected(values: [i64; 8]) -> BTreeMap<String, i64> {
     // The session counters come last; no test of this file binds a lock to a connection,
     // so they stay 0 (tests/session.rs checks them).
-    FIELDS
+    COUNTERS
         .iter()
         .map(|field| field.to_string())
         .zip(values.into_iter().chain([0, 0]))
@@ -193,4 +198,61 @@ fn info_lock_and_info_everything_show_the_lock_stats_section() {
         assert_eq!(names, FIELDS, "INFO {section}:\n{info}");
         assert!(body.contains(&"lock_grants:1"), "INFO {section}:\n{info}");
     }
+}
+
+/// `lock_allocated_bytes`: the bytes the module holds now.
+fn allocated(con: &mut redis::Connection) -> i64 {
+    *info_fields(con, "lock")
+        .get("lock_allocated_bytes")
+        .expect("lock_allocated_bytes in INFO lock")
+}
+
+#[test]
+fn allocated_bytes_follow_what_the_module_holds() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let fresh = allocated(&mut con);
+    assert!(fresh > 0, "the module holds nothing at all: {fresh}");
+
+    // A thousand locks with server-made tokens: one 40-byte value each.
+    let mut pipe = redis::pipe();
+    for i in 0..1000 {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(format!("held:{i}"))
+            .arg(60_000)
+            .ignore();
+    }
+    let () = pipe.query(&mut con).expect("a thousand grants");
+    let held = allocated(&mut con) - fresh;
+    assert!(
+        (40_000..=48_000).contains(&held),
+        "a thousand locks hold {held} bytes of the module's"
+    );
+
+    // Twenty clients waiting hold their queue entries until they leave.
+    let (_, _, first) = held_with_a_waiter(&server, &mut con, "busy", 60_000, &["WAIT", "0"]);
+    let mut waiters = vec![first];
+    for _ in 1..20 {
+        waiters.push(Waiter::start(&server, "busy", 60_000, &["WAIT", "0"]));
+    }
+    let waiting = allocated(&mut con);
+    assert!(
+        waiting > fresh + held,
+        "{waiting} with 20 waiters, {} before",
+        fresh + held
+    );
+    drop(waiters);
+    poll_until(LIMIT, "the waiters to leave", || {
+        lock_waiters(&mut con) == 0
+    });
+
+    redis::cmd("FLUSHALL")
+        .query::<()>(&mut con)
+        .expect("FLUSHALL");
+    let after = allocated(&mut con);
+    // What stays is the maps' spare room, a few kilobytes, not the locks or the waiters.
+    assert!(
+        after < fresh + 8_192,
+        "{after} bytes held after FLUSHALL, {fresh} at start"
+    );
 }

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 
 use redis_module::{Context, RedisError, RedisString, raw};
 
+pub mod alloc;
 pub mod command;
 
 use crate::decimal::Decimal;

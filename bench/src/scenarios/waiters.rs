@@ -7,7 +7,9 @@
 //! The recipe's waiter sleeps in the client between polls and holds nothing on the
 //! server but its connection, which is open on both sides and not counted: zero. For
 //! scale, the same figure for a native blocking command (`BLPOP` on an empty list) is
-//! measured on the same server.
+//! measured on the same server. Which part of a module waiter's cost is the module's own
+//! comes from `INFO lock`'s `lock_allocated_bytes` (the module's allocator counts it);
+//! the rest is the server's blocked-client state.
 
 use std::io;
 use std::time::{Duration, Instant};
@@ -34,8 +36,14 @@ fn blocked_become(admin: &mut Conn, count: usize) -> io::Result<()> {
     }
 }
 
-/// Bytes per client blocked in `command` (which must time out after about 2 s with nil).
-fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Result<f64> {
+/// The bytes the module holds (`lock_allocated_bytes`).
+fn module_bytes(admin: &mut Conn) -> io::Result<f64> {
+    info::number(admin, "lock", "lock_allocated_bytes")
+}
+
+/// Bytes per client blocked in `command` (which must time out after about 2 s with nil):
+/// in all, and the module's own.
+fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Result<(f64, f64)> {
     let mut admin = server.conn()?;
     admin.cmd(&["FLUSHALL"])?;
     admin.cmd(&["LOCK.ACQUIRE", "waited", "600000"])?;
@@ -49,6 +57,7 @@ fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Re
     // readings (the server trims the buffers of clients idle for 2 s; both readings
     // come well within that).
     let idle = info::used_memory(&mut admin)?;
+    let idle_own = module_bytes(&mut admin)?;
     let started = Instant::now();
     for conn in &mut conns {
         conn.queue(command);
@@ -56,6 +65,7 @@ fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Re
     }
     blocked_become(&mut admin, count)?;
     let blocked = info::used_memory(&mut admin)?;
+    let blocked_own = module_bytes(&mut admin)?;
     if started.elapsed() > Duration::from_millis(1500) {
         return Err(io::Error::other(
             "clients took too long to block to compare memory",
@@ -67,7 +77,8 @@ fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Re
         }
     }
     blocked_become(&mut admin, 0)?;
-    Ok((blocked - idle) / count as f64)
+    let per = |bytes: f64| bytes / count as f64;
+    Ok((per(blocked - idle), per(blocked_own - idle_own)))
 }
 
 /// Runs the bytes-per-waiter measurement, on a fresh server each round (the server keeps
@@ -88,6 +99,13 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         "for scale: a BLPOP waiter",
         Better::Lower,
     );
+    let mut own = Metric::new(
+        "6. memory",
+        &format!("{what}: the module's own part (lock_allocated_bytes)"),
+        "B",
+        "the server's part (the rest of used_memory)",
+        Better::Lower,
+    );
     let module_wait: &[&[u8]] = &[b"LOCK.ACQUIRE", b"waited", b"600000", b"WAIT", b"2000"];
     let blpop: &[&[u8]] = &[b"BLPOP", b"empty-list", b"2"];
     for _ in 0..cfg.slow_rounds {
@@ -96,15 +114,17 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
             extra: &[],
             callgrind: false,
         })?;
-        let module = bytes_per_blocked(server, cfg.waiters, module_wait)?;
+        let (module, module_own) = bytes_per_blocked(server, cfg.waiters, module_wait)?;
+        own.push(Side::Module, module_own, None);
+        own.push(Side::Recipe, module - module_own, None);
         polling.push(Side::Module, module, None);
         polling.push(Side::Recipe, 0.0, None);
         native.push(Side::Module, module, None);
         native.push(
             Side::Recipe,
-            bytes_per_blocked(server, cfg.waiters, blpop)?,
+            bytes_per_blocked(server, cfg.waiters, blpop)?.0,
             None,
         );
     }
-    Ok(vec![polling, native])
+    Ok(vec![polling, native, own])
 }

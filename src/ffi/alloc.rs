@@ -1,0 +1,40 @@
+//! The module's allocator: the server's own (so `INFO memory` and `maxmemory` count what
+//! the module holds), with a running count of the bytes the module asked for and has not
+//! given back. `INFO lock` shows it as `lock_allocated_bytes`: which part of the server's
+//! memory is the module's own (its queues, maps and values) and which the server's (its
+//! objects, and for each blocked client the clients it lends it).
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use redis_module::alloc::RedisAlloc;
+
+/// Bytes the module holds: the sizes it asked for, not the allocator's rounding.
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// The server's allocator, counted.
+pub struct CountingAlloc;
+
+// SAFETY: every call is forwarded unchanged to the server's allocator; the count is a
+// side effect that never touches the memory.
+unsafe impl GlobalAlloc for CountingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's layout is passed on as the caller promises it.
+        let ptr = unsafe { RedisAlloc.alloc(layout) };
+        if !ptr.is_null() {
+            HELD.fetch_add(layout.size(), Ordering::Relaxed);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        HELD.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated above with this layout, as the caller promises.
+        unsafe { RedisAlloc.dealloc(ptr, layout) }
+    }
+}
+
+/// Bytes the module holds now.
+pub fn held_bytes() -> usize {
+    HELD.load(Ordering::Relaxed)
+}
