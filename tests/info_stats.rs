@@ -249,10 +249,10 @@ fn allocated_bytes_follow_what_the_module_holds() {
     redis::cmd("FLUSHALL")
         .query::<()>(&mut con)
         .expect("FLUSHALL");
-    let after = allocated(&mut con);
     // What stays is the maps' spare room, a few kilobytes, not the locks or the waiters.
-    assert!(
-        after < fresh + 8_192,
-        "{after} bytes held after FLUSHALL, {fresh} at start"
-    );
+    // (Valkey 8 and later free a flushed keyspace in a background thread by default:
+    // the count goes down as it does.)
+    poll_until(LIMIT, "the flushed locks to be freed", || {
+        allocated(&mut con) < fresh + 8_192
+    });
 }
