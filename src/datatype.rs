@@ -323,14 +323,27 @@ extern "C" fn aof_rewrite(
 extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(0, || {
         // SAFETY: the server passes a value of LOCK_TYPE.
-        let value = unsafe { state(value.cast_mut()) };
-        // An exclusive lock's token is one allocation, rounded as the allocator does;
-        // shared holders' maps are an estimate already.
-        let heap = match value {
-            LockValue::Exclusive(lock) => footprint::allocated(lock.heap_bytes()),
-            LockValue::Shared(_) => value.heap_bytes(),
+        let lock_value = unsafe { state(value.cast_mut()) };
+        // SAFETY: every value of LOCK_TYPE is a Box<LockValue>, whose pointer the server
+        // passes: the start of a live block of the module's allocator.
+        let own = footprint::block(
+            unsafe { ffi::alloc::block_size(value.cast()) }
+                .unwrap_or(std::mem::size_of::<LockValue>()),
+        );
+        // An exclusive lock's token is one allocation, measured as the allocator keeps
+        // it; shared holders' maps are an estimate already.
+        let heap = match lock_value {
+            LockValue::Exclusive(lock) => match lock.heap_start() {
+                // SAFETY: `heap_start` is the start of the lock's own heap block, live
+                // while the lock is borrowed.
+                Some(start) => footprint::block(
+                    unsafe { ffi::alloc::block_size(start) }.unwrap_or(lock.heap_bytes()),
+                ),
+                None => 0,
+            },
+            LockValue::Shared(_) => lock_value.heap_bytes(),
         };
-        footprint::server_cells() + footprint::allocated(std::mem::size_of::<LockValue>()) + heap
+        footprint::server_cells() + own + heap
     })
 }
 

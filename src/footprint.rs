@@ -1,13 +1,14 @@
-//! What a lock really costs the server's allocator, for `MEMORY USAGE`. Pure Rust.
+//! What a lock really costs the server's memory, for `MEMORY USAGE`. Pure Rust.
 //!
 //! For a key of a module type the server counts what the type's `mem_usage` callback
 //! answers, and of its own allocations for the key less than it counts for a string key:
 //! on Redis 7 and Valkey 8 neither the object nor the module-value cell that points at
-//! the type and the value (16 bytes each). And the allocator (jemalloc, on every
-//! supported server) rounds each allocation up to its size class. Counting both makes
-//! `MEMORY USAGE` of a lock off by what a string key's is off by, no more: a lock's figure
-//! minus a string key's is what memory really grows by (`tests/keyspace.rs` checks it on
-//! every server CI runs).
+//! the type and the value (16 bytes each). The callback adds that to what the allocator
+//! really set aside for the lock's blocks (`ffi::alloc::block_size`: jemalloc's size
+//! class, or glibc's usable size on a libc build, as Valkey's wheels are, plus the
+//! 8-byte chunk header glibc keeps in front of each block). That makes `MEMORY USAGE` of a lock
+//! off by what a string key's is off by, no more: a lock's figure minus a string key's is
+//! what memory really grows by (`tests/keyspace.rs` checks it on every server CI runs).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -25,18 +26,20 @@ pub fn server_cells() -> usize {
     SERVER_CELLS.load(Ordering::Relaxed)
 }
 
-/// The size jemalloc hands out for a request of `n` bytes: 8, then multiples of 16 up to
-/// 128, then four classes per doubling (160, 192, 224, 256, 320, ...).
-pub fn allocated(n: usize) -> usize {
-    match n {
-        0 => 0,
-        1..=8 => 8,
-        9..=128 => n.div_ceil(16) * 16,
-        _ => {
-            let spacing = 1 << ((n - 1).ilog2() - 2);
-            n.div_ceil(spacing) * spacing
-        }
-    }
+/// What the allocator keeps beside each block, outside what it reports as the block's
+/// size: glibc's chunk header (8 bytes), nothing for jemalloc.
+static BLOCK_OVERHEAD: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets what the allocator keeps beside each block, from the server's `mem_allocator`
+/// (`INFO memory`): `libc` keeps a chunk header, `jemalloc-*` none.
+pub fn set_allocator(name: &str) {
+    let overhead = if name.starts_with("libc") { 8 } else { 0 };
+    BLOCK_OVERHEAD.store(overhead, Ordering::Relaxed);
+}
+
+/// What a block whose size the allocator reports as `size` really takes.
+pub fn block(size: usize) -> usize {
+    size + BLOCK_OVERHEAD.load(Ordering::Relaxed)
 }
 
 #[cfg(test)]
@@ -44,28 +47,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn requests_round_up_to_jemallocs_size_classes() {
-        let classes = [
-            (1, 8),
-            (8, 8),
-            (9, 16),
-            (17, 32),
-            (32, 32),
-            (33, 48),
-            (48, 48),
-            (49, 64),
-            (120, 128),
-            (129, 160),
-            (161, 192),
-            (256, 256),
-            (257, 320),
-            (513, 640),
-            (4096, 4096),
-            (4097, 5120),
-        ];
-        for (request, class) in classes {
-            assert_eq!(allocated(request), class, "a request of {request} bytes");
-        }
-        assert_eq!(allocated(0), 0);
+    fn glibc_blocks_carry_a_header_and_jemalloc_blocks_none() {
+        set_allocator("libc");
+        assert_eq!(block(40), 48);
+        set_allocator("jemalloc-5.3.0");
+        assert_eq!(block(32), 32);
     }
 }

@@ -213,6 +213,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     redis_module::raw::register_info_function(ctx.get_raw(), Some(info::section));
     blocking::init(found.unblock_is_safe());
     footprint::set_server_cells(found.memory_usage_leaves_out());
+    footprint::set_allocator(&ffi::server_allocator(ctx));
     handoff::init();
     session::init();
     bindings::instance();

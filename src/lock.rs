@@ -8,33 +8,70 @@ use crate::fence::MAX_FENCE;
 use crate::limits::MAX_TOKEN_LEN;
 use crate::token::{self, TokenText};
 
-/// The value of a lock key: 40 bytes, with a server-made token (or any token of 32
-/// lowercase hexadecimal digits) packed inside it: one allocation for the whole lock.
-/// Any other token, and the token of a session-bound lock, is kept in an allocation of
-/// its own, the binding after the token, which the top bit of the fence word announces
-/// (fences stay below 2^53).
+/// The value of a lock key: 32 bytes, with a server-made token (or any token of 32
+/// lowercase hexadecimal digits) packed inside it: one allocation for the whole lock, in
+/// the allocator's 32-byte class. Any other token, and the token of a session-bound
+/// lock, is kept in an allocation of its own, the binding after the token, which the top
+/// bit of the fence word announces (fences stay below 2^53).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
     /// The token (the secret that proves ownership; never shown to anyone but the
-    /// holder), and for a session-bound lock its binding.
+    /// holder), its binding, and the grant's fence and time.
     store: Store,
-    /// The fence of this grant, and `SESSION_BIT`.
-    fence_word: u64,
-    /// Unix time in ms when the lock was granted.
-    acquired_ms: i64,
 }
 
 /// How a lock keeps its token; one form for each token and binding, so that equal locks
-/// compare equal.
+/// compare equal. Every form carries the grant's fence and time as well: inside the
+/// enum, the time's seven bytes share a word with the enum's tag, and the whole lock is
+/// 32 bytes, where a separate tag would make it 40 (48 allocated).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Store {
     /// 32 lowercase hexadecimal digits, as the 16 bytes they spell.
-    Packed([u8; 16]),
+    Packed {
+        acquired: Millis,
+        fence_word: u64,
+        bytes: [u8; 16],
+    },
     /// The same, session-bound: the 16 bytes, then the binding.
-    PackedBound(Box<[u8; 16 + SESSION_BYTES]>),
+    PackedBound {
+        acquired: Millis,
+        fence_word: u64,
+        both: Box<[u8; 16 + SESSION_BYTES]>,
+    },
     /// Any other token, followed by the binding when bound. A boxed slice, not a `Vec`:
     /// no spare capacity.
+    Kept {
+        acquired: Millis,
+        fence_word: u64,
+        data: Box<[u8]>,
+    },
+}
+
+/// What a lock keeps its token in, before the grant's fence and time join it.
+enum Keep {
+    Packed([u8; 16]),
+    PackedBound(Box<[u8; 16 + SESSION_BYTES]>),
     Kept(Box<[u8]>),
+}
+
+/// A grant time in seven bytes, little-endian: times stay within 0 to `MAX_TIME_MS`
+/// (2^53 - 1), which needs 53 bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Millis([u8; 7]);
+
+impl Millis {
+    fn new(ms: i64) -> Self {
+        let bytes = ms.clamp(0, MAX_TIME_MS).to_le_bytes();
+        let mut kept = [0u8; 7];
+        kept.copy_from_slice(&bytes[..7]);
+        Millis(kept)
+    }
+
+    fn get(self) -> i64 {
+        let mut bytes = [0u8; 8];
+        bytes[..7].copy_from_slice(&self.0);
+        i64::from_le_bytes(bytes)
+    }
 }
 
 /// The binding's bytes: the grace, then the connection id.
@@ -45,15 +82,15 @@ fn binding_bytes(session: Session) -> [u8; SESSION_BYTES] {
     bytes
 }
 
-/// A store for the packed token `bytes`, bound as `session`.
-fn packed_store(bytes: [u8; 16], session: Option<Session>) -> Store {
+/// Where a packed token `bytes`, bound as `session`, is kept.
+fn packed_keep(bytes: [u8; 16], session: Option<Session>) -> Keep {
     match session {
-        None => Store::Packed(bytes),
+        None => Keep::Packed(bytes),
         Some(session) => {
             let mut both = [0u8; 16 + SESSION_BYTES];
             both[..16].copy_from_slice(&bytes);
             both[16..].copy_from_slice(&binding_bytes(session));
-            Store::PackedBound(Box::new(both))
+            Keep::PackedBound(Box::new(both))
         }
     }
 }
@@ -80,32 +117,68 @@ impl LockState {
     /// binding already: one allocation for the token either way.
     pub fn new(mut token: Vec<u8>, fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
         let store = match (token::packed(&token), session) {
-            (Some(bytes), _) => packed_store(bytes, session),
-            (None, None) => Store::Kept(token.into_boxed_slice()),
+            (Some(bytes), _) => packed_keep(bytes, session),
+            (None, None) => Keep::Kept(token.into_boxed_slice()),
             (None, Some(session)) => {
                 token.reserve_exact(SESSION_BYTES);
                 token.extend_from_slice(&binding_bytes(session));
-                Store::Kept(token.into_boxed_slice())
+                Keep::Kept(token.into_boxed_slice())
             }
         };
-        LockState::with_store(store, fence, acquired_ms, session.is_some())
+        LockState::with_keep(store, fence, acquired_ms, session.is_some())
     }
 
-    fn with_store(store: Store, fence: u64, acquired_ms: i64, bound: bool) -> Self {
+    fn with_keep(keep: Keep, fence: u64, acquired_ms: i64, bound: bool) -> Self {
         let session_bit = if bound { SESSION_BIT } else { 0 };
-        LockState {
-            store,
-            fence_word: (fence & !SESSION_BIT) | session_bit,
-            acquired_ms,
+        let fence_word = (fence & !SESSION_BIT) | session_bit;
+        let acquired = Millis::new(acquired_ms);
+        let store = match keep {
+            Keep::Packed(bytes) => Store::Packed {
+                acquired,
+                fence_word,
+                bytes,
+            },
+            Keep::PackedBound(both) => Store::PackedBound {
+                acquired,
+                fence_word,
+                both,
+            },
+            Keep::Kept(data) => Store::Kept {
+                acquired,
+                fence_word,
+                data,
+            },
+        };
+        LockState { store }
+    }
+
+    /// The grant's fence word and time, which every form of the store carries.
+    fn stamp(&self) -> (u64, Millis) {
+        match &self.store {
+            Store::Packed {
+                acquired,
+                fence_word,
+                ..
+            }
+            | Store::PackedBound {
+                acquired,
+                fence_word,
+                ..
+            }
+            | Store::Kept {
+                acquired,
+                fence_word,
+                ..
+            } => (*fence_word, *acquired),
         }
     }
 
     /// The token that holds the lock.
     pub fn token(&self) -> TokenText<'_> {
         match &self.store {
-            Store::Packed(bytes) => TokenText::Spelled(token::spelled(bytes)),
-            Store::PackedBound(both) => TokenText::Spelled(token::spelled(&first_16(both))),
-            Store::Kept(data) => {
+            Store::Packed { bytes, .. } => TokenText::Spelled(token::spelled(bytes)),
+            Store::PackedBound { both, .. } => TokenText::Spelled(token::spelled(&first_16(both))),
+            Store::Kept { data, .. } => {
                 let end = data.len() - if self.is_bound() { SESSION_BYTES } else { 0 };
                 TokenText::Kept(&data[..end])
             }
@@ -115,33 +188,35 @@ impl LockState {
     /// Whether `token` is the one that holds the lock.
     pub fn holds(&self, token: &[u8]) -> bool {
         match &self.store {
-            Store::Packed(bytes) => token::packed(token).is_some_and(|given| given == *bytes),
-            Store::PackedBound(both) => {
+            Store::Packed { bytes, .. } => {
+                token::packed(token).is_some_and(|given| given == *bytes)
+            }
+            Store::PackedBound { both, .. } => {
                 token::packed(token).is_some_and(|given| given == first_16(both))
             }
-            Store::Kept(_) => *self.token() == *token,
+            Store::Kept { .. } => *self.token() == *token,
         }
     }
 
     /// The fence of this grant.
     pub fn fence(&self) -> u64 {
-        self.fence_word & !SESSION_BIT
+        self.stamp().0 & !SESSION_BIT
     }
 
     /// Unix time in ms when the lock was granted.
     pub fn acquired_ms(&self) -> i64 {
-        self.acquired_ms
+        self.stamp().1.get()
     }
 
     fn is_bound(&self) -> bool {
-        self.fence_word & SESSION_BIT != 0
+        self.stamp().0 & SESSION_BIT != 0
     }
 
     /// The connection the lock is bound to (`SESSION grace-ms`), if any.
     pub fn session(&self) -> Option<Session> {
         let data: &[u8] = match &self.store {
-            Store::Kept(data) if self.is_bound() => data,
-            Store::PackedBound(both) => &both[..],
+            Store::Kept { data, .. } if self.is_bound() => data,
+            Store::PackedBound { both, .. } => &both[..],
             _ => return None,
         };
         let binding = &data[data.len() - SESSION_BYTES..];
@@ -165,16 +240,27 @@ impl LockState {
         }
         let mut text = Vec::with_capacity(self.token().len() + SESSION_BYTES);
         text.extend_from_slice(&self.token());
-        *self = LockState::new(text, self.fence(), self.acquired_ms, session);
+        *self = LockState::new(text, self.fence(), self.acquired_ms(), session);
     }
 
     /// The bytes the lock keeps on the heap: its token and binding, unless the token is
     /// packed inside the value.
     pub fn heap_bytes(&self) -> usize {
         match &self.store {
-            Store::Packed(_) => 0,
-            Store::PackedBound(both) => both.len(),
-            Store::Kept(data) => data.len(),
+            Store::Packed { .. } => 0,
+            Store::PackedBound { both, .. } => both.len(),
+            Store::Kept { data, .. } => data.len(),
+        }
+    }
+
+    /// The start of the allocation the lock keeps on the heap (see `heap_bytes`), if it
+    /// keeps one: what the allocator really set aside for it is asked of the allocator.
+    pub fn heap_start(&self) -> Option<*const u8> {
+        match &self.store {
+            Store::Packed { .. } => None,
+            Store::PackedBound { both, .. } => Some(both.as_ptr()),
+            // A token is never empty, so the slice is a real allocation.
+            Store::Kept { data, .. } => (!data.is_empty()).then_some(data.as_ptr()),
         }
     }
 }
@@ -219,8 +305,8 @@ impl LockState {
         session: Option<Session>,
     ) -> Self {
         match token {
-            NewToken::Made(bytes) => LockState::with_store(
-                packed_store(bytes, session),
+            NewToken::Made(bytes) => LockState::with_keep(
+                packed_keep(bytes, session),
                 fence,
                 acquired_ms,
                 session.is_some(),
@@ -297,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_binding_is_kept_after_the_token_and_costs_plain_locks_nothing() {
-        assert_eq!(std::mem::size_of::<LockState>(), 40);
+        assert_eq!(std::mem::size_of::<LockState>(), 32);
         let session = Session {
             grace_ms: 5_000,
             client: u64::MAX,
@@ -321,10 +407,8 @@ mod tests {
     }
 
     impl LockState {
-        fn with_fence_and_time(mut self, fence: u64, acquired_ms: i64) -> Self {
-            self.fence_word = fence;
-            self.acquired_ms = acquired_ms;
-            self
+        fn with_fence_and_time(self, fence: u64, acquired_ms: i64) -> Self {
+            LockState::new(self.token().to_vec(), fence, acquired_ms, self.session())
         }
     }
 

@@ -104,13 +104,14 @@ impl Server {
 impl Server {
     /// What the server leaves out of `MEMORY USAGE` for a key of a module type, beside
     /// what it counts for a string key: its object and the module-value cell (16 bytes
-    /// each) on Redis 7 and Valkey 8.0; nothing on Redis 8, which counts both; the cell
-    /// on Valkey 8.1 and 9, whose objects hold the key and its expiry. Measured, and
+    /// each) on Redis 7 and Valkey 8.0; on Redis 8, which counts both, the 8 bytes by
+    /// which it counts a string key's object above a module key's; the cell on Valkey
+    /// 8.1 and 9, whose objects hold the key and its expiry. Measured, and
     /// checked by `tests/keyspace.rs` on Redis 7.0.15 and 8.2.3 and Valkey 8.1.8 and
     /// 9.1.2.
     pub fn memory_usage_leaves_out(&self) -> usize {
         match self.family {
-            Family::Redis if self.version >= (8, 0, 0) => 0,
+            Family::Redis if self.version >= (8, 0, 0) => 8,
             Family::Redis => 32,
             Family::Valkey if self.version >= (8, 1, 0) => 16,
             Family::Valkey => 32,
@@ -155,7 +156,7 @@ mod tests {
     #[test]
     fn memory_usage_adds_what_each_server_leaves_out_of_a_module_key() {
         assert_eq!(redis("7.0.15").memory_usage_leaves_out(), 32);
-        assert_eq!(redis("8.2.3").memory_usage_leaves_out(), 0);
+        assert_eq!(redis("8.2.3").memory_usage_leaves_out(), 8);
         assert_eq!(valkey("8.0.6").memory_usage_leaves_out(), 32);
         assert_eq!(valkey("8.1.8").memory_usage_leaves_out(), 16);
         assert_eq!(valkey("9.1.2").memory_usage_leaves_out(), 16);

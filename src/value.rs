@@ -1,7 +1,7 @@
 //! What a lock key holds: one exclusive holder, or shared holders. Pure Rust, no FFI.
 //!
 //! The exclusive value is the one every plain lock has, and it stays as small as a
-//! `LockState` (40 bytes, one allocation with a server-made token): shared holders live
+//! `LockState` (32 bytes, one allocation with a server-made token): shared holders live
 //! behind one pointer in the same space, the variant's tag in the lock's spare values.
 
 use crate::holders::Holders;
@@ -117,10 +117,10 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_lock_is_one_allocation_of_forty_bytes() {
+    fn a_plain_lock_is_one_allocation_of_thirty_two_bytes() {
         // The shared variant's tag lives in the lock's own spare values: a plain lock
         // with a server-made token is this one allocation and nothing else.
-        assert_eq!(std::mem::size_of::<LockValue>(), 40);
+        assert_eq!(std::mem::size_of::<LockValue>(), 32);
         let server_made = LockState::new(crate::lock::new_token(), 3, 1, None);
         assert_eq!(server_made.heap_bytes(), 0);
     }

@@ -5,9 +5,11 @@
 //! objects, and for each blocked client the clients it lends it).
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::os::raw::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_module::alloc::RedisAlloc;
+use redis_module::raw;
 
 /// Bytes the module holds: the sizes it asked for, not the allocator's rounding.
 static HELD: AtomicUsize = AtomicUsize::new(0);
@@ -37,4 +39,18 @@ unsafe impl GlobalAlloc for CountingAlloc {
 /// Bytes the module holds now.
 pub fn held_bytes() -> usize {
     HELD.load(Ordering::Relaxed)
+}
+
+/// What the server's allocator set aside for the block that starts at `ptr`: its size
+/// class under jemalloc, what `malloc_usable_size` answers on a libc build. `None` if the
+/// server does not offer `RedisModule_MallocSize`.
+///
+/// # Safety
+/// `ptr` is the start of a live block this allocator made (a non-empty `Box`'s pointer).
+pub unsafe fn block_size(ptr: *const u8) -> Option<usize> {
+    // SAFETY: reading a function pointer of the API table filled at load time.
+    let size_of = unsafe { raw::RedisModule_MallocSize }?;
+    // SAFETY: `ptr` starts a live block of the server's allocator (the caller's promise),
+    // which is what the call measures; it reads the allocator's metadata only.
+    Some(unsafe { size_of(ptr.cast_mut().cast::<c_void>()) })
 }

@@ -753,3 +753,11 @@ pub fn server_versions(ctx: &Context) -> (Option<String>, Option<String>) {
     let field = |name: &str| info.field(name).map(|value| value.to_string());
     (field("redis_version"), field("valkey_version"))
 }
+
+/// The field `mem_allocator` of `INFO memory` (`jemalloc-5.3.0`, `libc`), empty if absent.
+pub fn server_allocator(ctx: &Context) -> String {
+    let info = ctx.server_info("memory");
+    info.field("mem_allocator")
+        .map(|value| value.to_string())
+        .unwrap_or_default()
+}
