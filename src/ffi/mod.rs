@@ -18,6 +18,7 @@ use redis_module::{Context, RedisError, RedisString, raw};
 
 pub mod alloc;
 pub mod command;
+pub mod main_thread;
 
 use crate::decimal::Decimal;
 use crate::error;
