@@ -197,6 +197,14 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         "EVALSHA",
         Better::Lower,
     );
+    let mut cycle = Metric::new(
+        "4. server cost",
+        &what("acquire + release", "processCommand"),
+        "instr",
+        "SET NX PX + EVALSHA",
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(super::throughput::CYCLE_TARGET));
     let n = cfg.callgrind_ops;
     for round in 0..cfg.rounds.min(3) {
         for side in Side::alternating(round) {
@@ -211,12 +219,14 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
             })?;
             acquire.push(side, in_command, None);
             acquire_all.push(side, all, None);
+            let acquired = in_command;
             let (all, in_command) = measured(&server, n, || {
                 release_batch(&mut conn, side, sha.as_bytes(), &keys, &held)
             })?;
             release.push(side, in_command, None);
             release_all.push(side, all, None);
+            cycle.push(side, acquired + in_command, None);
         }
     }
-    Ok(vec![acquire, release, acquire_all, release_all])
+    Ok(vec![acquire, release, cycle, acquire_all, release_all])
 }

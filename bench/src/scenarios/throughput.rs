@@ -254,15 +254,24 @@ pub fn run(cfg: &Config, server: &Server) -> io::Result<Vec<Metric>> {
         Better::Lower,
     )
     .target(Target::RatioAtMost(0.5));
+    let mut cycle_cost = Metric::new(
+        "4. server cost",
+        "usec_per_call (INFO commandstats), acquire + release",
+        "us",
+        "SET NX PX + EVALSHA",
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(CYCLE_TARGET));
 
     for round in 0..cfg.rounds {
         for side in Side::alternating(round) {
-            let run = acquire_run(cfg, server, side)?;
-            acquire.push(side, run.per_second, Some(run.cpu));
-            acquire_cost.push(side, run.usec_per_call, None);
+            let acquired = acquire_run(cfg, server, side)?;
+            acquire.push(side, acquired.per_second, Some(acquired.cpu));
+            acquire_cost.push(side, acquired.usec_per_call, None);
             let run = release_run(cfg, server, sha, side)?;
             release.push(side, run.per_second, Some(run.cpu));
             release_cost.push(side, run.usec_per_call, None);
+            cycle_cost.push(side, acquired.usec_per_call + run.usec_per_call, None);
             let run = cycle_run(cfg, server, sha, side)?;
             cycle.push(side, run.per_second, Some(run.cpu));
             let run = pipelined_cycle_run(cfg, server, sha, side)?;
@@ -276,5 +285,11 @@ pub fn run(cfg: &Config, server: &Server) -> io::Result<Vec<Metric>> {
         pipelined,
         acquire_cost,
         release_cost,
+        cycle_cost,
     ])
 }
+
+/// The server cost of a whole cycle (acquire + release) against the recipe's, as issue 15
+/// sets it: with the acquire at 1.1x of `SET NX PX`, the cycle about 1.35x cheaper than
+/// `SET NX PX` + `EVALSHA`.
+pub const CYCLE_TARGET: f64 = 0.74;
