@@ -285,7 +285,9 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         TIMERS.with(|t| {
             let mut timers = t.borrow_mut();
             timers.remove(&*id);
-            if timers.capacity() > 64 && timers.len() * 4 < timers.capacity() {
+            // Memory back after a crowd of keys; all of it when none is left.
+            if (timers.is_empty() || timers.capacity() > 64) && timers.len() * 4 < timers.capacity()
+            {
                 timers.shrink_to_fit();
             }
         });
