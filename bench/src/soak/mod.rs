@@ -91,11 +91,13 @@ impl Kind {
     }
 }
 
-/// `used_memory` and RSS, in bytes.
+/// `used_memory` and RSS, in bytes, and what of `used_memory` the module holds itself
+/// (`INFO lock` `lock_allocated_bytes`; 0 on a server without the module).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Memory {
     pub used: f64,
     pub rss: f64,
+    pub module: f64,
 }
 
 /// What one side's run found.
@@ -125,6 +127,7 @@ impl SideRun {
         self.samples.iter().fold(self.start, |m, s| Memory {
             used: m.used.max(s.used_memory),
             rss: m.rss.max(s.rss),
+            module: m.module,
         })
     }
 }
@@ -137,9 +140,14 @@ fn memory(admin: &mut Conn) -> io::Result<Memory> {
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| io::Error::other(format!("INFO memory has no {name}")))
     };
+    let module = info::info(admin, "lock")?
+        .get("lock_allocated_bytes")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
     Ok(Memory {
         used: number("used_memory")?,
         rss: number("used_memory_rss")?,
+        module,
     })
 }
 

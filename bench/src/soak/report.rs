@@ -86,6 +86,17 @@ fn rows(cfg: &Config, locks: &SideRun, strings: &SideRun) -> Vec<Row> {
             met: judged(back(locks)),
         },
         Row {
+            measure: "of used_memory, the module's own (lock_allocated_bytes): start -> end".into(),
+            locks: format!(
+                "{:.1} KB -> {:.1} KB",
+                locks.start.module / 1e3,
+                locks.end.module / 1e3
+            ),
+            strings: "-".into(),
+            target: "-".into(),
+            met: None,
+        },
+        Row {
             measure: "RSS: start -> peak -> end (after MEMORY PURGE)".into(),
             locks: rss(locks),
             strings: rss(strings),
