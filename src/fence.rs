@@ -7,7 +7,7 @@
 //! an AOF that no longer records old fences). Fences stay below 2^53 so that clients
 //! whose numbers are doubles read them exactly: at 2^10 per ms that lasts until 2248.
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Fences per millisecond of wall clock before the clock runs ahead of real time.
 pub const LOGICAL_BITS: u32 = 10;
@@ -52,16 +52,46 @@ impl FenceClock {
     }
 }
 
-/// This server's clock. The server calls the module from its main thread (and reads
-/// values from a forked child when saving), so the lock is never contended.
-static CLOCK: Mutex<FenceClock> = Mutex::new(FenceClock::new());
+/// This server's high-water mark. Fences are handed out by commands, timers and
+/// callbacks on the server's main thread, one at a time (a forked child that saves reads
+/// its own copy), so a plain load and store is exact: no lock, whose two locked
+/// instructions every acquire used to pay. An atomic all the same, so that nothing here
+/// needs `unsafe`.
+static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 
-/// The server's fencing clock. A poisoned lock (a panic while holding it) still holds a
-/// valid clock: every update is a single assignment.
-pub fn clock() -> MutexGuard<'static, FenceClock> {
-    CLOCK
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+/// This server's fencing clock.
+#[derive(Debug, Clone, Copy)]
+pub struct ServerClock;
+
+/// The server's fencing clock.
+pub fn clock() -> ServerClock {
+    ServerClock
+}
+
+impl ServerClock {
+    fn read(self) -> FenceClock {
+        FenceClock {
+            high_water: HIGH_WATER.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The next fence at wall-clock time `now_ms` (see [`FenceClock::next`]).
+    pub fn next(self, now_ms: i64) -> Option<u64> {
+        let mut clock = self.read();
+        let fence = clock.next(now_ms)?;
+        HIGH_WATER.store(clock.high_water, Ordering::Relaxed);
+        Some(fence)
+    }
+
+    /// Raises the high-water mark to `fence` (see [`FenceClock::observe`]).
+    pub fn observe(self, fence: u64) {
+        HIGH_WATER.fetch_max(fence, Ordering::Relaxed);
+    }
+
+    /// The largest fence granted or observed.
+    pub fn high_water(self) -> u64 {
+        self.read().high_water()
+    }
 }
 
 #[cfg(test)]
