@@ -104,7 +104,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
     match rules::decide(holding, mine, options.kind, queued) {
         Decision::Refused(refusal) => Err(error::refused(refusal)),
         Decision::Grant => {
-            let token = lock::NewToken::for_grant(options.token, session.is_some());
+            let token = lock::NewToken::for_grant(options.token);
             store::grant(
                 ctx,
                 &mut key,
@@ -145,7 +145,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
                     let expire_at = key.expire_at();
                     drop(key);
                     let request = Request {
-                        token: lock::token_buffer(options.token, session.is_some()),
+                        token: lock::token_buffer(options.token),
                         ttl_ms: options.ttl_ms,
                         session,
                         kind: options.kind,

@@ -119,7 +119,7 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
     if !lock::in_contract(&token, fence, acquired_ms) {
         return None;
     }
-    Some(LockState::new(token, fence, acquired_ms, None))
+    Some(LockState::new(&token, fence, acquired_ms, None))
 }
 
 /// Version 2: version 1's fields, then the grace (`NO_SESSION` for a plain lock) and,
@@ -330,8 +330,9 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
             unsafe { ffi::alloc::block_size(value.cast()) }
                 .unwrap_or(std::mem::size_of::<LockValue>()),
         );
-        // An exclusive lock's token is one allocation, measured as the allocator keeps
-        // it; shared holders' maps are an estimate already.
+        // An exclusive lock keeps at most one allocation beside its value (a token of
+        // another form, a binding, a grant time its fence does not name), measured as
+        // the allocator keeps it; shared holders' maps are an estimate already.
         let heap = match lock_value {
             LockValue::Exclusive(lock) => match lock.heap_start() {
                 // SAFETY: `heap_start` is the start of the lock's own heap block, live

@@ -182,7 +182,7 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         ctx,
         key,
         (waiter.key.0, &waiter.key.1),
-        (NewToken::Given(token), waiter.kind),
+        (NewToken::Given(&token), waiter.kind),
         waiter.ttl_ms,
         waiter.session,
         |token, fence| Answer::Granted {

@@ -4,8 +4,8 @@
 //! A key may have 100,000 holders, so nothing here is linear in them on the command
 //! path: a holder is found by its token through a hash of it, and the next one to expire
 //! through an index ordered by expiry. Memory is the holders themselves (a `LockState`
-//! and an expiry each: 40 bytes and the token) plus the two indexes, with no server
-//! object per holder.
+//! and an expiry each: 32 bytes, and the token's allocation unless it is kept inside)
+//! plus the two indexes, with no server object per holder.
 
 use std::collections::hash_map::{Entry, RandomState};
 use std::collections::{BTreeSet, HashMap};
@@ -271,7 +271,7 @@ mod tests {
 
     fn holder(token: &str, fence: u64, expire_at: i64) -> Holder {
         Holder {
-            lock: LockState::new(token.as_bytes().to_vec(), fence, fence as i64, None),
+            lock: LockState::new(token.as_bytes(), fence, fence as i64, None),
             expire_at,
         }
     }

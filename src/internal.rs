@@ -66,7 +66,7 @@ fn lock_state(
         }),
     };
     Ok((
-        LockState::new(token, fence, acquired_ms, session),
+        LockState::new(&token, fence, acquired_ms, session),
         expire_at,
     ))
 }

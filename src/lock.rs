@@ -4,75 +4,53 @@
 //! token that proves ownership, the fence granted with it, when it was granted and, for a
 //! session-bound lock, the connection it is bound to.
 
-use crate::fence::MAX_FENCE;
+use crate::fence::{LOGICAL_BITS, MAX_FENCE};
 use crate::limits::MAX_TOKEN_LEN;
 use crate::token::{self, TokenText};
 
-/// The value of a lock key: 32 bytes, with a server-made token (or any token of 32
-/// lowercase hexadecimal digits) packed inside it: one allocation for the whole lock, in
-/// the allocator's 32-byte class. Any other token, and the token of a session-bound
-/// lock, is kept in an allocation of its own, the binding after the token, which the top
-/// bit of the fence word announces (fences stay below 2^53).
+/// The value of a lock key: 24 bytes. The common lock (a server-made token, or any token
+/// of 32 lowercase hexadecimal digits, not session-bound, granted in the millisecond its
+/// fence names) is kept whole inside them: one allocation that glibc's malloc (the
+/// Valkey builds) serves from its 32-byte chunks, where 32 bytes took 48, and jemalloc
+/// from its 32-byte class. Any other lock keeps one allocation of its own beside them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LockState {
     /// The token (the secret that proves ownership; never shown to anyone but the
-    /// holder), its binding, and the grant's fence and time.
+    /// holder), the grant's fence and time, and the binding.
     store: Store,
 }
 
-/// How a lock keeps its token; one form for each token and binding, so that equal locks
-/// compare equal. Every form carries the grant's fence and time as well: inside the
-/// enum, the time's seven bytes share a word with the enum's tag, and the whole lock is
-/// 32 bytes, where a separate tag would make it 40 (48 allocated).
+/// How a lock is kept: exactly one form for each lock, so that equal locks compare equal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Store {
-    /// 32 lowercase hexadecimal digits, as the 16 bytes they spell.
-    Packed {
-        acquired: Millis,
-        fence_word: u64,
+    /// The token's 16 bytes and the fence; the grant time is the fence's wall-clock part
+    /// (`fence >> LOGICAL_BITS`). The mark's spare values are where the compiler keeps
+    /// which form this is, and `LockValue`'s kind, so that both stay 24 bytes.
+    Compact {
+        mark: Mark,
+        fence: [u8; 7],
         bytes: [u8; 16],
     },
-    /// The same, session-bound: the 16 bytes, then the binding.
-    PackedBound {
-        acquired: Millis,
-        fence_word: u64,
-        both: Box<[u8; 16 + SESSION_BYTES]>,
-    },
-    /// Any other token, followed by the binding when bound. A boxed slice, not a `Vec`:
-    /// no spare capacity.
-    Kept {
-        acquired: Millis,
-        fence_word: u64,
-        data: Box<[u8]>,
-    },
+    /// Everything in one allocation: a header (flags, grant time, fence), the token (its
+    /// 16 bytes when packed, else as given), then the binding when bound.
+    Boxed(Box<[u8]>),
 }
 
-/// What a lock keeps its token in, before the grant's fence and time join it.
-enum Keep {
-    Packed([u8; 16]),
-    PackedBound(Box<[u8; 16 + SESSION_BYTES]>),
-    Kept(Box<[u8]>),
-}
-
-/// A grant time in seven bytes, little-endian: times stay within 0 to `MAX_TIME_MS`
-/// (2^53 - 1), which needs 53 bits.
+/// The first byte of a compact lock: one value, so the other 255 are free for tags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Millis([u8; 7]);
-
-impl Millis {
-    fn new(ms: i64) -> Self {
-        let bytes = ms.clamp(0, MAX_TIME_MS).to_le_bytes();
-        let mut kept = [0u8; 7];
-        kept.copy_from_slice(&bytes[..7]);
-        Millis(kept)
-    }
-
-    fn get(self) -> i64 {
-        let mut bytes = [0u8; 8];
-        bytes[..7].copy_from_slice(&self.0);
-        i64::from_le_bytes(bytes)
-    }
+#[repr(u8)]
+enum Mark {
+    Compact = 0,
 }
+
+/// Header of a boxed lock: flags (1 byte), grant time (7 bytes), fence (8 bytes).
+const HEADER: usize = 16;
+/// The token is kept as the 16 bytes its 32 hexadecimal digits spell.
+const PACKED: u8 = 1;
+/// A binding follows the token.
+const BOUND: u8 = 2;
+/// Bytes of a binding after the token: the grace, then the connection id.
+const SESSION_BYTES: usize = 16;
 
 /// The binding's bytes: the grace, then the connection id.
 fn binding_bytes(session: Session) -> [u8; SESSION_BYTES] {
@@ -81,24 +59,6 @@ fn binding_bytes(session: Session) -> [u8; SESSION_BYTES] {
     bytes[8..].copy_from_slice(&session.client.to_le_bytes());
     bytes
 }
-
-/// Where a packed token `bytes`, bound as `session`, is kept.
-fn packed_keep(bytes: [u8; 16], session: Option<Session>) -> Keep {
-    match session {
-        None => Keep::Packed(bytes),
-        Some(session) => {
-            let mut both = [0u8; 16 + SESSION_BYTES];
-            both[..16].copy_from_slice(&bytes);
-            both[16..].copy_from_slice(&binding_bytes(session));
-            Keep::PackedBound(Box::new(both))
-        }
-    }
-}
-
-/// Marks a session-bound lock in `LockState::fence_word`.
-const SESSION_BIT: u64 = 1 << 63;
-/// Bytes of a binding after the token: the grace, then the connection id.
-const SESSION_BYTES: usize = 16;
 
 /// A lock's binding to its holder's connection: when that connection closes, the lock is
 /// released `grace_ms` later unless its holder reclaims it first.
@@ -111,114 +71,137 @@ pub struct Session {
     pub client: u64,
 }
 
+/// The low seven bytes of `n`, little-endian (fences and times stay below 2^53).
+fn seven(n: u64) -> [u8; 7] {
+    let mut kept = [0u8; 7];
+    kept.copy_from_slice(&n.to_le_bytes()[..7]);
+    kept
+}
+
+/// The number seven little-endian bytes spell.
+fn from_seven(kept: &[u8]) -> u64 {
+    let mut bytes = [0u8; 8];
+    bytes[..7].copy_from_slice(&kept[..7]);
+    u64::from_le_bytes(bytes)
+}
+
 impl LockState {
     /// A lock held by `token`, granted with `fence` at `acquired_ms`, bound as `session`.
-    /// A token made by [`token_buffer`] for a session-bound lock has room for the
-    /// binding already: one allocation for the token either way.
-    pub fn new(mut token: Vec<u8>, fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
-        let store = match (token::packed(&token), session) {
-            (Some(bytes), _) => packed_keep(bytes, session),
-            (None, None) => Keep::Kept(token.into_boxed_slice()),
-            (None, Some(session)) => {
-                token.reserve_exact(SESSION_BYTES);
-                token.extend_from_slice(&binding_bytes(session));
-                Keep::Kept(token.into_boxed_slice())
-            }
-        };
-        LockState::with_keep(store, fence, acquired_ms, session.is_some())
-    }
-
-    fn with_keep(keep: Keep, fence: u64, acquired_ms: i64, bound: bool) -> Self {
-        let session_bit = if bound { SESSION_BIT } else { 0 };
-        let fence_word = (fence & !SESSION_BIT) | session_bit;
-        let acquired = Millis::new(acquired_ms);
-        let store = match keep {
-            Keep::Packed(bytes) => Store::Packed {
-                acquired,
-                fence_word,
-                bytes,
-            },
-            Keep::PackedBound(both) => Store::PackedBound {
-                acquired,
-                fence_word,
-                both,
-            },
-            Keep::Kept(data) => Store::Kept {
-                acquired,
-                fence_word,
-                data,
-            },
-        };
-        LockState { store }
-    }
-
-    /// The grant's fence word and time, which every form of the store carries.
-    fn stamp(&self) -> (u64, Millis) {
-        match &self.store {
-            Store::Packed {
-                acquired,
-                fence_word,
-                ..
-            }
-            | Store::PackedBound {
-                acquired,
-                fence_word,
-                ..
-            }
-            | Store::Kept {
-                acquired,
-                fence_word,
-                ..
-            } => (*fence_word, *acquired),
+    pub fn new(token: &[u8], fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
+        match token::packed(token) {
+            Some(bytes) => LockState::packed(bytes, fence, acquired_ms, session),
+            None => LockState::boxed(0, token, fence, acquired_ms, session),
         }
+    }
+
+    /// A lock whose token is the 32 hexadecimal digits that `bytes` spell.
+    fn packed(bytes: [u8; 16], fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
+        let fence = fence.min(MAX_FENCE);
+        if session.is_none() && u64::try_from(acquired_ms) == Ok(fence >> LOGICAL_BITS) {
+            return LockState {
+                store: Store::Compact {
+                    mark: Mark::Compact,
+                    fence: seven(fence),
+                    bytes,
+                },
+            };
+        }
+        LockState::boxed(PACKED, &bytes, fence, acquired_ms, session)
+    }
+
+    /// A lock in one allocation of its own: header, `token` (as kept), binding.
+    fn boxed(
+        flags: u8,
+        token: &[u8],
+        fence: u64,
+        acquired_ms: i64,
+        session: Option<Session>,
+    ) -> Self {
+        let (flags, binding) = match session {
+            Some(_) => (flags | BOUND, SESSION_BYTES),
+            None => (flags, 0),
+        };
+        // Exactly the size it needs: the boxed slice is this allocation, not a copy.
+        let mut data = Vec::with_capacity(HEADER + token.len() + binding);
+        data.push(flags);
+        data.extend_from_slice(&seven(acquired_ms.clamp(0, MAX_TIME_MS) as u64));
+        data.extend_from_slice(&fence.min(MAX_FENCE).to_le_bytes());
+        data.extend_from_slice(token);
+        if let Some(session) = session {
+            data.extend_from_slice(&binding_bytes(session));
+        }
+        LockState {
+            store: Store::Boxed(data.into_boxed_slice()),
+        }
+    }
+
+    /// The flags, and the kept token, of a boxed lock.
+    fn boxed_parts(data: &[u8]) -> (u8, &[u8]) {
+        let flags = data[0];
+        let end = data.len() - if flags & BOUND != 0 { SESSION_BYTES } else { 0 };
+        (flags, &data[HEADER..end])
     }
 
     /// The token that holds the lock.
     pub fn token(&self) -> TokenText<'_> {
         match &self.store {
-            Store::Packed { bytes, .. } => TokenText::Spelled(token::spelled(bytes)),
-            Store::PackedBound { both, .. } => TokenText::Spelled(token::spelled(&first_16(both))),
-            Store::Kept { data, .. } => {
-                let end = data.len() - if self.is_bound() { SESSION_BYTES } else { 0 };
-                TokenText::Kept(&data[..end])
-            }
+            Store::Compact { bytes, .. } => TokenText::Spelled(token::spelled(bytes)),
+            Store::Boxed(data) => match LockState::boxed_parts(data) {
+                (flags, kept) if flags & PACKED != 0 => {
+                    let mut bytes = [0u8; 16];
+                    bytes.copy_from_slice(kept);
+                    TokenText::Spelled(token::spelled(&bytes))
+                }
+                (_, kept) => TokenText::Kept(kept),
+            },
         }
     }
 
     /// Whether `token` is the one that holds the lock.
     pub fn holds(&self, token: &[u8]) -> bool {
         match &self.store {
-            Store::Packed { bytes, .. } => {
+            Store::Compact { bytes, .. } => {
                 token::packed(token).is_some_and(|given| given == *bytes)
             }
-            Store::PackedBound { both, .. } => {
-                token::packed(token).is_some_and(|given| given == first_16(both))
-            }
-            Store::Kept { .. } => *self.token() == *token,
+            Store::Boxed(data) => match LockState::boxed_parts(data) {
+                (flags, kept) if flags & PACKED != 0 => {
+                    token::packed(token).is_some_and(|given| given[..] == *kept)
+                }
+                (_, kept) => kept == token,
+            },
         }
     }
 
     /// The fence of this grant.
     pub fn fence(&self) -> u64 {
-        self.stamp().0 & !SESSION_BIT
+        match &self.store {
+            Store::Compact { fence, .. } => from_seven(fence),
+            Store::Boxed(data) => {
+                let mut bytes = [0u8; 8];
+                bytes.copy_from_slice(&data[8..HEADER]);
+                u64::from_le_bytes(bytes)
+            }
+        }
     }
 
     /// Unix time in ms when the lock was granted.
     pub fn acquired_ms(&self) -> i64 {
-        self.stamp().1.get()
-    }
-
-    fn is_bound(&self) -> bool {
-        self.stamp().0 & SESSION_BIT != 0
+        let ms = match &self.store {
+            Store::Compact { fence, .. } => from_seven(fence) >> LOGICAL_BITS,
+            Store::Boxed(data) => from_seven(&data[1..8]),
+        };
+        // Below 2^53 either way.
+        ms as i64
     }
 
     /// The connection the lock is bound to (`SESSION grace-ms`), if any.
     pub fn session(&self) -> Option<Session> {
-        let data: &[u8] = match &self.store {
-            Store::Kept { data, .. } if self.is_bound() => data,
-            Store::PackedBound { both, .. } => &both[..],
-            _ => return None,
+        let Store::Boxed(data) = &self.store else {
+            return None;
         };
+        if data[0] & BOUND == 0 {
+            return None;
+        }
         let binding = &data[data.len() - SESSION_BYTES..];
         let (grace, client) = binding.split_at(8);
         Some(Session {
@@ -234,22 +217,19 @@ impl LockState {
 
     /// Binds the lock as `session`, or unbinds it (`None`).
     pub fn set_session(&mut self, session: Option<Session>) {
-        if session.is_none() && !self.is_bound() {
+        if session.is_none() && self.session().is_none() {
             // A plain lock stays as it is: no allocation on the common path.
             return;
         }
-        let mut text = Vec::with_capacity(self.token().len() + SESSION_BYTES);
-        text.extend_from_slice(&self.token());
-        *self = LockState::new(text, self.fence(), self.acquired_ms(), session);
+        let rebound = LockState::new(&self.token(), self.fence(), self.acquired_ms(), session);
+        *self = rebound;
     }
 
-    /// The bytes the lock keeps on the heap: its token and binding, unless the token is
-    /// packed inside the value.
+    /// The bytes the lock keeps on the heap beside its value: none for a compact lock.
     pub fn heap_bytes(&self) -> usize {
         match &self.store {
-            Store::Packed { .. } => 0,
-            Store::PackedBound { both, .. } => both.len(),
-            Store::Kept { data, .. } => data.len(),
+            Store::Compact { .. } => 0,
+            Store::Boxed(data) => data.len(),
         }
     }
 
@@ -257,36 +237,27 @@ impl LockState {
     /// keeps one: what the allocator really set aside for it is asked of the allocator.
     pub fn heap_start(&self) -> Option<*const u8> {
         match &self.store {
-            Store::Packed { .. } => None,
-            Store::PackedBound { both, .. } => Some(both.as_ptr()),
-            // A token is never empty, so the slice is a real allocation.
-            Store::Kept { data, .. } => (!data.is_empty()).then_some(data.as_ptr()),
+            Store::Compact { .. } => None,
+            // Never empty: the header alone is 16 bytes.
+            Store::Boxed(data) => Some(data.as_ptr()),
         }
     }
 }
 
-/// The packed token of a bound lock's store.
-fn first_16(both: &[u8; 16 + SESSION_BYTES]) -> [u8; 16] {
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&both[..16]);
-    bytes
-}
-
 /// The token a new grant holds: one the server makes (128 random bits, kept packed and
-/// spelled as 32 lowercase hexadecimal digits only when read), or the caller's own, in a
-/// buffer that may have room for a binding already.
+/// spelled as 32 lowercase hexadecimal digits only when read), or the caller's own,
+/// read where it is (the lock copies what it keeps).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NewToken {
+pub enum NewToken<'a> {
     Made([u8; 16]),
-    Given(Vec<u8>),
+    Given(&'a [u8]),
 }
 
-impl NewToken {
-    /// The token for a grant: the caller's own (with room for a binding when `bound`), or
-    /// a new server-made one.
-    pub fn for_grant(own: Option<&[u8]>, bound: bool) -> NewToken {
+impl NewToken<'_> {
+    /// The token for a grant: the caller's own, or a new server-made one.
+    pub fn for_grant(own: Option<&[u8]>) -> NewToken<'_> {
         match own {
-            Some(_) => NewToken::Given(token_buffer(own, bound)),
+            Some(own) => NewToken::Given(own),
             None => {
                 let mut bytes = [0u8; 16];
                 rand::fill(&mut bytes);
@@ -305,12 +276,7 @@ impl LockState {
         session: Option<Session>,
     ) -> Self {
         match token {
-            NewToken::Made(bytes) => LockState::with_keep(
-                packed_keep(bytes, session),
-                fence,
-                acquired_ms,
-                session.is_some(),
-            ),
+            NewToken::Made(bytes) => LockState::packed(bytes, fence, acquired_ms, session),
             NewToken::Given(text) => LockState::new(text, fence, acquired_ms, session),
         }
     }
@@ -338,25 +304,18 @@ pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
 /// thread-local ChaCha12 generator, seeded and reseeded from the operating system),
 /// written as 32 lowercase hexadecimal characters.
 pub fn new_token() -> Vec<u8> {
-    token_buffer(None, false)
+    token_buffer(None)
 }
 
-/// The token a grant will hold (the caller's own, or a new server-made one) in a buffer
-/// with room for a session binding when `bound`, so that the lock is one allocation.
-pub fn token_buffer(own: Option<&[u8]>, bound: bool) -> Vec<u8> {
-    let room = if bound { SESSION_BYTES } else { 0 };
+/// The token a waiter will hold once granted (the caller's own, or a new server-made
+/// one), as its own copy: the wait outlives the command's arguments.
+pub fn token_buffer(own: Option<&[u8]>) -> Vec<u8> {
     match own {
-        Some(token) => {
-            let mut buffer = Vec::with_capacity(token.len() + room);
-            buffer.extend_from_slice(token);
-            buffer
-        }
+        Some(token) => token.to_vec(),
         None => {
             let mut bytes = [0u8; 16];
             rand::fill(&mut bytes);
-            let mut buffer = Vec::with_capacity(32 + room);
-            buffer.extend_from_slice(&token::spelled(&bytes));
-            buffer
+            token::spelled(&bytes).to_vec()
         }
     }
 }
@@ -378,37 +337,91 @@ mod tests {
     }
 
     fn held(token: &[u8]) -> LockState {
-        LockState::new(token.to_vec(), 7, 1, None)
+        LockState::new(token, 7, 1, None)
     }
 
     #[test]
     fn a_binding_is_kept_after_the_token_and_costs_plain_locks_nothing() {
-        assert_eq!(std::mem::size_of::<LockState>(), 32);
+        assert_eq!(std::mem::size_of::<LockState>(), 24);
         let session = Session {
             grace_ms: 5_000,
             client: u64::MAX,
         };
-        let mut lock = LockState::new(token_buffer(Some(b"mine"), true), 9, 3, Some(session));
-        assert_eq!(lock.heap_bytes(), 4 + 16);
+        let mut lock = LockState::new(b"mine", 9, 3, Some(session));
+        assert_eq!(lock.heap_bytes(), HEADER + 4 + 16);
         assert_eq!(
             (&*lock.token(), lock.fence(), lock.acquired_ms()),
             (&b"mine"[..], 9, 3)
         );
         assert_eq!(lock.session(), Some(session));
-        assert_eq!(lock.heap_bytes(), 4 + 16);
+        assert_eq!(lock.heap_bytes(), HEADER + 4 + 16);
         lock.set_session(None);
         assert_eq!(
             (&*lock.token(), lock.fence(), lock.session()),
             (&b"mine"[..], 9, None)
         );
-        assert_eq!(lock.heap_bytes(), 4);
+        assert_eq!(lock.heap_bytes(), HEADER + 4);
         lock.set_session(None);
         assert_eq!(lock, held(b"mine").with_fence_and_time(9, 3));
     }
 
     impl LockState {
         fn with_fence_and_time(self, fence: u64, acquired_ms: i64) -> Self {
-            LockState::new(self.token().to_vec(), fence, acquired_ms, self.session())
+            LockState::new(&self.token(), fence, acquired_ms, self.session())
+        }
+    }
+
+    #[test]
+    fn a_plain_lock_granted_on_the_wall_clock_is_kept_whole_in_its_value() {
+        let now: i64 = 1_763_000_000_000;
+        let fence = (now as u64) << LOGICAL_BITS | 5;
+        let made = [7u8; 16];
+        let lock = LockState::granted(NewToken::Made(made), fence, now, None);
+        assert_eq!(lock.heap_bytes(), 0, "compact");
+        assert_eq!((lock.fence(), lock.acquired_ms()), (fence, now));
+        assert_eq!(*lock.token(), token::spelled(&made));
+        assert!(lock.holds(&token::spelled(&made)));
+        assert_eq!(
+            lock,
+            LockState::new(&token::spelled(&made), fence, now, None)
+        );
+
+        // A grant time the fence does not name (the clock ran ahead), a binding, or a
+        // token of another form: one allocation beside the value, the same answers.
+        for (fence, acquired, session) in [
+            (fence, now - 1, None),
+            (
+                fence,
+                now,
+                Some(Session {
+                    grace_ms: 0,
+                    client: 3,
+                }),
+            ),
+            (MAX_FENCE, MAX_TIME_MS, None),
+        ] {
+            let mut lock = LockState::granted(NewToken::Made(made), fence, acquired, session);
+            assert_eq!(
+                lock.heap_bytes(),
+                HEADER + 16 + if session.is_some() { 16 } else { 0 }
+            );
+            assert_eq!(
+                (lock.fence(), lock.acquired_ms(), lock.session()),
+                (fence, acquired, session)
+            );
+            assert!(lock.holds(&token::spelled(&made)));
+            assert!(!lock.holds(b"0123456789abcdef0123456789abcdef"));
+            lock.set_session(None);
+            let compact = u64::try_from(acquired) == Ok(fence >> LOGICAL_BITS);
+            assert_eq!(
+                lock.heap_bytes() == 0,
+                compact,
+                "canonical form after unbinding"
+            );
+            assert_eq!(
+                (lock.fence(), lock.acquired_ms(), lock.session()),
+                (fence, acquired, None)
+            );
         }
     }
 

@@ -209,10 +209,17 @@ proptest! {
         ],
         fence in 1..=MAX_FENCE,
         acquired in 0..=MAX_TIME_MS,
+        // Most grants are made in the millisecond their fence names.
+        on_wall_clock in any::<bool>(),
         sessions in prop::collection::vec(
             prop::option::of((0..=MAX_TTL_MS, any::<u64>())), 1..5),
     ) {
-        let mut lock = LockState::new(token.clone(), fence, acquired, None);
+        let acquired = if on_wall_clock {
+            (fence >> crate::fence::LOGICAL_BITS) as i64
+        } else {
+            acquired
+        };
+        let mut lock = LockState::new(&token, fence, acquired, None);
         prop_assert!(lock::in_contract(&lock.token(), lock.fence(), lock.acquired_ms()));
         for session in sessions {
             let session = session.map(|(grace_ms, client)| Session { grace_ms, client });
@@ -221,12 +228,19 @@ proptest! {
             prop_assert_eq!(lock.fence(), fence);
             prop_assert_eq!(lock.acquired_ms(), acquired);
             prop_assert_eq!(lock.session(), session);
-            // A packed token keeps its 16 bytes inside the value, or beside the binding.
+            // A packed token keeps its 16 bytes inside the value when the lock is plain
+            // and its grant time is its fence's wall-clock part; else every lock keeps
+            // one allocation: a 16-byte header, the token (packed or as given), the
+            // binding.
             let packed = crate::token::packed(&token).is_some();
-            let heap = match (packed, session.is_some()) {
-                (true, false) => 0,
-                (true, true) => 16 + 16,
-                (false, bound) => token.len() + if bound { 16 } else { 0 },
+            let compact = packed
+                && session.is_none()
+                && u64::try_from(acquired) == Ok(fence >> crate::fence::LOGICAL_BITS);
+            let kept = if packed { 16 } else { token.len() };
+            let heap = if compact {
+                0
+            } else {
+                16 + kept + if session.is_some() { 16 } else { 0 }
             };
             prop_assert_eq!(lock.heap_bytes(), heap);
             prop_assert!(lock.holds(&token));
@@ -295,7 +309,7 @@ proptest! {
                 0 => {
                     fence += 1;
                     let holder = Holder {
-                        lock: LockState::new(token.clone(), fence, 0, None),
+                        lock: LockState::new(&token, fence, 0, None),
                         expire_at: at,
                     };
                     let inserted = holders.insert(holder).is_ok();

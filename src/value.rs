@@ -108,7 +108,7 @@ mod tests {
         let mut h = Holders::new(limit);
         for (token, fence, session) in holders {
             h.insert(Holder {
-                lock: LockState::new(token.as_bytes().to_vec(), *fence, *fence as i64, *session),
+                lock: LockState::new(token.as_bytes(), *fence, *fence as i64, *session),
                 expire_at: 100,
             })
             .unwrap();
@@ -117,17 +117,19 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_lock_is_one_allocation_of_thirty_two_bytes() {
+    fn a_plain_lock_is_one_allocation_of_twenty_four_bytes() {
         // The shared variant's tag lives in the lock's own spare values: a plain lock
-        // with a server-made token is this one allocation and nothing else.
-        assert_eq!(std::mem::size_of::<LockValue>(), 32);
-        let server_made = LockState::new(crate::lock::new_token(), 3, 1, None);
+        // with a server-made token, granted on the wall clock, is this one allocation.
+        assert_eq!(std::mem::size_of::<LockValue>(), 24);
+        let now = 1_763_000_000_000_i64;
+        let fence = (now as u64) << crate::fence::LOGICAL_BITS;
+        let server_made = LockState::new(&crate::lock::new_token(), fence, now, None);
         assert_eq!(server_made.heap_bytes(), 0);
     }
 
     #[test]
     fn tokens_hold_in_the_kind_of_the_value() {
-        let exclusive = LockValue::Exclusive(LockState::new(b"x".to_vec(), 3, 1, None));
+        let exclusive = LockValue::Exclusive(LockState::new(b"x", 3, 1, None));
         assert_eq!(exclusive.kind_of(b"x"), Some(Kind::Exclusive));
         assert_eq!(exclusive.kind_of(b"y"), None);
         assert_eq!(exclusive.holding(), Some(Holding::EXCLUSIVE));
