@@ -41,6 +41,7 @@ use crate::ffi::{self, Key, KeyKind};
 use crate::guard;
 use crate::lock::NewToken;
 use crate::queue::{KeyId, Waiter};
+use crate::room;
 use crate::rules::Holding;
 use crate::store;
 use crate::value::LockValue;
@@ -285,9 +286,7 @@ extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
         TIMERS.with(|t| {
             let mut timers = t.borrow_mut();
             timers.remove(&*id);
-            // Memory back after a crowd of keys; all of it when none is left.
-            if (timers.is_empty() || timers.capacity() > 64) && timers.len() * 4 < timers.capacity()
-            {
+            if room::should_shrink(timers.len(), timers.capacity()) {
                 timers.shrink_to_fit();
             }
         });

@@ -12,6 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
 
 use crate::lock::LockState;
+use crate::room;
 use crate::rules::{Holding, Kind};
 
 /// One shared holder: its lock (token, fence, grant time, binding) and its own expiry.
@@ -189,9 +190,7 @@ impl Holders {
             self.free = Vec::new();
             self.by_token = HashMap::new();
             self.collided = Vec::new();
-        } else if self.by_token.capacity() > 64
-            && self.by_token.len() * 4 < self.by_token.capacity()
-        {
+        } else if room::should_shrink(self.by_token.len(), self.by_token.capacity()) {
             self.by_token.shrink_to_fit();
         }
     }

@@ -33,6 +33,7 @@ pub mod lock;
 #[cfg(test)]
 mod properties;
 pub mod queue;
+pub mod room;
 pub mod rules;
 pub mod server;
 pub mod server_events;

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use crate::lock::Session;
+use crate::room;
 use crate::rules::{self, Holding, Kind};
 
 /// A key in a database: waiters of different databases never meet.
@@ -147,16 +148,11 @@ impl Queues {
     /// all of it when the last one leaves: a waiter holds some 140 bytes of the maps, so
     /// the 64 slots a map kept after a crowd held 10 KB for nobody.
     fn shrink(&mut self) {
-        let emptied = self.waiters.is_empty();
-        if (emptied || self.waiters.capacity() > 64)
-            && self.waiters.len() * 4 < self.waiters.capacity()
-        {
+        if room::should_shrink(self.waiters.len(), self.waiters.capacity()) {
             self.waiters.shrink_to_fit();
             self.by_handle.shrink_to_fit();
         }
-        if (emptied || self.queues.capacity() > 64)
-            && self.queues.len() * 4 < self.queues.capacity()
-        {
+        if room::should_shrink(self.queues.len(), self.queues.capacity()) {
             self.queues.shrink_to_fit();
         }
     }
