@@ -40,7 +40,9 @@ pub fn server_cpu(conn: &mut Conn) -> io::Result<f64> {
 pub struct CommandStat {
     /// Calls since the last `CONFIG RESETSTAT`.
     pub calls: f64,
-    /// Microseconds spent in the command per call, as the server measures it.
+    /// Microseconds spent in the command per call, as the server measures it: its total
+    /// `usec` over `calls`, which the server prints rounded to two decimals as
+    /// `usec_per_call` (a step of more than 1% for a command under a microsecond).
     pub usec_per_call: f64,
 }
 
@@ -52,12 +54,17 @@ pub fn commandstats(conn: &mut Conn) -> io::Result<HashMap<String, CommandStat>>
             continue;
         };
         let mut stat = CommandStat::default();
+        let mut usec = None;
         for part in value.split(',') {
             match part.split_once('=') {
                 Some(("calls", v)) => stat.calls = v.parse().unwrap_or(0.0),
+                Some(("usec", v)) => usec = v.parse::<f64>().ok(),
                 Some(("usec_per_call", v)) => stat.usec_per_call = v.parse().unwrap_or(f64::NAN),
                 _ => {}
             }
+        }
+        if let Some(usec) = usec.filter(|_| stat.calls > 0.0) {
+            stat.usec_per_call = usec / stat.calls;
         }
         stats.insert(name.to_string(), stat);
     }
