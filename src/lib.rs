@@ -11,7 +11,6 @@
 pub mod args;
 pub mod bindings;
 pub mod blocking;
-pub mod chunked;
 pub mod client_locks;
 pub mod cluster;
 pub mod command_info;
