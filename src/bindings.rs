@@ -125,10 +125,14 @@ const COMPACT_AFTER: usize = 32;
 impl Bindings {
     /// The lock on key `name` of database `db` is bound to the open connection `client`.
     pub fn bind(&mut self, db: i32, name: &[u8], client: u64, grace_ms: i64) {
-        self.bound
-            .entry(client)
-            .or_default()
-            .push(db, name, grace_ms);
+        // A connection binds many locks: one lookup, and the entry API's work only for
+        // its first.
+        if let Some(locks) = self.bound.get_mut(&client) {
+            return locks.push(db, name, grace_ms);
+        }
+        let mut locks = ClientLocks::default();
+        locks.push(db, name, grace_ms);
+        self.bound.insert(client, locks);
     }
 
     /// Whether some lock is bound to an open connection (whose close must be heard).
