@@ -20,12 +20,12 @@ use redis_module::{RedisError, RedisString, native_types::RedisType, raw};
 use crate::bindings;
 use crate::events;
 use crate::fence;
-use crate::ffi::{self, Key};
+use crate::ffi::{self, Key, cell};
 use crate::footprint;
 use crate::guard;
 use crate::holders::{Holder, Holders};
 use crate::limits::{MAX_LIMIT, MAX_TTL_MS};
-use crate::lock::{self, LockState, Session};
+use crate::lock::{self, BoundLock, LockState, Session};
 use crate::stats;
 use crate::value::LockValue;
 
@@ -86,6 +86,9 @@ pub trait LockKey {
     /// Replaces whatever the key holds with `value`, expiring at the absolute unix time
     /// `expire_at` (`None`: no expiry).
     fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), RedisError>;
+    /// As `set_lock`, for the lock a cell keeps (`ffi/cell.rs`), written straight into
+    /// one: a `SESSION` grant's one allocation.
+    fn set_bound_lock(&self, lock: BoundLock, expire_at: Option<i64>) -> Result<(), RedisError>;
 }
 
 impl LockKey for Key<'_> {
@@ -94,11 +97,15 @@ impl LockKey for Key<'_> {
     }
 
     fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
-        self.value_mut::<LockValue>()
+        self.lock_value_mut()
     }
 
     fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), RedisError> {
-        self.set_value(value, expire_at)
+        self.set_lock_value(cell::into_server(value), expire_at)
+    }
+
+    fn set_bound_lock(&self, lock: BoundLock, expire_at: Option<i64>) -> Result<(), RedisError> {
+        self.set_lock_value(cell::place(lock), expire_at)
     }
 }
 
@@ -107,7 +114,8 @@ impl LockKey for Key<'_> {
 /// # Safety
 /// `value` must be a pointer this module gave the server for a key of `LOCK_TYPE`.
 unsafe fn state<'a>(value: *mut c_void) -> &'a LockValue {
-    // SAFETY: every value of LOCK_TYPE is a Box<LockValue> (see the function contract).
+    // SAFETY: every value of LOCK_TYPE starts with a LockValue, boxed or in a cell (see
+    // the function contract and ffi/cell.rs).
     unsafe { &*value.cast::<LockValue>() }
 }
 
@@ -231,7 +239,7 @@ extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_vo
             Some(value) => {
                 fence::clock().observe(value.newest_fence());
                 arrived(&value, loading_key(rdb));
-                Box::into_raw(Box::new(value)).cast()
+                cell::into_server(value).into_raw().cast()
             }
             None => ptr::null_mut(),
         }
@@ -324,8 +332,8 @@ extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard::callback(0, || {
         // SAFETY: the server passes a value of LOCK_TYPE.
         let lock_value = unsafe { state(value.cast_mut()) };
-        // SAFETY: every value of LOCK_TYPE is a Box<LockValue>, whose pointer the server
-        // passes: the start of a live block of the module's allocator.
+        // SAFETY: every value of LOCK_TYPE is the start of a live block of the module's
+        // allocator (a Box<LockValue> or a cell, whose lock is in that block).
         let own = footprint::block(
             unsafe { ffi::alloc::block_size(value.cast()) }
                 .unwrap_or(std::mem::size_of::<LockValue>()),
@@ -393,7 +401,7 @@ extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
 extern "C" fn free(value: *mut c_void) {
     guard::callback((), || {
         // SAFETY: the server gives back a value it took from this module, exactly once.
-        drop(unsafe { Box::from_raw(value.cast::<LockValue>()) });
+        unsafe { cell::free(value) };
     })
 }
 
@@ -429,7 +437,7 @@ extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -
             )
         };
         arrived(value, Some(to));
-        Box::into_raw(Box::new(value.clone())).cast()
+        cell::into_server(value.clone()).into_raw().cast()
     })
 }
 

@@ -5,6 +5,7 @@
 //! session-bound lock, the connection it is bound to.
 
 use crate::fence::{LOGICAL_BITS, MAX_FENCE};
+use crate::ffi::cell::CellRef;
 use crate::limits::MAX_TOKEN_LEN;
 use crate::token::{self, TokenText};
 
@@ -12,16 +13,20 @@ use crate::token::{self, TokenText};
 /// of 32 lowercase hexadecimal digits, not session-bound, granted in the millisecond its
 /// fence names) is kept whole inside them: one allocation that glibc's malloc (the
 /// Valkey builds) serves from its 32-byte chunks, where 32 bytes took 48, and jemalloc
-/// from its 32-byte class. Any other lock keeps one allocation of its own beside them.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// from its 32-byte class. Any other lock keeps one allocation of its own beside them,
+/// except the common session-bound lock in the keyspace, which shares one block with its
+/// value (`ffi/cell.rs`).
+#[derive(Debug)]
 pub struct LockState {
     /// The token (the secret that proves ownership; never shown to anyone but the
     /// holder), the grant's fence and time, and the binding.
     store: Store,
 }
 
-/// How a lock is kept: exactly one form for each lock, so that equal locks compare equal.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// How a lock is kept: exactly one form for each lock outside the keyspace. (In the
+/// keyspace, a lock that `BoundLock::of` describes is kept in a cell; locks compare by
+/// what they hold, whatever their form.)
+#[derive(Debug)]
 enum Store {
     /// The token's 16 bytes and the fence; the grant time is the fence's wall-clock part
     /// (`fence >> LOGICAL_BITS`). The mark's spare values are where the compiler keeps
@@ -34,6 +39,47 @@ enum Store {
     /// Everything in one allocation: a header (flags, grant time, fence), the token (its
     /// 16 bytes when packed, else as given), then the binding when bound.
     Boxed(Box<[u8]>),
+    /// A session-bound lock in the keyspace, kept beside its value in one block (a cell).
+    /// Only a cell makes this form, and only a shared borrow reaches it: a copy of it is
+    /// boxed.
+    Cell(CellRef),
+}
+
+/// The common session-bound lock, as a cell keeps it beside its value: a packed token,
+/// a fence that names its grant time (as a compact lock's), and the binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BoundLock {
+    /// The grant's fence; the grant time is `fence >> LOGICAL_BITS`.
+    pub fence: u64,
+    /// The 16 bytes the token's 32 hexadecimal digits spell.
+    pub token: [u8; 16],
+    /// The binding.
+    pub session: Session,
+}
+
+impl BoundLock {
+    /// The cell form of a lock granted to `token` with `fence` at `acquired_ms`, bound as
+    /// `session`: `None` unless it is bound, its token packs and its fence names its
+    /// grant time.
+    pub fn of(
+        token: &NewToken,
+        fence: u64,
+        acquired_ms: i64,
+        session: Option<Session>,
+    ) -> Option<Self> {
+        let session = session?;
+        let token = match token {
+            NewToken::Made(bytes) => *bytes,
+            NewToken::Given(text) => token::packed(text)?,
+        };
+        (fence <= MAX_FENCE && u64::try_from(acquired_ms) == Ok(fence >> LOGICAL_BITS)).then_some(
+            BoundLock {
+                fence,
+                token,
+                session,
+            },
+        )
+    }
 }
 
 /// The first byte of a compact lock: one value, so the other 255 are free for tags.
@@ -85,7 +131,69 @@ fn from_seven(kept: &[u8]) -> u64 {
     u64::from_le_bytes(bytes)
 }
 
+impl Clone for LockState {
+    /// A copy that owns what it keeps: a cell's lock is boxed.
+    fn clone(&self) -> Self {
+        let store = match &self.store {
+            Store::Compact { mark, fence, bytes } => Store::Compact {
+                mark: *mark,
+                fence: *fence,
+                bytes: *bytes,
+            },
+            Store::Boxed(data) => Store::Boxed(data.clone()),
+            Store::Cell(_) => {
+                return LockState::new(
+                    &self.token(),
+                    self.fence(),
+                    self.acquired_ms(),
+                    self.session(),
+                );
+            }
+        };
+        LockState { store }
+    }
+}
+
+impl PartialEq for LockState {
+    /// Locks are equal when they hold the same: token, fence, grant time and binding.
+    fn eq(&self, other: &Self) -> bool {
+        *self.token() == *other.token()
+            && self.fence() == other.fence()
+            && self.acquired_ms() == other.acquired_ms()
+            && self.session() == other.session()
+    }
+}
+
+impl Eq for LockState {}
+
 impl LockState {
+    /// The lock a cell keeps beside its value, in `cell` (see `ffi/cell.rs`).
+    pub(crate) fn in_cell(cell: CellRef) -> Self {
+        LockState {
+            store: Store::Cell(cell),
+        }
+    }
+
+    /// Whether this lock is the one a cell keeps beside its value.
+    pub fn is_in_cell(&self) -> bool {
+        matches!(self.store, Store::Cell(_))
+    }
+
+    /// The cell form of this lock, if it has one (see `BoundLock::of`).
+    #[inline]
+    pub fn cell_form(&self) -> Option<BoundLock> {
+        match &self.store {
+            Store::Compact { .. } => None,
+            Store::Cell(cell) => Some(*cell.get()),
+            Store::Boxed(_) => BoundLock::of(
+                &NewToken::Given(&self.token()),
+                self.fence(),
+                self.acquired_ms(),
+                Some(self.session()?),
+            ),
+        }
+    }
+
     /// A lock held by `token`, granted with `fence` at `acquired_ms`, bound as `session`.
     pub fn new(token: &[u8], fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
         match token::packed(token) {
@@ -117,21 +225,29 @@ impl LockState {
         acquired_ms: i64,
         session: Option<Session>,
     ) -> Self {
-        let (flags, binding) = match session {
-            Some(_) => (flags | BOUND, SESSION_BYTES),
-            None => (flags, 0),
+        let flags = flags | if session.is_some() { BOUND } else { 0 };
+        let mut header = [0u8; HEADER];
+        header[0] = flags;
+        header[1..8].copy_from_slice(&seven(acquired_ms.clamp(0, MAX_TIME_MS) as u64));
+        header[8..].copy_from_slice(&fence.min(MAX_FENCE).to_le_bytes());
+        let data: Box<[u8]> = match (session, <&[u8; 16]>::try_from(token)) {
+            // The common session-bound lock (a packed token), written whole in place:
+            // one allocation of its exact size, with no length checked per piece.
+            (Some(session), Ok(token)) => {
+                let mut data = [0u8; HEADER + 16 + SESSION_BYTES];
+                data[..HEADER].copy_from_slice(&header);
+                data[HEADER..HEADER + 16].copy_from_slice(token);
+                data[HEADER + 16..].copy_from_slice(&binding_bytes(session));
+                Box::new(data)
+            }
+            _ => {
+                let binding = session.map(binding_bytes);
+                let binding: &[u8] = binding.as_ref().map_or(&[], |b| &b[..]);
+                [&header[..], token, binding].concat().into_boxed_slice()
+            }
         };
-        // Exactly the size it needs: the boxed slice is this allocation, not a copy.
-        let mut data = Vec::with_capacity(HEADER + token.len() + binding);
-        data.push(flags);
-        data.extend_from_slice(&seven(acquired_ms.clamp(0, MAX_TIME_MS) as u64));
-        data.extend_from_slice(&fence.min(MAX_FENCE).to_le_bytes());
-        data.extend_from_slice(token);
-        if let Some(session) = session {
-            data.extend_from_slice(&binding_bytes(session));
-        }
         LockState {
-            store: Store::Boxed(data.into_boxed_slice()),
+            store: Store::Boxed(data),
         }
     }
 
@@ -154,6 +270,7 @@ impl LockState {
                 }
                 (_, kept) => TokenText::Kept(kept),
             },
+            Store::Cell(cell) => TokenText::Spelled(token::spelled(&cell.get().token)),
         }
     }
 
@@ -169,6 +286,9 @@ impl LockState {
                 }
                 (_, kept) => kept == token,
             },
+            Store::Cell(cell) => {
+                token::packed(token).is_some_and(|given| given == cell.get().token)
+            }
         }
     }
 
@@ -181,6 +301,7 @@ impl LockState {
                 bytes.copy_from_slice(&data[8..HEADER]);
                 u64::from_le_bytes(bytes)
             }
+            Store::Cell(cell) => cell.get().fence,
         }
     }
 
@@ -189,6 +310,7 @@ impl LockState {
         let ms = match &self.store {
             Store::Compact { fence, .. } => from_seven(fence) >> LOGICAL_BITS,
             Store::Boxed(data) => from_seven(&data[1..8]),
+            Store::Cell(cell) => cell.get().fence >> LOGICAL_BITS,
         };
         // Below 2^53 either way.
         ms as i64
@@ -196,8 +318,10 @@ impl LockState {
 
     /// The connection the lock is bound to (`SESSION grace-ms`), if any.
     pub fn session(&self) -> Option<Session> {
-        let Store::Boxed(data) = &self.store else {
-            return None;
+        let data = match &self.store {
+            Store::Boxed(data) => data,
+            Store::Cell(cell) => return Some(cell.get().session),
+            Store::Compact { .. } => return None,
         };
         if data[0] & BOUND == 0 {
             return None;
@@ -228,7 +352,8 @@ impl LockState {
     /// The bytes the lock keeps on the heap beside its value: none for a compact lock.
     pub fn heap_bytes(&self) -> usize {
         match &self.store {
-            Store::Compact { .. } => 0,
+            // A cell's lock is in its value's own block.
+            Store::Compact { .. } | Store::Cell(_) => 0,
             Store::Boxed(data) => data.len(),
         }
     }
@@ -237,7 +362,7 @@ impl LockState {
     /// keeps one: what the allocator really set aside for it is asked of the allocator.
     pub fn heap_start(&self) -> Option<*const u8> {
         match &self.store {
-            Store::Compact { .. } => None,
+            Store::Compact { .. } | Store::Cell(_) => None,
             // Never empty: the header alone is 16 bytes.
             Store::Boxed(data) => Some(data.as_ptr()),
         }

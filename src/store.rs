@@ -14,7 +14,7 @@ use crate::events;
 use crate::fence;
 use crate::ffi::{self, Key, LockSet};
 use crate::holders::{Holder, Holders};
-use crate::lock::{LockState, NewToken, Session};
+use crate::lock::{BoundLock, LockState, NewToken, Session};
 use crate::rules::Kind;
 use crate::stats;
 use crate::value::LockValue;
@@ -50,10 +50,16 @@ pub fn grant<R>(
         .next(now)
         .ok_or_else(error::fence_exhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
-    let lock = LockState::granted(token, fence, now, session);
     let replied = match kind {
         Kind::Exclusive => {
-            key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
+            // A session-bound lock that a cell can keep is written straight into one.
+            match BoundLock::of(&token, fence, now, session) {
+                Some(bound) => key.set_bound_lock(bound, Some(expire_at))?,
+                None => {
+                    let lock = LockState::granted(token, fence, now, session);
+                    key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
+                }
+            }
             let Some(LockValue::Exclusive(lock)) = key.lock()? else {
                 return Err(RedisError::Str("ERR lock vanished while granting"));
             };
@@ -62,6 +68,7 @@ pub fn grant<R>(
             reply(&token, fence)
         }
         Kind::Shared { limit } => {
+            let lock = LockState::granted(token, fence, now, session);
             // The reply comes after every write: a failed write must not follow a sent
             // grant. (A copy of the token, on the shared path only.)
             let token: Box<[u8]> = (*lock.token()).into();

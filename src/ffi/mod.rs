@@ -17,11 +17,13 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 use redis_module::{Context, RedisError, RedisString, raw};
 
 pub mod alloc;
+pub mod cell;
 pub mod command;
 pub mod main_thread;
 
 use crate::decimal::Decimal;
 use crate::error;
+use crate::value::LockValue;
 
 /// Unix time in ms as the server sees it: the clock its expiry machinery uses.
 pub fn now_ms() -> i64 {
@@ -264,21 +266,56 @@ impl<'ctx> Key<'ctx> {
         }
     }
 
-    /// Replaces whatever the key holds with `value`, of the module's type, expiring at
-    /// the absolute unix time `expire_at` (`None`: no expiry). One write, so the key is
-    /// signalled once.
-    pub fn set_value<T: 'static>(
+    /// What the key holds, to change in place (the key must be open for writing): as
+    /// `value`, without replacing it (a replacement would look like a removal). A lock
+    /// kept in a cell is first moved into a value of its own (`cell.rs`), which takes the
+    /// cell's place with the key's expiry unchanged.
+    pub fn lock_value_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
+        let Some(value) = self.raw_value::<LockValue>()? else {
+            return Ok(None);
+        };
+        // SAFETY: as in `value`.
+        if cell::in_cell(unsafe { &*value }) {
+            // SAFETY: as above; the copy owns what it keeps.
+            let own = Box::into_raw(Box::new(unsafe { &*value }.clone()));
+            let mut old: *mut c_void = std::ptr::null_mut();
+            // SAFETY: self.key is open for writing and holds a value of the registered
+            // type (raw_value checked); the server takes `own` and hands back the cell,
+            // which is now ours, and calls no callback.
+            let status = unsafe {
+                raw::RedisModule_ModuleTypeReplaceValue.expect("RedisModule_ModuleTypeReplaceValue")(
+                    self.key,
+                    VALUE_TYPE.load(Ordering::Acquire),
+                    own.cast(),
+                    &mut old,
+                )
+            };
+            if status != raw::REDISMODULE_OK as c_int {
+                // SAFETY: refused, so `own` is still ours, and unborrowed.
+                drop(unsafe { Box::from_raw(own) });
+                return Err(RedisError::Str("ERR could not write the lock key"));
+            }
+            // SAFETY: the cell the key held, given back to us once; no borrow of it is
+            // left (this borrow of the key is exclusive).
+            unsafe { cell::free(old) };
+        }
+        self.value_mut::<LockValue>()
+    }
+
+    /// Replaces whatever the key holds with `value`, expiring at the absolute unix time
+    /// `expire_at` (`None`: no expiry). One write, so the key is signalled once.
+    pub fn set_lock_value(
         &self,
-        value: T,
+        value: cell::ServerValue,
         expire_at: Option<i64>,
     ) -> Result<(), RedisError> {
-        check_value_type::<T>()?;
+        check_value_type::<LockValue>()?;
         if self.key.is_null() {
             return Err(error::key_not_open());
         }
-        let value = Box::into_raw(Box::new(value)).cast::<c_void>();
+        let value = value.into_raw();
         // SAFETY: self.key is a non-null key open for writing; the type handle is the
-        // registered one, whose values are Box<T>; the server takes ownership of value
+        // registered one, whose values cell.rs makes; the server takes ownership of value
         // and frees it through the type's free callback.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.expect("RedisModule_ModuleTypeSetValue")(
@@ -289,7 +326,7 @@ impl<'ctx> Key<'ctx> {
         };
         if status != raw::REDISMODULE_OK as c_int {
             // SAFETY: the server refused the value, so it is still ours to free.
-            drop(unsafe { Box::from_raw(value.cast::<T>()) });
+            unsafe { cell::free(value) };
             return Err(RedisError::Str("ERR could not write the lock key"));
         }
         let expired = self.write_expire(expire_at);
