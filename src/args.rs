@@ -350,8 +350,8 @@ mod tests {
         ] {
             assert_eq!(folded(name), Some(word), "{name:?}");
         }
-        // Bytes that differ from a letter only in bit 0x20 and are no letter, a prefix,
-        // a longer word, trailing NULs and the empty name match nothing.
+        // A byte in place of a letter that folds to no letter ('@' folds to '`'), a
+        // prefix, a longer word, trailing NULs and the empty name match nothing.
         for name in [
             &b"TOKE\x0e"[..],
             b"TOKE",

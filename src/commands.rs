@@ -216,11 +216,13 @@ fn rebind(
     session: Option<Session>,
     ttl_ms: i64,
 ) -> Result<(), RedisError> {
-    if let Some(old) = &was_bound {
-        session::unbind(ctx, db, name, old, true);
-    }
+    // The lock changes first: if the key cannot be written, the registry still tells
+    // where the binding is.
     if let Some(LockValue::Exclusive(lock)) = key.lock_mut()? {
         lock.set_session(session);
+    }
+    if let Some(old) = &was_bound {
+        session::unbind(ctx, db, name, old, true);
     }
     if let Some(new) = &session {
         store::bind(db, name, new.client, new.grace_ms);
