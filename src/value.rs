@@ -45,12 +45,14 @@ impl LockValue {
         }
     }
 
-    /// Every holder's lock.
-    pub fn locks(&self) -> Box<dyn Iterator<Item = &LockState> + '_> {
-        match self {
-            LockValue::Exclusive(lock) => Box::new(std::iter::once(lock)),
-            LockValue::Shared(holders) => Box::new(holders.iter().map(|h| &h.lock)),
-        }
+    /// Every holder's lock. (No allocation: every key's removal asks, through
+    /// `sessions`.)
+    pub fn locks(&self) -> impl Iterator<Item = &LockState> + '_ {
+        let (one, shared) = match self {
+            LockValue::Exclusive(lock) => (Some(lock), None),
+            LockValue::Shared(holders) => (None, Some(holders.iter().map(|h| &h.lock))),
+        };
+        one.into_iter().chain(shared.into_iter().flatten())
     }
 
     /// The binding of every session-bound holder, each (connection, grace) pair once.
