@@ -206,25 +206,28 @@ impl<'ctx> Key<'ctx> {
         self.name
     }
 
-    /// What the key holds.
+    /// What the key holds. The module type is asked first: it is `NULL` for an empty key
+    /// and a key of another kind, so the common case, a lock, costs one call.
     pub fn kind(&self) -> KeyKind {
         if self.key.is_null() {
             return KeyKind::Empty;
         }
-        // SAFETY: self.key is an open, non-null key handle.
-        let key_type = unsafe { raw::RedisModule_KeyType.expect("RedisModule_KeyType")(self.key) };
-        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
-            return KeyKind::Empty;
-        }
-        if key_type != raw::REDISMODULE_KEYTYPE_MODULE as c_int {
-            return KeyKind::Other;
-        }
-        // SAFETY: as above; the key is a module key, so it has a module type.
+        // SAFETY: self.key is an open, non-null key handle; the call answers NULL for a
+        // key that is empty or not a module key.
         let module_type = unsafe {
             raw::RedisModule_ModuleTypeGetType.expect("RedisModule_ModuleTypeGetType")(self.key)
         };
-        if module_type == VALUE_TYPE.load(Ordering::Acquire) {
-            KeyKind::Module
+        if !module_type.is_null() {
+            return if module_type == VALUE_TYPE.load(Ordering::Acquire) {
+                KeyKind::Module
+            } else {
+                KeyKind::Other
+            };
+        }
+        // SAFETY: as above.
+        let key_type = unsafe { raw::RedisModule_KeyType.expect("RedisModule_KeyType")(self.key) };
+        if key_type == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
+            KeyKind::Empty
         } else {
             KeyKind::Other
         }
@@ -233,8 +236,9 @@ impl<'ctx> Key<'ctx> {
     /// The value the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
     /// something else.
     pub fn value<T: 'static>(&self) -> Result<Option<&T>, RedisError> {
-        // SAFETY: a value of the registered type is always a Box<T> (register_value_type,
-        // whose T `raw_value` checked); the borrow ends before the key handle is closed.
+        // SAFETY: a value of the registered type always starts with a T (a Box<T>, or a
+        // cell: register_value_type, whose T `raw_value` checked, and cell.rs); the
+        // borrow ends before the key handle is closed.
         Ok(self
             .raw_value::<T>()?
             .and_then(|value| unsafe { value.as_ref() }))
