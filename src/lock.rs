@@ -378,9 +378,17 @@ pub enum NewToken<'a> {
     Given(&'a [u8]),
 }
 
-impl NewToken<'_> {
+impl<'a> NewToken<'a> {
+    /// The token as the holder proves it: what a lock granted to it reads back.
+    pub fn text(&self) -> TokenText<'a> {
+        match self {
+            NewToken::Made(bytes) => TokenText::Spelled(token::spelled(bytes)),
+            NewToken::Given(text) => TokenText::Kept(text),
+        }
+    }
+
     /// The token for a grant: the caller's own, or a new server-made one.
-    pub fn for_grant(own: Option<&[u8]>) -> NewToken<'_> {
+    pub fn for_grant(own: Option<&'a [u8]>) -> NewToken<'a> {
         match own {
             Some(own) => NewToken::Given(own),
             None => {
@@ -547,6 +555,28 @@ mod tests {
                 (lock.fence(), lock.acquired_ms(), lock.session()),
                 (fence, acquired, None)
             );
+        }
+    }
+
+    #[test]
+    fn a_grant_reads_back_the_token_it_was_made_with() {
+        let hex = b"0123456789abcdef0123456789abcdef";
+        for token in [
+            NewToken::Made([0xa5; 16]),
+            NewToken::Given(hex),
+            NewToken::Given(b"a-uuid-with-dashes"),
+        ] {
+            for session in [
+                None,
+                Some(Session {
+                    grace_ms: 1,
+                    client: 2,
+                }),
+            ] {
+                let lock = LockState::granted(token.clone(), 9 << LOGICAL_BITS, 9, session);
+                assert_eq!(*lock.token(), *token.text(), "{token:?}");
+                assert!(lock.holds(&token.text()));
+            }
         }
     }
 

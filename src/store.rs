@@ -52,6 +52,9 @@ pub fn grant<R>(
     let expire_at = now.saturating_add(ttl_ms);
     let replied = match kind {
         Kind::Exclusive => {
+            // The token as the lock keeps it reads back as these bytes: replicated and
+            // sent from here, with no second look at the key.
+            let text = token.text();
             // A session-bound lock that a cell can keep is written straight into one.
             match BoundLock::of(&token, fence, now, session) {
                 Some(bound) => key.set_bound_lock(bound, Some(expire_at))?,
@@ -60,12 +63,15 @@ pub fn grant<R>(
                     key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
                 }
             }
-            let Some(LockValue::Exclusive(lock)) = key.lock()? else {
-                return Err(RedisError::Str("ERR lock vanished while granting"));
+            let set = LockSet {
+                token: &text,
+                fence,
+                acquired_ms: now,
+                expire_at,
+                grace_ms: session.map(|s| s.grace_ms),
             };
-            let token = lock.token();
-            replicate(ctx, key, lock, &token, expire_at);
-            reply(&token, fence)
+            ffi::replicate_lock_set(ctx, key.name(), &set);
+            reply(&text, fence)
         }
         Kind::Shared { limit } => {
             let lock = LockState::granted(token, fence, now, session);
@@ -191,10 +197,13 @@ pub fn drop_holder(
 /// replicates each removal): each is counted in `expired` and notified as
 /// `lock.expired`. Returns how many went.
 pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError> {
-    let now = ffi::now_ms();
-    let due = match key.lock()? {
-        Some(LockValue::Shared(holders)) => holders.next_expiry().is_some_and(|at| at < now),
-        _ => false,
+    // An exclusive lock (most keys) needs no clock reading: the server expires it.
+    let (due, now) = match key.lock()? {
+        Some(LockValue::Shared(holders)) => {
+            let now = ffi::now_ms();
+            (holders.next_expiry().is_some_and(|at| at < now), now)
+        }
+        _ => (false, 0),
     };
     // A replica (even a writable one) follows its master, which expires its holders.
     if !due || ffi::is_replica(ctx) {
