@@ -245,8 +245,9 @@ impl<'ctx> Key<'ctx> {
     }
 
     /// The value the key holds, to change in place (the key must be open for writing):
-    /// as `value`, without replacing it (a replacement would look like a removal).
-    pub fn value_mut<T: 'static>(&mut self) -> Result<Option<&mut T>, RedisError> {
+    /// as `value`, without replacing it (a replacement would look like a removal). Only
+    /// through `lock_value_mut`, which never lets a cell's lock be reached this way.
+    fn value_mut<T: 'static>(&mut self) -> Result<Option<&mut T>, RedisError> {
         // SAFETY: as in `value`; the borrow is exclusive through &mut self, and the server
         // does not touch the value while a command runs.
         Ok(self
