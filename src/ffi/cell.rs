@@ -52,6 +52,16 @@ impl fmt::Debug for CellRef {
 pub struct ServerValue(NonNull<c_void>);
 
 impl ServerValue {
+    /// `value` in a box of its own, never in a cell.
+    pub fn boxed(value: LockValue) -> Self {
+        ServerValue(NonNull::from(Box::leak(Box::new(value))).cast())
+    }
+
+    /// The pointer, still owned here (for a call that takes it only when it succeeds).
+    pub fn as_ptr(&self) -> *mut c_void {
+        self.0.as_ptr()
+    }
+
     /// The pointer, for the server, which frees it through the type's `free` callback.
     pub fn into_raw(self) -> *mut c_void {
         let value = self.0.as_ptr();
@@ -94,7 +104,7 @@ pub fn into_server(value: LockValue) -> ServerValue {
     {
         return place(bound);
     }
-    ServerValue(NonNull::from(Box::leak(Box::new(value))).cast())
+    ServerValue::boxed(value)
 }
 
 /// Whether `value` is a cell's.

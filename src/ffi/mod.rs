@@ -282,7 +282,7 @@ impl<'ctx> Key<'ctx> {
         // SAFETY: as in `value`.
         if cell::in_cell(unsafe { &*value }) {
             // SAFETY: as above; the copy owns what it keeps.
-            let own = Box::into_raw(Box::new(unsafe { &*value }.clone()));
+            let own = cell::ServerValue::boxed(unsafe { &*value }.clone());
             let mut old: *mut c_void = std::ptr::null_mut();
             // SAFETY: self.key is open for writing and holds a value of the registered
             // type (raw_value checked); the server takes `own` and hands back the cell,
@@ -291,15 +291,16 @@ impl<'ctx> Key<'ctx> {
                 raw::RedisModule_ModuleTypeReplaceValue.expect("RedisModule_ModuleTypeReplaceValue")(
                     self.key,
                     VALUE_TYPE.load(Ordering::Acquire),
-                    own.cast(),
+                    own.as_ptr(),
                     &mut old,
                 )
             };
             if status != raw::REDISMODULE_OK as c_int {
-                // SAFETY: refused, so `own` is still ours, and unborrowed.
-                drop(unsafe { Box::from_raw(own) });
+                // Refused: `own` is still ours, and dropping it frees it.
                 return Err(RedisError::Str("ERR could not write the lock key"));
             }
+            // The server holds it now.
+            own.into_raw();
             // SAFETY: the cell the key held, given back to us once; no borrow of it is
             // left (this borrow of the key is exclusive).
             unsafe { cell::free(old) };
@@ -318,22 +319,22 @@ impl<'ctx> Key<'ctx> {
         if self.key.is_null() {
             return Err(error::key_not_open());
         }
-        let value = value.into_raw();
         // SAFETY: self.key is a non-null key open for writing; the type handle is the
-        // registered one, whose values cell.rs makes; the server takes ownership of value
-        // and frees it through the type's free callback.
+        // registered one, whose values cell.rs makes; on success the server takes
+        // ownership of value and frees it through the type's free callback.
         let status = unsafe {
             raw::RedisModule_ModuleTypeSetValue.expect("RedisModule_ModuleTypeSetValue")(
                 self.key,
                 VALUE_TYPE.load(Ordering::Acquire),
-                value,
+                value.as_ptr(),
             )
         };
         if status != raw::REDISMODULE_OK as c_int {
-            // SAFETY: the server refused the value, so it is still ours to free.
-            unsafe { cell::free(value) };
+            // Refused: `value` is still ours, and dropping it frees it.
             return Err(RedisError::Str("ERR could not write the lock key"));
         }
+        // The server holds it now.
+        value.into_raw();
         let expired = self.write_expire(expire_at);
         self.modified();
         expired
