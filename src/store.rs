@@ -50,6 +50,14 @@ pub fn grant<R>(
         .next(now)
         .ok_or_else(error::fence_exhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
+    // What replicates: the grant's state, whatever form the lock takes.
+    let granted = |token| LockSet {
+        token,
+        fence,
+        acquired_ms: now,
+        expire_at,
+        grace_ms: session.map(|s| s.grace_ms),
+    };
     let replied = match kind {
         Kind::Exclusive => {
             // The token as the lock keeps it reads back as these bytes: replicated and
@@ -63,14 +71,7 @@ pub fn grant<R>(
                     key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
                 }
             }
-            let set = LockSet {
-                token: &text,
-                fence,
-                acquired_ms: now,
-                expire_at,
-                grace_ms: session.map(|s| s.grace_ms),
-            };
-            ffi::replicate_lock_set(ctx, key.name(), &set);
+            ffi::replicate_lock_set(ctx, key.name(), &granted(&text));
             reply(&text, fence)
         }
         Kind::Shared { limit } => {
@@ -94,14 +95,7 @@ pub fn grant<R>(
                 Some(_) => return Err(RedisError::Str("ERR the key is held in another mode")),
             };
             key.set_expire_at(Some(last))?;
-            let set = LockSet {
-                token: &token,
-                fence,
-                acquired_ms: now,
-                expire_at,
-                grace_ms: session.map(|s| s.grace_ms),
-            };
-            ffi::replicate_hold(ctx, key.name(), &set, limit);
+            ffi::replicate_hold(ctx, key.name(), &granted(&token), limit);
             reply(&token, fence)
         }
     };
@@ -113,8 +107,9 @@ pub fn grant<R>(
     Ok((fence, replied))
 }
 
-/// What `LOCK._HOLD` carries for a holder with `token` expiring at `expire_at`.
-fn hold_set<'t>(lock: &LockState, token: &'t [u8], expire_at: i64) -> LockSet<'t> {
+/// What `LOCK._SET` or `LOCK._HOLD` carries for `lock`, held by `token` (as read from
+/// it), expiring at `expire_at`.
+fn lock_set<'t>(lock: &LockState, token: &'t [u8], expire_at: i64) -> LockSet<'t> {
     LockSet {
         token,
         fence: lock.fence(),
@@ -161,7 +156,7 @@ pub fn update_holder(
         .get(token)
         .ok_or(RedisError::Str("ERR holder vanished while renewing"))?;
     let token = holder.lock.token();
-    ffi::replicate_hold(ctx, name, &hold_set(&holder.lock, &token, expire_at), limit);
+    ffi::replicate_hold(ctx, name, &lock_set(&holder.lock, &token, expire_at), limit);
     key.set_expire_at(last)?;
     Ok(Some(was))
 }
@@ -241,15 +236,5 @@ pub fn bind(db: i32, name: &[u8], client: u64, grace_ms: i64) {
 /// Replicates `lock` (held by `token`, as read from it), expiring at `expire_at`, as the
 /// absolute state `LOCK._SET` sets.
 pub fn replicate(ctx: &Context, key: &Key, lock: &LockState, token: &[u8], expire_at: i64) {
-    ffi::replicate_lock_set(
-        ctx,
-        key.name(),
-        &LockSet {
-            token,
-            fence: lock.fence(),
-            acquired_ms: lock.acquired_ms(),
-            expire_at,
-            grace_ms: lock.grace_ms(),
-        },
-    );
+    ffi::replicate_lock_set(ctx, key.name(), &lock_set(lock, token, expire_at));
 }
