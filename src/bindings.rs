@@ -5,13 +5,18 @@
 //!
 //! - **bound**: its connection is open; listed under that connection's id, so that the
 //!   connection's close finds all its locks at once;
-//! - **in grace**: its connection is gone and a timer releases it when the grace ends;
+//! - **in grace**: its connection is gone and a grace runs that releases it when it ends.
+//!   A connection's close starts one grace per grace length among its locks, not one per
+//!   lock: a close costs a copy of each key's name, and the locks are released in slices
+//!   of the event loop (`session.rs`). A grace started for one lock on its own (it
+//!   arrived, or the server began to serve it) replaces any that ran for it before;
 //! - **pending**: its connection is gone but its grace has not started, because this
 //!   server does not serve the key yet (loading, or a replica, which follows its master).
 //!
-//! The registry may lag behind the keyspace (a lock that was renamed, or replaced by
-//! another token, is only forgotten when the server tells): whoever acts on an entry
-//! checks the key first. Every entry carries the connection and the grace it was made with.
+//! The registry may lag behind the keyspace (a lock that was renamed, reclaimed, or
+//! replaced by another token, is only forgotten when the server tells, and a grace keeps
+//! the keys of locks that left): whoever acts on an entry checks the key first. Every
+//! entry carries the connection and the grace it was made with.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -90,21 +95,54 @@ impl Hasher for IdHasher {
 /// A map keyed by such an id.
 type ById<V> = HashMap<u64, V, BuildHasherDefault<IdHasher>>;
 
+/// Where a grace comes from, which decides which of its keys it still ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A connection's close: every lock of its list bound with this grace, except those a
+    /// grace started later on its own has taken over.
+    Close,
+    /// One lock at a time (it arrived, the server began to serve it, or it has the rest
+    /// of a longer grace): each key is the grace's until another such start replaces it.
+    Own,
+}
+
+/// A grace that runs: the connection and length it was started with, how it was
+/// started, the keys whose locks it releases, not yet taken, and the timer that ends it.
+#[derive(Debug)]
+struct Grace {
+    binding: Binding,
+    start: Start,
+    /// In reverse order of the binds: the next to release is last.
+    keys: Vec<KeyId>,
+    timer: u64,
+}
+
 /// The registry of one server.
 #[derive(Debug, Default)]
 pub struct Bindings {
     /// Locks bound to an open connection, by connection id.
     bound: ById<ClientLocks>,
-    /// Locks whose grace runs, by key and connection: the grace's id, the timer that
-    /// ends it, and its length.
-    graces: HashMap<Bound, (u64, u64, i64)>,
-    /// The key and connection of each running grace, by the grace's id (what its timer
-    /// carries: the key may change database meanwhile, by `SWAPDB`).
-    grace_keys: ById<Bound>,
+    /// The running graces, by id (what the timer carries).
+    graces: ById<Grace>,
+    /// For a lock whose grace was started on its own (`Start::Own`), by key and
+    /// connection: that grace's id. The keys of such a grace are its own only while this
+    /// names it; a close's grace leaves the keys named here alone.
+    own: HashMap<Bound, u64>,
     /// The id of the next grace.
     next_grace: u64,
     /// Locks whose grace starts when the server starts serving them: their grace.
     pending: HashMap<Bound, i64>,
+}
+
+/// The keys of graces that start together, by grace length.
+pub type Starts = Vec<(i64, Vec<KeyId>)>;
+
+/// Adds `key` to the keys of length `grace_ms` in `starts`.
+fn add_start(starts: &mut Starts, grace_ms: i64, key: KeyId) {
+    match starts.iter_mut().find(|(g, _)| *g == grace_ms) {
+        Some((_, keys)) => keys.push(key),
+        None => starts.push((grace_ms, vec![key])),
+    }
 }
 
 /// Each key once, with the shortest of its graces.
@@ -140,16 +178,21 @@ impl Bindings {
         !self.bound.is_empty()
     }
 
-    /// Connection `client` closed: its locks, each key once with the shortest grace it
-    /// was bound with, now leave the registry (the caller starts their graces; when one
-    /// ends, the holders whose grace is longer get the rest of theirs; a grace of a lock
-    /// that has left or been bound elsewhere ends on nothing). Nothing for a connection
-    /// that held none.
-    pub fn disconnected(&mut self, client: u64) -> Vec<(KeyId, i64)> {
+    /// Connection `client` closed: its locks leave the registry, by grace length, in the
+    /// order they were bound, for the caller to start a grace for each length (a
+    /// `Start::Close`). A key may come more than once (bound again, or with two graces):
+    /// when a grace ends, the holders whose grace is longer get the rest of theirs, and a
+    /// grace of a lock that has left or been bound elsewhere ends on nothing. Nothing for
+    /// a connection that held none.
+    pub fn disconnected(&mut self, client: u64) -> Starts {
         let Some(entry) = self.bound.remove(&client) else {
             return Vec::new();
         };
-        shortest(entry.keys()).into_iter().collect()
+        let mut starts = Starts::new();
+        for (db, grace_ms, name) in entry.iter() {
+            add_start(&mut starts, grace_ms, (db, name.to_vec()));
+        }
+        starts
     }
 
     /// An id for a grace about to start, for its timer to carry.
@@ -158,39 +201,83 @@ impl Bindings {
         self.next_grace
     }
 
-    /// The grace `id` of the lock on `key` bound as `binding` runs until `timer` fires.
-    /// Returns the timer of a grace that ran before for the same key and connection,
-    /// which the caller stops.
+    /// Grace `id`, `binding.grace_ms` long, of the locks on `keys` bound to
+    /// `binding.client`, runs until `timer` fires. A `Start::Own` grace takes each key
+    /// over from any grace that ran for it, and from its pending start.
     pub fn grace_started(
         &mut self,
-        key: KeyId,
         id: u64,
         timer: u64,
         binding: Binding,
-    ) -> Option<u64> {
-        let place = (key, binding.client);
-        self.pending.remove(&place);
-        self.grace_keys.insert(id, place.clone());
-        let old = self.graces.insert(place, (id, timer, binding.grace_ms))?;
-        self.grace_keys.remove(&old.0);
-        Some(old.1)
+        start: Start,
+        mut keys: Vec<KeyId>,
+    ) {
+        if start == Start::Own {
+            for key in &keys {
+                let place = (key.clone(), binding.client);
+                self.pending.remove(&place);
+                self.own.insert(place, id);
+            }
+        }
+        keys.reverse();
+        let grace = Grace {
+            binding,
+            start,
+            keys,
+            timer,
+        };
+        self.graces.insert(id, grace);
     }
 
-    /// The timer of grace `id` fired: the lock's key (where it is now) and what the grace
-    /// was started with; `None` for a grace that ended otherwise.
-    pub fn grace_fired(&mut self, id: u64) -> Option<(KeyId, Binding)> {
-        let place = self.grace_keys.remove(&id)?;
-        let (_, _, grace_ms) = self.graces.remove(&place)?;
-        let (key, client) = place;
-        Some((key, Binding { client, grace_ms }))
+    /// What grace `id` was started with; `None` once it has ended.
+    pub fn running(&self, id: u64) -> Option<Binding> {
+        self.graces.get(&id).map(|grace| grace.binding)
     }
 
-    /// The grace of the lock on `key` bound to `client` is over (it was reclaimed, the
-    /// lock left). Returns its timer, which the caller stops.
-    pub fn grace_ended(&mut self, key: &KeyId, client: u64) -> Option<u64> {
-        let (id, timer, _) = self.graces.remove(&(key.clone(), client))?;
-        self.grace_keys.remove(&id);
-        Some(timer)
+    /// Grace `id` was given a new timer.
+    pub fn rearmed(&mut self, id: u64, timer: u64) {
+        if let Some(grace) = self.graces.get_mut(&id) {
+            grace.timer = timer;
+        }
+    }
+
+    /// The grace `id` ended: the next `most` keys, in the order of the binds, whose locks
+    /// it releases (each leaves the grace), and whether keys are left for later. Once
+    /// none are, the grace is over.
+    pub fn take_due(&mut self, id: u64, most: usize) -> (Vec<KeyId>, bool) {
+        let Some(grace) = self.graces.get_mut(&id) else {
+            return (Vec::new(), false);
+        };
+        let client = grace.binding.client;
+        let mut due = Vec::new();
+        while due.len() < most {
+            let Some(key) = grace.keys.pop() else {
+                break;
+            };
+            let place = (key, client);
+            let its_own = match grace.start {
+                Start::Own if self.own.get(&place) == Some(&id) => {
+                    self.own.remove(&place);
+                    true
+                }
+                Start::Own => false,
+                Start::Close => self.own.is_empty() || !self.own.contains_key(&place),
+            };
+            if its_own {
+                due.push(place.0);
+            }
+        }
+        let more = !grace.keys.is_empty();
+        if !more {
+            self.graces.remove(&id);
+        }
+        (due, more)
+    }
+
+    /// The grace the lock on `key` bound to `client` had on its own is over (it was
+    /// reclaimed, the lock left): no grace releases it any more.
+    pub fn grace_ended(&mut self, key: &KeyId, client: u64) {
+        self.own.remove(&(key.clone(), client));
     }
 
     /// The lock on `key` waits for the server to serve it before its grace starts (with
@@ -202,7 +289,8 @@ impl Bindings {
             .or_insert(binding.grace_ms);
     }
 
-    /// Every pending lock: the server serves them now (loaded, promoted).
+    /// Every pending lock, by connection and grace: the server serves them now (loaded,
+    /// promoted).
     pub fn take_pending(&mut self) -> Vec<(KeyId, Binding)> {
         self.pending
             .drain()
@@ -221,35 +309,40 @@ impl Bindings {
             }
         }
         let mut timers = Vec::new();
-        let graces: Vec<(Bound, (u64, u64, i64))> = self.graces.drain().collect();
-        for ((key, client), (_, timer, grace_ms)) in graces {
-            timers.push(timer);
-            self.pend(key, Binding { client, grace_ms });
+        let ids: Vec<u64> = self.graces.keys().copied().collect();
+        for id in ids {
+            let Some(binding) = self.running(id) else {
+                continue;
+            };
+            timers.extend(self.graces.get(&id).map(|grace| grace.timer));
+            for key in self.take_due(id, usize::MAX).0 {
+                self.pend(key, binding);
+            }
         }
-        self.grace_keys.clear();
+        self.graces.clear();
+        self.own.clear();
         timers
     }
 
     /// The lock on `key`, bound to `client` (0: none), lost that binding (its token
     /// acquired it again): its grace and pending start go; its entry in the connection's
-    /// list counts as stale. Returns the timer of its grace, if one ran.
-    pub fn forget(&mut self, key: &KeyId, client: u64) -> Option<u64> {
+    /// list counts as stale.
+    pub fn forget(&mut self, key: &KeyId, client: u64) {
         if let Some(entry) = self.bound.get_mut(&client) {
             entry.stale += 1;
         }
         self.pending.remove(&(key.clone(), client));
-        self.grace_ended(key, client)
+        self.grace_ended(key, client);
     }
 
     /// A session-bound lock bound to `client` left `key`; `still_bound` says whether what
     /// the key holds now is bound to that connection too (a `RESTORE` or `COPY` with
     /// `REPLACE` registers the new value before the old one goes). What was the old
-    /// lock's goes, unless it is. Returns the timer of a grace that ended.
-    pub fn left(&mut self, key: &KeyId, client: u64, still_bound: bool) -> Option<u64> {
-        if still_bound {
-            return None;
+    /// lock's goes, unless it is.
+    pub fn left(&mut self, key: &KeyId, client: u64, still_bound: bool) {
+        if !still_bound {
+            self.forget(key, client);
         }
-        self.forget(key, client)
     }
 
     /// The entries of `client`'s list when half of it is stale, for the caller to check
@@ -274,7 +367,7 @@ impl Bindings {
     }
 
     /// Database `db` (every database for `None`) was emptied: its locks go. Returns the
-    /// timers of their graces.
+    /// timers of the graces that have no key left.
     pub fn flushed(&mut self, db: Option<i32>) -> Vec<u64> {
         let emptied = |at: i32| db.is_none_or(|db| at == db);
         let gone = |key: &KeyId| emptied(key.0);
@@ -283,14 +376,15 @@ impl Bindings {
         }
         self.bound.retain(|_, entry| !entry.is_empty());
         self.pending.retain(|(key, _), _| !gone(key));
-        let timers = self
-            .graces
-            .iter()
-            .filter(|((key, _), _)| gone(key))
-            .map(|(_, (_, timer, _))| *timer)
-            .collect();
-        self.graces.retain(|(key, _), _| !gone(key));
-        self.grace_keys.retain(|_, (key, _)| !gone(key));
+        self.own.retain(|(key, _), _| !gone(key));
+        let mut timers = Vec::new();
+        self.graces.retain(|_, grace| {
+            grace.keys.retain(|key| !gone(key));
+            if grace.keys.is_empty() {
+                timers.push(grace.timer);
+            }
+            !grace.keys.is_empty()
+        });
         timers
     }
 
@@ -307,14 +401,16 @@ impl Bindings {
         for entry in self.bound.values_mut() {
             entry.renumber_dbs(swap_db);
         }
-        self.graces = std::mem::take(&mut self.graces)
+        for grace in self.graces.values_mut() {
+            grace.keys.iter_mut().for_each(swap);
+        }
+        self.own = std::mem::take(&mut self.own)
             .into_iter()
-            .map(|((mut k, c), t)| {
+            .map(|((mut k, c), id)| {
                 swap(&mut k);
-                ((k, c), t)
+                ((k, c), id)
             })
             .collect();
-        self.grace_keys.values_mut().for_each(|(key, _)| swap(key));
         self.pending = std::mem::take(&mut self.pending)
             .into_iter()
             .map(|((mut k, c), g)| {
@@ -324,11 +420,12 @@ impl Bindings {
             .collect();
     }
 
-    /// How many entries the connections' lists hold, graces run and locks are pending.
+    /// How many entries the connections' lists hold, graces hold (taken over or not) and
+    /// locks are pending.
     pub fn counts(&self) -> (usize, usize, usize) {
         (
             self.bound.values().map(ClientLocks::len).sum(),
-            self.graces.len(),
+            self.graces.values().map(|grace| grace.keys.len()).sum(),
             self.pending.len(),
         )
     }
@@ -353,37 +450,72 @@ mod tests {
     }
 
     #[test]
-    fn a_close_finds_all_of_its_locks_once_and_only_its_own() {
+    fn a_close_finds_all_of_its_locks_by_grace_and_only_its_own() {
         let mut b = Bindings::default();
         b.bind(0, b"a", 7, 50);
         b.bind(3, b"b", 7, 0);
         b.bind(0, b"c", 8, 5);
         b.bind(0, b"a", 7, 100);
+        b.bind(0, b"d", 7, 50);
         assert_eq!(
-            sorted(b.disconnected(7)),
-            vec![(key(0, "a"), 50), (key(3, "b"), 0)],
-            "once each, with the shortest grace"
+            b.disconnected(7),
+            vec![
+                (50, vec![key(0, "a"), key(0, "d")]),
+                (0, vec![key(3, "b")]),
+                (100, vec![key(0, "a")]),
+            ],
+            "by grace, in the order of the binds"
         );
         assert!(b.disconnected(7).is_empty());
         assert!(b.disconnected(99).is_empty());
         assert_eq!(b.counts(), (1, 0, 0));
     }
 
+    /// Starts a grace as `session.rs` does, with the next id and a timer numbered alike.
+    fn start(b: &mut Bindings, binding: Binding, start: Start, keys: &[&str]) -> u64 {
+        let id = b.new_grace_id();
+        let keys = keys.iter().map(|name| key(0, name)).collect();
+        b.grace_started(id, id + 100, binding, start, keys);
+        id
+    }
+
     #[test]
-    fn graces_are_per_key_and_connection_and_end_once() {
+    fn a_close_grace_goes_in_slices_and_leaves_the_locks_taken_over() {
+        let mut b = Bindings::default();
+        let closed = Binding {
+            client: 7,
+            grace_ms: 9,
+        };
+        let close = start(&mut b, closed, Start::Close, &["a", "b", "c", "d"]);
+        let own = start(&mut b, closed, Start::Own, &["b"]);
+        assert_eq!(b.running(close), Some(closed));
+        assert_eq!(b.counts(), (0, 5, 0));
+        assert_eq!(b.take_due(close, 2), (vec![key(0, "a"), key(0, "c")], true));
+        assert_eq!(b.take_due(close, 2), (vec![key(0, "d")], false));
+        assert_eq!(b.running(close), None, "over once every key is taken");
+        assert_eq!(b.take_due(close, 2), (vec![], false));
+        assert_eq!(b.take_due(own, 9), (vec![key(0, "b")], false));
+        assert_eq!(b.counts(), (0, 0, 0));
+    }
+
+    #[test]
+    fn own_graces_are_per_key_and_connection_and_end_once() {
         let mut b = Bindings::default();
         b.pend(key(0, "a"), B);
-        assert_eq!(b.grace_started(key(0, "a"), 10, 1, B), None);
+        let first = start(&mut b, B, Start::Own, &["a"]);
         assert_eq!(b.counts(), (0, 1, 0), "the pending start is replaced");
-        assert_eq!(b.grace_started(key(0, "a"), 11, 2, B), Some(1));
-        assert_eq!(b.grace_fired(10), None, "the replaced grace ends nothing");
+        let second = start(&mut b, B, Start::Own, &["a"]);
+        assert_eq!(
+            b.take_due(first, 9),
+            (vec![], false),
+            "the replaced grace ends nothing"
+        );
         // Another connection's grace on the same key stands beside it.
         let other = Binding { client: 5, ..B };
-        assert_eq!(b.grace_started(key(0, "a"), 12, 3, other), None);
-        assert_eq!(b.grace_ended(&key(0, "a"), 0), Some(2));
-        assert_eq!(b.grace_ended(&key(0, "a"), 0), None);
-        assert_eq!(b.grace_fired(11), None);
-        assert_eq!(b.grace_fired(12), Some((key(0, "a"), other)));
+        let third = start(&mut b, other, Start::Own, &["a"]);
+        b.grace_ended(&key(0, "a"), 0);
+        assert_eq!(b.take_due(second, 9), (vec![], false));
+        assert_eq!(b.take_due(third, 9), (vec![key(0, "a")], false));
         assert_eq!(b.counts(), (0, 0, 0));
     }
 
@@ -391,10 +523,11 @@ mod tests {
     fn forgetting_a_lock_ends_its_grace_and_marks_its_entry_stale() {
         let mut b = Bindings::default();
         b.bind(0, b"a", 7, 100);
-        assert_eq!(b.forget(&key(0, "a"), 7), None);
+        b.forget(&key(0, "a"), 7);
         assert_eq!(b.bound[&7].stale, 1);
-        b.grace_started(key(0, "c"), 1, 4, B);
-        assert_eq!(b.forget(&key(0, "c"), 0), Some(4));
+        let grace = start(&mut b, B, Start::Own, &["c"]);
+        b.forget(&key(0, "c"), 0);
+        assert_eq!(b.take_due(grace, 9), (vec![], false));
         b.pend(key(1, "d"), B);
         b.forget(&key(1, "d"), 0);
         assert_eq!(b.counts(), (1, 0, 0));
@@ -405,16 +538,17 @@ mod tests {
         let mut b = Bindings::default();
         // Replaced by a lock of the same connection (RESTORE ... REPLACE): kept.
         b.bind(0, b"a", 7, 1);
-        assert_eq!(b.left(&key(0, "a"), 7, true), None);
+        b.left(&key(0, "a"), 7, true);
         assert_eq!(b.bound[&7].stale, 0);
         // Replaced by another connection's lock: the old entry is stale.
         b.bind(0, b"a", 8, 1);
         b.left(&key(0, "a"), 7, false);
         assert_eq!(b.bound[&7].stale, 1);
-        assert_eq!(b.disconnected(8), vec![(key(0, "a"), 1)]);
+        assert_eq!(b.disconnected(8), vec![(1, vec![key(0, "a")])]);
         // Gone for good: its grace ends too.
-        b.grace_started(key(0, "g"), 1, 4, B);
-        assert_eq!(b.left(&key(0, "g"), 0, false), Some(4));
+        let grace = start(&mut b, B, Start::Own, &["g"]);
+        b.left(&key(0, "g"), 0, false);
+        assert_eq!(b.take_due(grace, 9), (vec![], false));
     }
 
     #[test]
@@ -442,9 +576,13 @@ mod tests {
     fn a_demoted_server_keeps_every_lock_pending() {
         let mut b = Bindings::default();
         b.bind(0, b"a", 7, 100);
-        b.grace_started(key(0, "b"), 1, 3, B);
-        let timers = b.demote();
-        assert_eq!(timers, vec![3]);
+        start(&mut b, B, Start::Own, &["b"]);
+        let closed = Binding {
+            client: 9,
+            grace_ms: 4,
+        };
+        start(&mut b, closed, Start::Close, &["c"]);
+        assert_eq!(sorted(b.demote()), vec![101, 102], "the timers to stop");
         assert_eq!(
             sorted(b.take_pending()),
             vec![
@@ -456,8 +594,10 @@ mod tests {
                     }
                 ),
                 (key(0, "b"), B),
+                (key(0, "c"), closed),
             ]
         );
+        assert_eq!(b.counts(), (0, 0, 0));
     }
 
     #[test]
@@ -465,11 +605,14 @@ mod tests {
         let mut b = Bindings::default();
         b.bind(0, b"a", 7, 1);
         b.bind(1, b"a", 7, 1);
-        b.grace_started(key(1, "g"), 1, 5, B);
+        let id = b.new_grace_id();
+        b.grace_started(id, 5, B, Start::Own, vec![key(1, "g")]);
+        let id = b.new_grace_id();
+        b.grace_started(id, 6, B, Start::Close, vec![key(1, "h"), key(0, "i")]);
         b.pend(key(1, "p"), B);
-        assert_eq!(b.flushed(Some(1)), vec![5]);
-        assert_eq!(b.counts(), (1, 0, 0));
-        assert!(b.flushed(None).is_empty());
+        assert_eq!(b.flushed(Some(1)), vec![5], "a grace left with no key");
+        assert_eq!(b.counts(), (1, 1, 0));
+        assert_eq!(b.flushed(None), vec![6]);
         assert_eq!(b.counts(), (0, 0, 0));
     }
 
@@ -477,31 +620,36 @@ mod tests {
     fn a_swap_moves_locks_between_databases() {
         let mut b = Bindings::default();
         b.bind(0, b"a", 7, 1);
-        b.grace_started(key(1, "g"), 1, 5, B);
+        let id = b.new_grace_id();
+        b.grace_started(id, 5, B, Start::Own, vec![key(1, "g")]);
         b.pend(key(2, "p"), B);
         b.swapped(0, 1);
-        assert_eq!(b.disconnected(7), vec![(key(1, "a"), 1)]);
+        assert_eq!(b.disconnected(7), vec![(1, vec![key(1, "a")])]);
         assert_eq!(
-            b.grace_fired(1),
-            Some((key(0, "g"), B)),
-            "the timer finds the new db"
+            b.take_due(id, 9),
+            (vec![key(0, "g")], false),
+            "the grace finds the new db"
         );
         assert_eq!(b.take_pending()[0].0, key(2, "p"));
     }
 
     /// Every part of the registry agrees with the others.
     fn consistent(b: &Bindings) -> Result<(), String> {
-        if b.graces.len() != b.grace_keys.len() {
-            return Err(format!(
-                "{} graces, {} ids",
-                b.graces.len(),
-                b.grace_keys.len()
-            ));
-        }
-        for (place, (id, _, _)) in &b.graces {
-            if b.grace_keys.get(id) != Some(place) {
-                return Err(format!("grace {id} of {place:?} not found by its id"));
+        for ((key, client), id) in &b.own {
+            let Some(grace) = b.graces.get(id) else {
+                return Err(format!(
+                    "{key:?} of {client} names grace {id}, which is over"
+                ));
+            };
+            if grace.start != Start::Own || grace.binding.client != *client {
+                return Err(format!("grace {id} is not {key:?}'s own"));
             }
+            if !grace.keys.contains(key) {
+                return Err(format!("grace {id} has no {key:?}"));
+            }
+        }
+        if b.graces.values().any(|grace| grace.keys.is_empty()) {
+            return Err("a grace with no key".into());
         }
         if b.bound.values().any(|e| e.is_empty() && e.stale == 0) {
             return Err("an empty connection entry".into());
@@ -522,35 +670,38 @@ mod tests {
                 match op {
                     0 => b.bind(k.0, &k.1, client, 1),
                     1 => {
-                        b.disconnected(client);
+                        for (grace_ms, keys) in b.disconnected(client) {
+                            let id = b.new_grace_id();
+                            timer += 1;
+                            let binding = Binding { client, grace_ms };
+                            b.grace_started(id, timer, binding, Start::Close, keys);
+                        }
                         proptest::prop_assert!(!b.bound.contains_key(&client));
                     }
                     2 => {
                         let id = b.new_grace_id();
                         timer += 1;
-                        b.grace_started(k, id, timer, binding);
+                        b.grace_started(id, timer, binding, Start::Own, vec![k]);
                     }
                     3 => {
                         let id = b.next_grace.saturating_sub(u64::from(name));
-                        if let Some((key, binding)) = b.grace_fired(id) {
-                            proptest::prop_assert!(!b.graces.contains_key(&(key, binding.client)));
+                        let of = b.running(id).map(|binding| binding.client);
+                        let (due, more) = b.take_due(id, usize::from(name) + 1);
+                        proptest::prop_assert_eq!(more, b.running(id).is_some());
+                        for key in due {
+                            let place = (key, of.unwrap_or_default());
+                            proptest::prop_assert!(b.own.get(&place) != Some(&id), "taken once");
                         }
                     }
-                    4 => {
-                        b.grace_ended(&k, client);
-                    }
+                    4 => b.grace_ended(&k, client),
                     5 => b.pend(k, binding),
-                    6 => {
-                        b.forget(&k, client);
-                    }
-                    7 => {
-                        b.left(&k, client, name == 0);
-                    }
+                    6 => b.forget(&k, client),
+                    7 => b.left(&k, client, name == 0),
                     8 => {
                         b.flushed(Some(db));
                         let (bound, graces, pending) = (
                             b.bound.values().flat_map(|e| e.iter()).any(|(at, _, _)| at == db),
-                            b.graces.keys().any(|(k, _)| k.0 == db),
+                            b.graces.values().flat_map(|g| &g.keys).any(|k| k.0 == db),
                             b.pending.keys().any(|(k, _)| k.0 == db),
                         );
                         proptest::prop_assert!(!bound && !graces && !pending);

@@ -196,7 +196,7 @@ fn renew_holder(
     if let Some(Some(old)) = was {
         // Other holders of the key bound to the same connection keep their grace.
         let others = key.lock()?.is_some_and(|value| value.bound_to(old.client));
-        session::unbind(ctx, db, name, &old, !others);
+        session::unbind(db, name, &old, !others);
     }
     if let Some(new) = &session {
         store::bind(db, name, new.client, new.grace_ms);
@@ -222,7 +222,7 @@ fn rebind(
         lock.set_session(session);
     }
     if let Some(old) = &was_bound {
-        session::unbind(ctx, db, name, old, true);
+        session::unbind(db, name, old, true);
     }
     if let Some(new) = &session {
         store::bind(db, name, new.client, new.grace_ms);

@@ -3,15 +3,17 @@
 //!
 //! The registry (`bindings.rs`) knows every such lock; this file carries it out:
 //!
-//! - a connection's close (the server's client-change event) starts the grace of each
-//!   lock bound to it: one module timer per lock. The module listens to that event only
-//!   while some lock is bound to an open connection: the server pays for every listener
-//!   on every connect and close;
-//! - when a grace ends, the lock is released like `LOCK.RELEASE` releases it (deleted,
-//!   `DEL` replicated, `lock.release` notified, the next waiter granted at once), if it is
-//!   still the same binding: same connection, still gone. A lock released, deleted,
-//!   replaced or reclaimed meanwhile is left alone;
-//! - a reclaim (the holder's token acquires again) ends the grace and stops its timer;
+//! - a connection's close (the server's client-change event) starts the grace of the
+//!   locks bound to it: one module timer per grace length among them, not one per lock.
+//!   The module listens to that event only while some lock is bound to an open
+//!   connection: the server pays for every listener on every connect and close;
+//! - when a grace ends, its locks are released like `LOCK.RELEASE` releases them
+//!   (deleted, `DEL` replicated, `lock.release` notified, the next waiter granted at
+//!   once), each if it is still the same binding: same connection, still gone. A lock
+//!   released, deleted, replaced or reclaimed meanwhile is left alone. At most `SLICE`
+//!   locks go per turn of the event loop, so a connection that held a hundred thousand
+//!   does not stall the server's other clients while they go;
+//! - a reclaim (the holder's token acquires again) ends the grace of that lock;
 //! - a server that does not serve its keys yet (loading, a replica) watches nothing: its
 //!   session-bound locks wait, pending, until it does (end of loading, promotion), and
 //!   their graces start then.
@@ -21,7 +23,7 @@ use std::os::raw::c_void;
 
 use redis_module::{Context, raw};
 
-use crate::bindings::{self, Binding};
+use crate::bindings::{self, Binding, Start};
 use crate::datatype::LockKey;
 use crate::events::{self, SessionListeners};
 use crate::ffi::{self, Key};
@@ -35,6 +37,10 @@ use crate::value::LockValue;
 
 /// How soon a grace that ended while the server held writes back is looked at again.
 const PAUSED_RETRY_MS: i64 = 10;
+
+/// How many locks a grace releases per turn of the event loop: one or two milliseconds'
+/// work. The rest follow at the next turn, after the server has served its clients.
+const SLICE: usize = 512;
 
 /// Stops listening for closed connections once no lock is bound to an open one. Later,
 /// from a timer: never from inside the client-change callback, and a lock bound before
@@ -54,10 +60,10 @@ fn unwatch_when_idle() {
 /// token acquires it again, bound anew or not at all). If that ends a grace, it is a
 /// reclaim, counted in `session_reclaims`. With `forget` false, other holders of the key
 /// stay bound to the same connection and keep their entry and grace.
-pub fn unbind(ctx: &Context, db: i32, key: &[u8], session: &Session, forget: bool) {
+pub fn unbind(db: i32, key: &[u8], session: &Session, forget: bool) {
     let id = (db, key.to_vec());
-    if forget && let Some(timer) = bindings::with(|b| b.forget(&id, session.client)) {
-        stop_grace_timer(ctx, timer);
+    if forget {
+        bindings::with(|b| b.forget(&id, session.client));
     }
     if !ffi::client_connected(session.client) {
         stats::SESSION_RECLAIMS.bump();
@@ -65,11 +71,12 @@ pub fn unbind(ctx: &Context, db: i32, key: &[u8], session: &Session, forget: boo
 }
 
 /// The server's client-change event: connection `client` closed. Starts the grace of
-/// every lock bound to it; costs one lookup for a connection that held none.
+/// every lock bound to it, one per grace length; costs one lookup for a connection that
+/// held none.
 pub fn disconnected(ctx: &Context, client: u64) {
-    let locks = bindings::with(|b| b.disconnected(client));
-    for (key, grace_ms) in locks {
-        start_grace(ctx, key, Binding { client, grace_ms }, grace_ms);
+    for (grace_ms, keys) in bindings::with(|b| b.disconnected(client)) {
+        let binding = Binding { client, grace_ms };
+        start_grace(ctx, binding, Start::Close, keys, grace_ms);
     }
     unwatch_when_idle();
 }
@@ -80,12 +87,18 @@ pub fn serving(ctx: &Context) {
     if ffi::is_replica(ctx) || ffi::is_loading() {
         return;
     }
+    let mut starts: Vec<(Binding, Vec<KeyId>)> = Vec::new();
     for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
         if ffi::client_connected(binding.client) {
             store::bind(key.0, &key.1, binding.client, binding.grace_ms);
+        } else if let Some((_, keys)) = starts.iter_mut().find(|(b, _)| *b == binding) {
+            keys.push(key);
         } else {
-            start_grace(ctx, key, binding, binding.grace_ms);
+            starts.push((binding, vec![key]));
         }
+    }
+    for (binding, keys) in starts {
+        start_grace(ctx, binding, Start::Own, keys, binding.grace_ms);
     }
 }
 
@@ -124,7 +137,8 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     } else if ffi::client_connected(session.client) {
         store::bind(db, key, session.client, session.grace_ms);
     } else {
-        start_grace(&ctx, (db, key.to_vec()), binding, session.grace_ms);
+        let keys = vec![(db, key.to_vec())];
+        start_grace(&ctx, binding, Start::Own, keys, session.grace_ms);
     }
 }
 
@@ -153,9 +167,7 @@ fn reconcile_left(ctx: &Context) {
     let mut clients = Vec::new();
     for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
         let still_bound = bound_at(ctx, &key, client);
-        if let Some(timer) = bindings::with(|b| b.left(&key, client, still_bound)) {
-            stop_grace_timer(ctx, timer);
-        }
+        bindings::with(|b| b.left(&key, client, still_bound));
         if !clients.contains(&client) {
             clients.push(client);
         }
@@ -212,14 +224,19 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
     })
 }
 
-/// Starts (or restarts) the grace of the lock on `key`: its release `delay_ms` from now.
-/// The timer carries the grace's id, not the key, which `SWAPDB` may move meanwhile.
-fn start_grace(ctx: &Context, key: KeyId, binding: Binding, delay_ms: i64) {
+/// Starts a grace of the locks on `keys` bound as `binding`: their release `delay_ms`
+/// from now. The timer carries the grace's id, not the keys, which `SWAPDB` may move
+/// meanwhile.
+fn start_grace(ctx: &Context, binding: Binding, start: Start, keys: Vec<KeyId>, delay_ms: i64) {
     let id = bindings::with(bindings::Bindings::new_grace_id);
     let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, id as usize);
-    if let Some(old) = bindings::with(|b| b.grace_started(key, id, timer, binding)) {
-        stop_grace_timer(ctx, old);
-    }
+    bindings::with(|b| b.grace_started(id, timer, binding, start, keys));
+}
+
+/// Grace `id` runs on: its timer fires again in `delay_ms`.
+fn rearm(ctx: &Context, id: u64, delay_ms: i64) {
+    let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, id as usize);
+    bindings::with(|b| b.rearmed(id, timer));
 }
 
 fn stop_grace_timer(ctx: &Context, timer: u64) {
@@ -230,15 +247,25 @@ fn stop_grace_timer(ctx: &Context, timer: u64) {
 extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard::callback((), || {
         let ctx = Context::new(ctx);
-        let Some((key, binding)) = bindings::with(|b| b.grace_fired(data as u64)) else {
+        let id = data as u64;
+        let Some(binding) = bindings::with(|b| b.running(id)) else {
             return;
         };
         if ffi::is_replica(&ctx) {
-            bindings::with(|b| b.pend(key, binding));
+            let (keys, _) = bindings::with(|b| b.take_due(id, usize::MAX));
+            bindings::with(|b| keys.into_iter().for_each(|key| b.pend(key, binding)));
         } else if ffi::writes_paused() {
-            start_grace(&ctx, key, binding, PAUSED_RETRY_MS);
+            rearm(&ctx, id, PAUSED_RETRY_MS);
         } else {
-            release(&ctx, &key, binding);
+            // A timer made now with no delay fires at the event loop's next turn, not in
+            // this one: the server serves its clients in between.
+            let (keys, more) = bindings::with(|b| b.take_due(id, SLICE));
+            for key in &keys {
+                release(&ctx, key, binding);
+            }
+            if more {
+                rearm(&ctx, id, 0);
+            }
         }
     })
 }
@@ -294,7 +321,8 @@ fn release(ctx: &Context, key: &KeyId, binding: Binding) {
             client: binding.client,
             grace_ms,
         };
-        start_grace(ctx, key.clone(), rest, grace_ms - binding.grace_ms);
+        let keys = vec![key.clone()];
+        start_grace(ctx, rest, Start::Own, keys, grace_ms - binding.grace_ms);
     }
     if released > 0 {
         handoff::watch_holders(ctx, db, name, &opened);

@@ -445,6 +445,49 @@ fn copied_renamed_and_moved_locks_stay_bound() {
 }
 
 #[test]
+fn a_lock_renamed_during_its_grace_starts_a_grace_of_its_own() {
+    const GRACE_MS: i64 = 600;
+    let server = TestServer::start();
+    let mut admin = server.connection();
+    let mut holder = server.connection();
+    session_lock(&mut holder, "k", "t", GRACE_MS);
+    session_lock(&mut holder, "other", "t", GRACE_MS);
+    drop(holder);
+    poll_until(LIMIT, "the server to see the close", || {
+        binding(&mut admin, "k").1 == 0
+    });
+    // Halfway through the grace both locks share since their connection closed, `k`
+    // goes away and comes back: on a server that tells where a key moved, its grace
+    // starts again there, and the one the close started no longer ends it.
+    thread::sleep(Duration::from_millis(GRACE_MS as u64 / 2));
+    for (from, to) in [("k", "k2"), ("k2", "k")] {
+        let _: () = redis::cmd("RENAME")
+            .arg(from)
+            .arg(to)
+            .query(&mut admin)
+            .expect("RENAME");
+    }
+    wait_gone(
+        &mut admin,
+        "other",
+        "the other lock to go when the grace ends",
+    );
+    if server_kind().follows_key_moves() {
+        assert!(
+            exists(&mut admin, "k"),
+            "the renamed lock has a grace of its own"
+        );
+        assert_eq!(binding(&mut admin, "k"), (GRACE_MS, 0));
+    }
+    wait_gone(
+        &mut admin,
+        "k",
+        "the renamed lock to go when its grace ends",
+    );
+    assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 2);
+}
+
+#[test]
 fn move_and_copy_leave_the_callers_database_alone() {
     // A module that subscribes to MOVE's and COPY's notifications on Valkey 8.1 would
     // leave their caller in the destination database (valkey#4024).
