@@ -31,7 +31,7 @@ struct Expiry {
 }
 
 /// `PING` round trips (ms) every millisecond until told to stop, as (time since start, rtt).
-fn probe(port: u16, stop: Arc<AtomicBool>) -> io::Result<Vec<(Instant, f64)>> {
+pub fn probe(port: u16, stop: Arc<AtomicBool>) -> io::Result<Vec<(Instant, f64)>> {
     let mut conn = Conn::connect(port)?;
     let mut rtts = Vec::new();
     while !stop.load(Ordering::Relaxed) {

@@ -6,6 +6,7 @@ pub mod contention;
 pub mod durability;
 pub mod expiry;
 pub mod memory;
+pub mod session_close;
 pub mod sessions;
 pub mod shared;
 pub mod throughput;

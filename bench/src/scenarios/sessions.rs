@@ -10,6 +10,7 @@
 //!   connect + `PING` + close, with the module loaded against the same server binary
 //!   without it. The module hears of every close (the client-change event); for a
 //!   connection that bound nothing that is one map lookup.
+//! - A connection's close when it holds many (`session_close.rs`).
 
 use std::io;
 
@@ -19,6 +20,7 @@ use crate::info;
 use crate::resp::{Conn, Reply};
 use crate::results::{Better, Metric, Target};
 use crate::scenarios::callgrind::{self, BATCH};
+use crate::scenarios::session_close;
 use crate::server::{Launch, Server};
 use crate::sides::Side;
 
@@ -220,6 +222,7 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         }
     }
     let mut metrics = vec![acquire, close];
+    metrics.extend(session_close::run(cfg, &with_module, &bare)?);
     if callgrind::available() {
         let server = Server::start(&Launch {
             module: Some(&cfg.module),
