@@ -25,6 +25,7 @@ use std::sync::{LazyLock, OnceLock};
 use crate::client_locks::ClientLocks;
 use crate::ffi::main_thread::MainThread;
 use crate::queue::KeyId;
+use crate::room;
 
 /// The registry of this server, reached from the main thread only: commands, timers,
 /// server events (never a type's `free` callback). A static, not a thread-local, because
@@ -188,6 +189,7 @@ impl Bindings {
         let Some(entry) = self.bound.remove(&client) else {
             return Vec::new();
         };
+        self.give_room_back();
         let mut starts = Starts::new();
         for (db, grace_ms, name) in entry.iter() {
             add_start(&mut starts, grace_ms, (db, name.to_vec()));
@@ -270,8 +272,24 @@ impl Bindings {
         let more = !grace.keys.is_empty();
         if !more {
             self.graces.remove(&id);
+            self.give_room_back();
         }
         (due, more)
+    }
+
+    /// Shrinks the maps a crowd of locks, connections or graces grew (`room.rs`).
+    fn give_room_back(&mut self) {
+        fn shrink<K: Eq + std::hash::Hash, V, S: std::hash::BuildHasher>(
+            map: &mut HashMap<K, V, S>,
+        ) {
+            if room::should_shrink(map.len(), map.capacity()) {
+                map.shrink_to_fit();
+            }
+        }
+        shrink(&mut self.bound);
+        shrink(&mut self.graces);
+        shrink(&mut self.own);
+        shrink(&mut self.pending);
     }
 
     /// The grace the lock on `key` bound to `client` had on its own is over (it was
@@ -292,8 +310,9 @@ impl Bindings {
     /// Every pending lock, by connection and grace: the server serves them now (loaded,
     /// promoted).
     pub fn take_pending(&mut self) -> Vec<(KeyId, Binding)> {
-        self.pending
-            .drain()
+        let pending = std::mem::take(&mut self.pending);
+        pending
+            .into_iter()
             .map(|((key, client), grace_ms)| (key, Binding { client, grace_ms }))
             .collect()
     }
@@ -321,6 +340,7 @@ impl Bindings {
         }
         self.graces.clear();
         self.own.clear();
+        self.give_room_back();
         timers
     }
 
@@ -385,6 +405,7 @@ impl Bindings {
             }
             !grace.keys.is_empty()
         });
+        self.give_room_back();
         timers
     }
 

@@ -256,3 +256,35 @@ fn allocated_bytes_follow_what_the_module_holds() {
         allocated(&mut con) <= fresh
     });
 }
+
+#[test]
+fn a_closed_connections_locks_leave_nothing_of_the_modules_behind() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let fresh = allocated(&mut con);
+    // More locks than a grace releases in one turn of the event loop, with two graces.
+    let mut holder = server.connection();
+    let mut pipe = redis::pipe();
+    for i in 0..2_000 {
+        pipe.cmd("LOCK.ACQUIRE")
+            .arg(format!("bound:{i}"))
+            .arg(60_000)
+            .arg("SESSION")
+            .arg(i % 2)
+            .ignore();
+    }
+    let () = pipe.query(&mut holder).expect("two thousand grants");
+    assert!(allocated(&mut con) > fresh + 2_000 * 24);
+    drop(holder);
+    poll_until(LIMIT, "every lock to go with its connection", || {
+        dbsize(&mut con) == 0
+    });
+    // The registry's lists and maps give their room back once they are empty. (Valkey
+    // may free a deleted value in a background thread: the count goes down as it does.)
+    poll_until(
+        LIMIT,
+        "the module's bytes to come back to the start",
+        || allocated(&mut con) <= fresh,
+    );
+    assert_eq!(allocated(&mut con), fresh);
+}
