@@ -4,11 +4,11 @@
 //! come first served, session-bound locks released with their connection.
 //!
 //! The sequences mix `LOCK.ACQUIRE` (any options, blocking or not), `LOCK.RELEASE`,
-//! `LOCK.EXTEND` and `LOCK.INFO` with `DEL`, `UNLINK`, `PEXPIRE`, `RENAME`, `SET`,
-//! `FLUSHDB`, `MULTI`/`EXEC`, `EVAL` and clients that go (`CLIENT KILL` by id, address or
-//! type, `QUIT`, a closed socket). One step runs at a time, so every outcome is decided:
-//! a grant the model expects must come, with a fence above every fence before on the key,
-//! and nothing else may arrive. A replica follows; its digest must equal the master's.
+//! `LOCK.EXTEND` and `LOCK.INFO` with `DEL`, `UNLINK`, `PEXPIRE`, `RENAME`, `COPY`,
+//! `DUMP`/`RESTORE`, `SET`, `FLUSHDB`, `MULTI`/`EXEC`, `EVAL` and clients that go
+//! (`CLIENT KILL` by id, address or type, `QUIT`, a closed socket). One step runs at a
+//! time, so every outcome is decided: a grant the model expects must come, with a fence
+//! above every fence before on the key, and nothing else may arrive. A replica follows; its digest must equal the master's.
 //!
 //! `make test` runs a few thousand steps on every server; `make fuzz` many more
 //! (`MODEL_FUZZ_STEPS`). A failure prints its seed, and `MODEL_FUZZ_SEED` replays it.

@@ -320,7 +320,7 @@ impl Fuzz {
         let k = self.rng.below(KEYS as u64) as usize;
         let name = key_name(k);
         let exists = self.model.keys[k].value.is_some();
-        let (argv, expect) = match self.rng.below(20) {
+        let (argv, expect) = match self.rng.below(24) {
             0..=6 => self.delete(k, Via::Direct),
             7 | 8 => {
                 self.model.keys[k].value = None;
@@ -375,13 +375,74 @@ impl Fuzz {
                 self.asynchronous = true;
                 (argv, Expect::Ok)
             }
-            _ => {
+            19 => {
                 for key in &mut self.model.keys {
                     key.value = None;
                 }
                 self.admit_all();
                 (words(&["FLUSHDB"]), Expect::Ok)
             }
+            20 | 21 => self.copy(k),
+            _ => return self.dump_and_restore(k),
+        };
+        self.run(None, &[argv], &[expect], Via::Direct)
+    }
+
+    /// Another key than `k`.
+    fn other_key(&mut self, k: usize) -> usize {
+        (k + 1 + self.rng.below(KEYS as u64 - 1) as usize) % KEYS
+    }
+
+    /// `COPY k to [REPLACE]`: `to` holds what `k` holds, the same holders with the same
+    /// tokens, fences, expiries and bindings (the copy goes with the connection too);
+    /// `to`'s own holders go, its waiters keep waiting behind the copy.
+    fn copy(&mut self, k: usize) -> (Vec<Vec<u8>>, Expect) {
+        let to = self.other_key(k);
+        let replace = self.chance(50);
+        let mut argv = vec![b"COPY".to_vec(), key_name(k), key_name(to)];
+        if replace {
+            argv.push(b"REPLACE".to_vec());
+        }
+        let copied =
+            self.model.keys[k].value.is_some() && (replace || self.model.keys[to].value.is_none());
+        if copied {
+            self.model.copy(k, to);
+            self.asynchronous = true;
+            *self.seen.entry("copies").or_default() += 1;
+        }
+        (argv, Expect::Int(i64::from(copied)))
+    }
+
+    /// `DUMP k`, then `RESTORE to ttl payload [REPLACE]` (`to` may be `k`): as a `COPY`,
+    /// with the key's TTL the `RESTORE` gives; on this same running server a holder's
+    /// binding stays with its connection if that is still open, and a closed one's grace
+    /// starts again (the fuzzer's graces outlast the run).
+    fn dump_and_restore(&mut self, k: usize) -> Result<(), String> {
+        let to = if self.chance(30) {
+            k
+        } else {
+            self.other_key(k)
+        };
+        let dump = vec![b"DUMP".to_vec(), key_name(k)];
+        self.note(format!("admin: {}", show(&dump)));
+        let payload = match self.admin.query(&dump)? {
+            Value::BulkString(payload) if self.model.keys[k].value.is_some() => payload,
+            Value::Nil if self.model.keys[k].value.is_none() => return Ok(()),
+            other => return Err(format!("DUMP fz:{k} answered {other:?}")),
+        };
+        let replace = self.chance(70);
+        let ttl = LONG_MS.to_string().into_bytes();
+        let mut argv = vec![b"RESTORE".to_vec(), key_name(to), ttl, payload];
+        if replace {
+            argv.push(b"REPLACE".to_vec());
+        }
+        let expect = if replace || self.model.keys[to].value.is_none() {
+            self.model.copy(k, to);
+            self.asynchronous = true;
+            *self.seen.entry("restores").or_default() += 1;
+            Expect::Ok
+        } else {
+            Expect::Error("BUSYKEY")
         };
         self.run(None, &[argv], &[expect], Via::Direct)
     }
