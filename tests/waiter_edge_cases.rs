@@ -1,6 +1,6 @@
 //! What happens to clients blocked in `LOCK.ACQUIRE ... WAIT` when an admin command
 //! changes the key or the server under them: `FLUSHALL`, `FLUSHDB`, `SWAPDB`, `RENAME`,
-//! `MOVE`, `RESTORE ... REPLACE`, a plain `SET`, `REPLICAOF`, a `DEL` inside
+//! `MOVE`, `RESTORE ... REPLACE`, `COPY ... REPLACE`, a plain `SET`, `REPLICAOF`, a `DEL` inside
 //! `MULTI`/`EXEC`. Each has one documented
 //! outcome; in none is a waiter left blocked with the lock free, and in none do two
 //! clients hold the lock at once.
@@ -218,6 +218,40 @@ fn restore_replace_over_a_lock_with_waiters_makes_them_wait_for_the_restored_loc
     assert_eq!(release(&mut con, "job", b"holder"), 0);
     assert_eq!(release(&mut con, "job", b"restorer"), 1);
     assert_the_head_and_then_the_next_waiter_are_granted(&mut con, &mut head, &mut next);
+}
+
+#[test]
+fn a_shared_lock_copied_onto_a_key_grants_the_waiters_at_the_head_that_fit_beside_it() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    take(&mut con, "job", "holder").expect("granted");
+    let shared = ["TOKEN", "a", "SHARED", "WAIT", "20000"];
+    let mut reader = Waiter::start_in(&server, 0, "job", 30_000, &shared);
+    let mut writer = start_waiter(&server, 0, "job", "b");
+    let copied_fence = acquire(&mut con, "other", 30_000, &["TOKEN", "r", "SHARED"])
+        .expect("granted")
+        .1;
+
+    let copied: i64 = redis::cmd("COPY")
+        .arg("other")
+        .arg("job")
+        .arg("REPLACE")
+        .query(&mut con)
+        .unwrap();
+
+    // The copy's reader holds `job` now; the waiting reader fits beside it, the writer
+    // behind it does not.
+    assert_eq!(copied, 1);
+    assert_eq!(reader.granted_token(), b"a");
+    assert!(writer.is_blocked());
+    assert_eq!(info_field(&mut con, "job", "holders"), Some(2));
+    assert_eq!(info_field(&mut con, "job", "waiters"), Some(1));
+    assert!(info_field(&mut con, "job", "fence") > Some(copied_fence));
+    assert_eq!(release(&mut con, "job", b"holder"), 0);
+    assert_eq!(release(&mut con, "job", b"r"), 1);
+    assert!(writer.is_blocked(), "one reader still holds it");
+    assert_eq!(release(&mut con, "job", b"a"), 1);
+    assert_eq!(writer.granted_token(), b"b");
 }
 
 #[test]

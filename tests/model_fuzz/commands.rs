@@ -395,7 +395,8 @@ impl Fuzz {
 
     /// `COPY k to [REPLACE]`: `to` holds what `k` holds, the same holders with the same
     /// tokens, fences, expiries and bindings (the copy goes with the connection too);
-    /// `to`'s own holders go, its waiters keep waiting behind the copy.
+    /// `to`'s own holders go; its waiters keep waiting behind the copy, but for those at
+    /// the head of the queue that fit beside it (shared holders), who are granted.
     fn copy(&mut self, k: usize) -> (Vec<Vec<u8>>, Expect) {
         let to = self.other_key(k);
         let replace = self.chance(50);
@@ -407,6 +408,7 @@ impl Fuzz {
             self.model.keys[k].value.is_some() && (replace || self.model.keys[to].value.is_none());
         if copied {
             self.model.copy(k, to);
+            self.admit(to);
             self.asynchronous = true;
             *self.seen.entry("copies").or_default() += 1;
         }
@@ -438,6 +440,7 @@ impl Fuzz {
         }
         let expect = if replace || self.model.keys[to].value.is_none() {
             self.model.copy(k, to);
+            self.admit(to);
             self.asynchronous = true;
             *self.seen.entry("restores").or_default() += 1;
             Expect::Ok

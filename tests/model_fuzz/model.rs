@@ -266,7 +266,8 @@ impl Model {
     }
 
     /// `COPY from to` (or `RESTORE` of `from`'s payload at `to`): `to` takes a copy of
-    /// `from`'s value (its own holders go; its waiters stay behind the copy).
+    /// `from`'s value (its own holders go; its waiters stay behind the copy, and the
+    /// caller admits those that fit beside it).
     pub fn copy(&mut self, from: usize, to: usize) {
         self.keys[to].last_fence = self.keys[to].last_fence.max(self.keys[from].last_fence);
         self.keys[to].value = self.keys[from].value.clone();
