@@ -5,7 +5,7 @@
 //!
 //! The sequences mix `LOCK.ACQUIRE` (any options, blocking or not), `LOCK.RELEASE`,
 //! `LOCK.EXTEND` and `LOCK.INFO` with `DEL`, `UNLINK`, `PEXPIRE`, `RENAME`, `COPY`,
-//! `DUMP`/`RESTORE`, `SET`, `FLUSHDB`, `MULTI`/`EXEC`, `EVAL` and clients that go
+//! `DUMP`/`RESTORE`, `MOVE`, `SET`, `FLUSHDB`, `MULTI`/`EXEC`, `EVAL` and clients that go
 //! (`CLIENT KILL` by id, address or type, `QUIT`, a closed socket). One step runs at a
 //! time, so every outcome is decided: a grant the model expects must come, with a fence
 //! above every fence before on the key, and nothing else may arrive. A replica follows; its digest must equal the master's.

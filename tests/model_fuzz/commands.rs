@@ -3,7 +3,7 @@
 
 use redis::Value;
 
-use crate::conn::Conn;
+use crate::conn::{Conn, error_text};
 use crate::model::{Binding, Holder, Kind, Outcome, Value as Held, Waiting};
 use crate::{
     Expect, Fuzz, KEYS, LONG_MS, SHORT_MS, SLOTS, Slot, Source, Via, Wait, expect_reply, key_name,
@@ -320,7 +320,7 @@ impl Fuzz {
         let k = self.rng.below(KEYS as u64) as usize;
         let name = key_name(k);
         let exists = self.model.keys[k].value.is_some();
-        let (argv, expect) = match self.rng.below(24) {
+        let (argv, expect) = match self.rng.below(26) {
             0..=6 => self.delete(k, Via::Direct),
             7 | 8 => {
                 self.model.keys[k].value = None;
@@ -383,7 +383,8 @@ impl Fuzz {
                 (words(&["FLUSHDB"]), Expect::Ok)
             }
             20 | 21 => self.copy(k),
-            _ => return self.dump_and_restore(k),
+            22 | 23 => return self.dump_and_restore(k),
+            _ => return self.move_away(k),
         };
         self.run(None, &[argv], &[expect], Via::Direct)
     }
@@ -413,6 +414,32 @@ impl Fuzz {
             *self.seen.entry("copies").or_default() += 1;
         }
         (argv, Expect::Int(i64::from(copied)))
+    }
+
+    /// `MOVE k 1`: the key leaves the model's database (after what an earlier move left
+    /// in database 1 under that name is deleted there: a session-bound lock that went
+    /// with its key is forgotten again); its waiters are granted. What is moved is no
+    /// longer the model's to check.
+    fn move_away(&mut self, k: usize) -> Result<(), String> {
+        let name = key_name(k);
+        self.note(format!("admin: SELECT 1, DEL fz:{k}, SELECT 0"));
+        for argv in [
+            words(&["SELECT", "1"]),
+            vec![b"DEL".to_vec(), name.clone()],
+            words(&["SELECT", "0"]),
+        ] {
+            if let Some(err) = error_text(&self.admin.query(&argv)?) {
+                return Err(format!("{}: {err}", show(&argv)));
+            }
+        }
+        let moved = self.model.keys[k].value.take().is_some();
+        if moved {
+            self.admit(k);
+            self.asynchronous = true;
+            *self.seen.entry("moves").or_default() += 1;
+        }
+        let argv = vec![b"MOVE".to_vec(), name, b"1".to_vec()];
+        self.run(None, &[argv], &[Expect::Int(i64::from(moved))], Via::Direct)
     }
 
     /// `DUMP k`, then `RESTORE to ttl payload [REPLACE]` (`to` may be `k`): as a `COPY`,
