@@ -30,17 +30,58 @@ struct Expiry {
     reaped_after_ms: f64,
 }
 
-/// `PING` round trips (ms) every millisecond until told to stop, as (time since start, rtt).
-pub fn probe(port: u16, stop: Arc<AtomicBool>) -> io::Result<Vec<(Instant, f64)>> {
-    let mut conn = Conn::connect(port)?;
-    let mut rtts = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        let sent = Instant::now();
-        conn.call(&[b"PING"])?.ok()?;
-        rtts.push((sent, sent.elapsed().as_secs_f64() * 1e3));
-        thread::sleep(Duration::from_millis(1));
+/// A thread that sends `PING` every millisecond and keeps each round trip.
+pub struct Probe {
+    stop: Arc<AtomicBool>,
+    thread: thread::JoinHandle<io::Result<Vec<(Instant, f64)>>>,
+}
+
+impl Probe {
+    pub fn start(port: u16) -> Probe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let thread = thread::spawn(move || {
+            let mut conn = Conn::connect(port)?;
+            let mut rtts = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                conn.call(&[b"PING"])?.ok()?;
+                rtts.push((sent, sent.elapsed().as_secs_f64() * 1e3));
+                thread::sleep(Duration::from_millis(1));
+            }
+            Ok(rtts)
+        });
+        Probe { stop, thread }
     }
-    Ok(rtts)
+
+    /// Stops it: the longest round trip (ms) of the `PING`s sent from `from` to `to`.
+    pub fn longest(self, from: Instant, to: Instant) -> io::Result<f64> {
+        self.stop.store(true, Ordering::Relaxed);
+        let rtts = self
+            .thread
+            .join()
+            .map_err(|_| io::Error::other("probe panicked"))??;
+        Ok(rtts
+            .iter()
+            .filter(|(sent, _)| *sent >= from && *sent <= to)
+            .map(|(_, rtt)| *rtt)
+            .fold(0.0, f64::max))
+    }
+}
+
+/// Polls `DBSIZE` every `every` until it is 0: when it was. Fails after `limit`.
+pub fn until_empty(admin: &mut Conn, every: Duration, limit: Instant) -> io::Result<Instant> {
+    loop {
+        let keys = admin.cmd(&["DBSIZE"])?.int()?;
+        let now = Instant::now();
+        if keys == 0 {
+            return Ok(now);
+        }
+        if now > limit {
+            return Err(io::Error::other(format!("{keys} locks still there")));
+        }
+        thread::sleep(every);
+    }
 }
 
 /// The largest `max` of `LATENCY LATEST` (ms), 0 when no event passed the threshold.
@@ -69,36 +110,11 @@ fn watch_expiry(
     let last = first + WINDOW;
     admin.cmd(&["CONFIG", "SET", "latency-monitor-threshold", "1"])?;
     admin.cmd(&["LATENCY", "RESET"])?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let prober = {
-        let (port, stop) = (server.port, Arc::clone(&stop));
-        thread::spawn(move || probe(port, stop))
-    };
+    let probe = Probe::start(server.port);
     thread::sleep(first.saturating_duration_since(Instant::now()));
-    let reaped = loop {
-        let keys = admin.cmd(&["DBSIZE"])?.int()?;
-        let now = Instant::now();
-        if keys == 0 {
-            break now;
-        }
-        if now > last + REAP_LIMIT {
-            return Err(io::Error::other(format!(
-                "{keys} locks still there long after expiry"
-            )));
-        }
-        thread::sleep(Duration::from_millis(2));
-    };
+    let reaped = until_empty(admin, Duration::from_millis(2), last + REAP_LIMIT)?;
     thread::sleep(Duration::from_millis(100));
-    stop.store(true, Ordering::Relaxed);
-    let rtts = prober
-        .join()
-        .map_err(|_| io::Error::other("probe panicked"))??;
-    let from = first - Duration::from_millis(200);
-    let probe_max_ms = rtts
-        .iter()
-        .filter(|(at, _)| *at >= from && *at <= reaped)
-        .map(|(_, rtt)| *rtt)
-        .fold(0.0, f64::max);
+    let probe_max_ms = probe.longest(first - Duration::from_millis(200), reaped)?;
     // The module counts the expiry of each of its locks.
     let expired = info::number(admin, "lock", "lock_expired")?;
     if side == Side::Module && expired < count as f64 {

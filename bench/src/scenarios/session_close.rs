@@ -5,8 +5,6 @@
 //! (the deadline) until `DBSIZE` is 0, and how long that took.
 
 use std::io;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -14,7 +12,8 @@ use crate::config::Config;
 use crate::info;
 use crate::resp::{Conn, Reply};
 use crate::results::{Better, Metric};
-use crate::scenarios::{bulk, expiry};
+use crate::scenarios::bulk;
+use crate::scenarios::expiry::{Probe, until_empty};
 use crate::server::Server;
 use crate::sides::Side;
 
@@ -37,36 +36,12 @@ fn watch(
     at: Instant,
     trigger: impl FnOnce(),
 ) -> io::Result<Gone> {
-    let stop = Arc::new(AtomicBool::new(false));
-    let prober = {
-        let (port, stop) = (server.port, Arc::clone(&stop));
-        thread::spawn(move || expiry::probe(port, stop))
-    };
+    let probe = Probe::start(server.port);
     thread::sleep(at.saturating_duration_since(Instant::now()));
     let from = Instant::now();
     trigger();
-    let gone = loop {
-        let keys = admin.cmd(&["DBSIZE"])?.int()?;
-        let now = Instant::now();
-        if keys == 0 {
-            break now;
-        }
-        if now > from + LIMIT {
-            return Err(io::Error::other(format!(
-                "{keys} locks left after {LIMIT:?}"
-            )));
-        }
-        thread::sleep(Duration::from_millis(1));
-    };
-    stop.store(true, Ordering::Relaxed);
-    let rtts = prober
-        .join()
-        .map_err(|_| io::Error::other("probe panicked"))??;
-    let probe_max_ms = rtts
-        .iter()
-        .filter(|(sent, _)| *sent + LEAD >= from && *sent <= gone)
-        .map(|(_, rtt)| *rtt)
-        .fold(0.0, f64::max);
+    let gone = until_empty(admin, Duration::from_millis(1), from + LIMIT)?;
+    let probe_max_ms = probe.longest(from - LEAD, gone)?;
     Ok(Gone {
         probe_max_ms,
         after_ms: gone.saturating_duration_since(from).as_secs_f64() * 1e3,
