@@ -293,7 +293,8 @@ impl Bindings {
     }
 
     /// The grace the lock on `key` bound to `client` had on its own is over (it was
-    /// reclaimed, the lock left): no grace releases it any more.
+    /// reclaimed, the lock left): that grace ends on nothing. (A close's grace that
+    /// lists the key looks at it, and finds it no longer bound to that connection.)
     pub fn grace_ended(&mut self, key: &KeyId, client: u64) {
         self.own.remove(&(key.clone(), client));
     }
