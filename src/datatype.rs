@@ -73,7 +73,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
 /// Hands the registered type down to the FFI layer, whose keys then read and write its
 /// values as `LockValue`s (at load, after the server created the type).
 pub fn register() -> bool {
-    ffi::register_value_type::<LockValue>(*LOCK_TYPE.raw_type.borrow())
+    ffi::register_value_type(*LOCK_TYPE.raw_type.borrow())
 }
 
 /// A key read and written as a lock: the data type's view of an `ffi::Key`.
@@ -93,7 +93,7 @@ pub trait LockKey {
 
 impl LockKey for Key<'_> {
     fn lock(&self) -> Result<Option<&LockValue>, RedisError> {
-        self.value::<LockValue>()
+        self.value()
     }
 
     fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {

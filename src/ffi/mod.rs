@@ -4,11 +4,10 @@
 //! touches a raw key pointer, and no handle the server did not give is ever passed back
 //! to it (a key that is not there is answered here, without a call). Timers, post-
 //! notification jobs and the detached context are here too. (The type's callbacks live in
-//! `datatype.rs`, the blocked-client calls in `blocking.rs`.) This layer knows no module
-//! type: the data type hands its handle and its Rust value type down at load
-//! (`register_value_type`), and keys read and write values of that type only.
+//! `datatype.rs`, the blocked-client calls in `blocking.rs`.) The data type hands the
+//! handle the server made for it down at load (`register_value_type`); keys read and
+//! write its values, `LockValue`s (or cells that start with one, `cell.rs`), only.
 
-use std::any::TypeId;
 use std::ffi::CStr;
 use std::os::raw::{c_int, c_long, c_void};
 use std::sync::OnceLock;
@@ -133,29 +132,23 @@ pub fn redact(ctx: &Context, index: usize) {
 }
 
 /// The server's handle of the module's data type: every module key whose type is this
-/// one holds a `Box` of the Rust type registered with it.
+/// one holds a `LockValue` (boxed, or at the start of a cell).
 static VALUE_TYPE: AtomicPtr<raw::RedisModuleType> = AtomicPtr::new(std::ptr::null_mut());
-/// The Rust type of the values of `VALUE_TYPE`.
-static VALUE_RUST_TYPE: OnceLock<TypeId> = OnceLock::new();
 
 /// Registers the data type the server created (`handle`) as the one whose values are
-/// `Box<T>`: the data type calls this once at load, before any key is opened, and makes
-/// every value of its type (load, copy callbacks) a `Box<T>`. False if the handle is
-/// NULL or another Rust type was registered before.
-pub fn register_value_type<T: 'static>(handle: *mut raw::RedisModuleType) -> bool {
-    if handle.is_null() || *VALUE_RUST_TYPE.get_or_init(TypeId::of::<T>) != TypeId::of::<T>() {
-        return false;
-    }
+/// `LockValue`s: the data type calls this once at load, before any key is opened, and
+/// makes every value of its type (load, copy callbacks) one. False if the handle is NULL.
+pub fn register_value_type(handle: *mut raw::RedisModuleType) -> bool {
     VALUE_TYPE.store(handle, Ordering::Release);
-    true
+    !handle.is_null()
 }
 
-/// Refuses a value type other than the registered one.
-fn check_value_type<T: 'static>() -> Result<(), RedisError> {
-    if VALUE_RUST_TYPE.get() == Some(&TypeId::of::<T>()) {
-        Ok(())
-    } else {
+/// Refuses to touch a value before the type is registered.
+fn check_value_type() -> Result<(), RedisError> {
+    if VALUE_TYPE.load(Ordering::Acquire).is_null() {
         Err(RedisError::Str("ERR the lock type is not registered"))
+    } else {
+        Ok(())
     }
 }
 
@@ -235,29 +228,29 @@ impl<'ctx> Key<'ctx> {
 
     /// The value the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
     /// something else.
-    pub fn value<T: 'static>(&self) -> Result<Option<&T>, RedisError> {
-        // SAFETY: a value of the registered type always starts with a T (a Box<T>, or a
-        // cell: register_value_type, whose T `raw_value` checked, and cell.rs); the
-        // borrow ends before the key handle is closed.
+    pub fn value(&self) -> Result<Option<&LockValue>, RedisError> {
+        // SAFETY: a value of the registered type always starts with a LockValue (a Box,
+        // or a cell: register_value_type and cell.rs); the borrow ends before the key
+        // handle is closed.
         Ok(self
-            .raw_value::<T>()?
+            .raw_value()?
             .and_then(|value| unsafe { value.as_ref() }))
     }
 
     /// The value the key holds, to change in place (the key must be open for writing):
     /// as `value`, without replacing it (a replacement would look like a removal). Only
     /// through `lock_value_mut`, which never lets a cell's lock be reached this way.
-    fn value_mut<T: 'static>(&mut self) -> Result<Option<&mut T>, RedisError> {
+    fn value_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
         // SAFETY: as in `value`; the borrow is exclusive through &mut self, and the server
         // does not touch the value while a command runs.
         Ok(self
-            .raw_value::<T>()?
+            .raw_value()?
             .and_then(|value| unsafe { value.as_mut() }))
     }
 
     /// The pointer to the value of a key of the module's type.
-    fn raw_value<T: 'static>(&self) -> Result<Option<*mut T>, RedisError> {
-        check_value_type::<T>()?;
+    fn raw_value(&self) -> Result<Option<*mut LockValue>, RedisError> {
+        check_value_type()?;
         match self.kind() {
             KeyKind::Empty => Ok(None),
             KeyKind::Other => Err(error::wrong_type()),
@@ -266,7 +259,7 @@ impl<'ctx> Key<'ctx> {
                 raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
                     self.key,
                 )
-                .cast::<T>()
+                .cast::<LockValue>()
             })),
         }
     }
@@ -276,7 +269,7 @@ impl<'ctx> Key<'ctx> {
     /// kept in a cell is first moved into a value of its own (`cell.rs`), which takes the
     /// cell's place with the key's expiry unchanged.
     pub fn lock_value_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
-        let Some(value) = self.raw_value::<LockValue>()? else {
+        let Some(value) = self.raw_value()? else {
             return Ok(None);
         };
         // SAFETY: as in `value`.
@@ -305,7 +298,7 @@ impl<'ctx> Key<'ctx> {
             // left (this borrow of the key is exclusive).
             unsafe { cell::free(old) };
         }
-        self.value_mut::<LockValue>()
+        self.value_mut()
     }
 
     /// Replaces whatever the key holds with `value`, expiring at the absolute unix time
@@ -315,7 +308,7 @@ impl<'ctx> Key<'ctx> {
         value: cell::ServerValue,
         expire_at: Option<i64>,
     ) -> Result<(), RedisError> {
-        check_value_type::<LockValue>()?;
+        check_value_type()?;
         if self.key.is_null() {
             return Err(error::key_not_open());
         }
