@@ -13,6 +13,11 @@ const PAIRS: [u8; 200] = {
     table
 };
 
+/// Writes the two digits of `n` (below 100) at `at`.
+fn put_pair(buf: &mut [u8; 20], at: usize, n: usize) {
+    buf[at..at + 2].copy_from_slice(&PAIRS[2 * n..2 * n + 2]);
+}
+
 /// An `i64` written as decimal ASCII digits, with a leading `-` when negative.
 pub struct Decimal {
     buf: [u8; 20],
@@ -33,20 +38,18 @@ impl Decimal {
             let four = (rest % 10_000) as usize;
             rest /= 10_000;
             start -= 4;
-            buf[start..start + 2].copy_from_slice(&PAIRS[2 * (four / 100)..2 * (four / 100) + 2]);
-            buf[start + 2..start + 4]
-                .copy_from_slice(&PAIRS[2 * (four % 100)..2 * (four % 100) + 2]);
+            put_pair(&mut buf, start, four / 100);
+            put_pair(&mut buf, start + 2, four % 100);
         }
         while rest >= 100 {
-            let pair = 2 * (rest % 100) as usize;
+            let pair = (rest % 100) as usize;
             rest /= 100;
             start -= 2;
-            buf[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+            put_pair(&mut buf, start, pair);
         }
         if rest >= 10 {
-            let pair = 2 * rest as usize;
             start -= 2;
-            buf[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+            put_pair(&mut buf, start, rest as usize);
         } else {
             start -= 1;
             buf[start] = b'0' + rest as u8;
