@@ -135,14 +135,16 @@ pub struct Bindings {
     pending: HashMap<Bound, i64>,
 }
 
-/// The keys of graces that start together, by grace length.
-pub type Starts = Vec<(i64, Vec<KeyId>)>;
+/// The keys of graces that start together, by what they share (a grace length, or a
+/// whole binding).
+pub type Starts<G = i64> = Vec<(G, Vec<KeyId>)>;
 
-/// Adds `key` to the keys of length `grace_ms` in `starts`.
-fn add_start(starts: &mut Starts, grace_ms: i64, key: KeyId) {
-    match starts.iter_mut().find(|(g, _)| *g == grace_ms) {
+/// Adds `key` to the keys that share `grace` in `starts` (few groups: a connection
+/// seldom varies its grace).
+pub fn add_start<G: PartialEq>(starts: &mut Starts<G>, grace: G, key: KeyId) {
+    match starts.iter_mut().find(|(g, _)| *g == grace) {
         Some((_, keys)) => keys.push(key),
-        None => starts.push((grace_ms, vec![key])),
+        None => starts.push((grace, vec![key])),
     }
 }
 

@@ -87,14 +87,12 @@ pub fn serving(ctx: &Context) {
     if ffi::is_replica(ctx) || ffi::is_loading() {
         return;
     }
-    let mut starts: Vec<(Binding, Vec<KeyId>)> = Vec::new();
+    let mut starts = bindings::Starts::<Binding>::new();
     for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
         if ffi::client_connected(binding.client) {
             store::bind(key.0, &key.1, binding.client, binding.grace_ms);
-        } else if let Some((_, keys)) = starts.iter_mut().find(|(b, _)| *b == binding) {
-            keys.push(key);
         } else {
-            starts.push((binding, vec![key]));
+            bindings::add_start(&mut starts, binding, key);
         }
     }
     for (binding, keys) in starts {
