@@ -50,6 +50,35 @@ pub fn route(ctx: &Context, key: &[u8]) -> Route {
     }
 }
 
+/// The hash slot of `key`, as every cluster node computes it: CRC16 (XMODEM) of the key,
+/// or of its hash tag (the part between the first `{` and the next `}`, when not
+/// empty), modulo 16384.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            let close = rest.iter().position(|&b| b == b'}')?;
+            (close > 0).then(|| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(hashed) & 0x3fff
+}
+
+/// CRC16-CCITT (XMODEM: polynomial 0x1021, initial value 0), the cluster's key hash.
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &byte| {
+        (0..8).fold(crc ^ (u16::from(byte) << 8), |crc, _| {
+            if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            }
+        })
+    })
+}
+
 /// The route of `slot` given the text of `CLUSTER NODES`.
 pub fn route_in(nodes: &str, slot: u16) -> Route {
     let nodes: Vec<Node> = nodes.lines().filter_map(Node::parse).collect();
@@ -131,6 +160,21 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_slots_are_the_clusters() {
+        // The check value of CRC16/XMODEM, and slots `CLUSTER KEYSLOT` gives.
+        assert_eq!(crc16(b"123456789"), 0x31c3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"bar"), 5061);
+        assert_eq!(key_slot(b""), 0);
+        // Hash tags: the first {...} with something inside decides.
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_eq!(key_slot(b"foo{}{bar}"), key_slot(b"foo{}{bar}"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"));
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+        assert_eq!(key_slot(b"foo{bar}{zap}"), key_slot(b"bar"));
+    }
 
     const NODES: &str = "\
 a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460 [100->-b2]

@@ -43,6 +43,7 @@ use crate::lock::NewToken;
 use crate::queue::{KeyId, Waiter};
 use crate::room;
 use crate::rules::Holding;
+use crate::slot_import;
 use crate::store;
 use crate::value::LockValue;
 
@@ -81,8 +82,9 @@ pub fn handoff(ctx: &Context, db: i32, name: &[u8]) {
 /// the waiters that fit are granted, and a timer is armed for what comes next (the next
 /// holder's expiry, the key's deadline while waiters remain).
 fn settle(ctx: &Context, id: &KeyId) {
-    if ffi::is_replica(ctx) {
-        // Replicas follow their master; the holders are looked at once this one serves.
+    if ffi::is_replica(ctx) || slot_import::is_importing(&id.1) {
+        // Replicas follow their master, and a slot being imported follows its source;
+        // the holders are looked at once this node serves the key.
         PENDING.with(|p| p.borrow_mut().insert(id.clone()));
         return;
     }
@@ -153,7 +155,7 @@ pub fn watch_holders(ctx: &Context, db: i32, name: &[u8], key: &Key) {
 fn shared_arrived(db: i32, key: &[u8]) {
     let ctx = ffi::detached();
     let id = blocking::key_id(db, key);
-    if ffi::is_loading() || ffi::is_replica(&ctx) {
+    if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
         PENDING.with(|p| p.borrow_mut().insert(id));
     } else {
         arm_timer(&ctx, &id, ffi::now_ms());

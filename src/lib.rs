@@ -37,6 +37,7 @@ pub mod rules;
 pub mod server;
 pub mod server_events;
 pub mod session;
+pub mod slot_import;
 pub mod stats;
 pub mod store;
 pub mod token;
@@ -205,10 +206,19 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         return Status::Err;
     }
     // Signal modified keys ourselves, only when a command really changes one, so a busy
-    // acquire does not break a client's WATCH; check I/O errors when loading.
-    ctx.set_module_options(
-        ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED | ModuleOptions::HANDLE_IO_ERRORS,
-    );
+    // acquire does not break a client's WATCH; check I/O errors when loading; load a
+    // replica's new data beside the old (`repl-diskless-load swapdb`: the type keeps
+    // no state outside its values that a load into another database could disturb);
+    // and on Valkey 9, let whole slots migrate atomically (`slot_import` keeps what an
+    // import brings idle until the slot is this node's).
+    let mut options = (ModuleOptions::NO_IMPLICIT_SIGNAL_MODIFIED
+        | ModuleOptions::HANDLE_IO_ERRORS
+        | ModuleOptions::HANDLE_REPL_ASYNC_LOAD)
+        .bits();
+    if found.has_atomic_slot_migration() {
+        options |= ffi::OPTION_HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
+    ffi::set_module_options(ctx, options);
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(info::section));
     blocking::init(found.unblock_is_safe());
@@ -221,6 +231,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.log_warning(
             "lock: could not set up waits and sessions (detached context, server events)",
         );
+        return Status::Err;
+    }
+    if found.has_atomic_slot_migration() && !server_events::follow_slot_migrations(ctx) {
+        ctx.log_warning("lock: could not subscribe to the atomic slot migration events");
         return Status::Err;
     }
     // Finds a session-bound lock again where a RENAME or MOVE puts it, where subscribing

@@ -119,6 +119,16 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Whether the server has atomic slot migration with a module opt-in (Valkey 9's
+    /// `CLUSTER MIGRATESLOTS`, whose option bit no other server defines: Redis 8.4's own
+    /// migration has no opt-in, and an unknown bit must not reach a server that may give
+    /// it another meaning).
+    pub fn has_atomic_slot_migration(&self) -> bool {
+        self.family == Family::Valkey && self.version >= (9, 0, 0)
+    }
+}
+
 impl fmt::Display for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let name = match self.family {
@@ -151,6 +161,15 @@ mod tests {
         assert!(!valkey("8.1.8").key_moves_can_be_followed());
         assert!(!valkey("9.0.3").key_moves_can_be_followed());
         assert!(valkey("9.1.2").key_moves_can_be_followed());
+    }
+
+    #[test]
+    fn atomic_slot_migration_is_declared_on_valkey_9_only() {
+        assert!(!redis("7.0.15").has_atomic_slot_migration());
+        assert!(!redis("8.4.0").has_atomic_slot_migration());
+        assert!(!valkey("8.1.8").has_atomic_slot_migration());
+        assert!(valkey("9.0.0").has_atomic_slot_migration());
+        assert!(valkey("9.1.2").has_atomic_slot_migration());
     }
 
     #[test]

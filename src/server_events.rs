@@ -12,6 +12,7 @@ use crate::ffi;
 use crate::guard;
 use crate::handoff;
 use crate::session;
+use crate::slot_import;
 use crate::stats;
 
 /// Subscribes to every event below; false if the server refused one. The client-change
@@ -51,6 +52,32 @@ pub fn follow_key_moves(ctx: &Context) -> bool {
         )
     };
     status == raw::REDISMODULE_OK as c_int
+}
+
+/// Follows Valkey 9's atomic slot migrations (see `slot_import`); false if the server
+/// refused the subscription.
+pub fn follow_slot_migrations(ctx: &Context) -> bool {
+    ffi::follow_slot_migrations(ctx, on_slot_migration)
+}
+
+fn on_slot_migration(ctx: &Context, event: &ffi::SlotMigrationEvent) {
+    match event.what {
+        ffi::SlotMigration::ImportStarted => slot_import::started(&event.job, event.ranges.clone()),
+        ffi::SlotMigration::ImportCompleted => {
+            // The slots are this node's now: the graces of their session-bound locks
+            // start, and their shared holders' expiries are watched.
+            slot_import::ended(&event.job);
+            session::serving(ctx);
+            handoff::serving(ctx);
+        }
+        // The server deletes what the import brought; nothing of it was acted on.
+        ffi::SlotMigration::ImportAborted => slot_import::ended(&event.job),
+        // The server trims the slots here, which frees their locks one by one (and so
+        // redirects their waiters); every queue is looked at once more all the same, in
+        // case a server trims without the type's unlink callback.
+        ffi::SlotMigration::ExportCompleted => handoff::many_keys_changed(),
+        ffi::SlotMigration::ExportStarted | ffi::SlotMigration::ExportAborted => {}
+    }
 }
 
 extern "C" fn on_generic_event(

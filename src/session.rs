@@ -31,6 +31,7 @@ use crate::guard;
 use crate::handoff;
 use crate::lock::Session;
 use crate::queue::KeyId;
+use crate::slot_import;
 use crate::stats;
 use crate::store::{self, EVENT_RELEASE};
 use crate::value::LockValue;
@@ -89,7 +90,10 @@ pub fn serving(ctx: &Context) {
     }
     let mut starts = bindings::Starts::<Binding>::new();
     for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
-        if ffi::client_connected(binding.client) {
+        if slot_import::is_importing(&key.1) {
+            // Another import still brings this slot: its grace waits for that one.
+            bindings::with(|b| b.pend(key, binding));
+        } else if ffi::client_connected(binding.client) {
             store::bind(key.0, &key.1, binding.client, binding.grace_ms);
         } else {
             bindings::add_start(&mut starts, binding, key);
@@ -122,15 +126,16 @@ pub fn swapped(a: i32, b: i32) {
 }
 
 /// A session-bound lock is now at `key`: granted elsewhere and copied here (replication,
-/// the AOF), loaded, restored, renamed, moved or copied. It is watched from now on: bound
-/// if its connection is open, else in grace, or pending if this server does not serve it.
+/// the AOF, a slot import), loaded, restored, renamed, moved or copied. It is watched from
+/// now on: bound if its connection is open, else in grace, or pending if this server does
+/// not serve it (yet).
 pub fn arrived(db: i32, key: &[u8], session: Session) {
     let binding = Binding {
         client: session.client,
         grace_ms: session.grace_ms,
     };
     let ctx = ffi::detached();
-    if ffi::is_loading() || ffi::is_replica(&ctx) {
+    if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
         bindings::with(|b| b.pend((db, key.to_vec()), binding));
     } else if ffi::client_connected(session.client) {
         store::bind(db, key, session.client, session.grace_ms);

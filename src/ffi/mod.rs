@@ -778,6 +778,17 @@ extern "C" fn run_task(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     crate::guard::callback((), || task(&Context::new(ctx)));
 }
 
+/// Valkey 9's `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (its `valkeymodule.h`),
+/// which the binding's header predates.
+pub const OPTION_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
+
+/// Declares the module's options: what it handles itself (`ModuleOptions` bits, and
+/// the server-specific ones above where the server defines them).
+pub fn set_module_options(ctx: &Context, options: c_int) {
+    // SAFETY: ctx is the load context; the call only records the bits.
+    unsafe { raw::RedisModule_SetModuleOptions.expect("SetModuleOptions")(ctx.get_raw(), options) };
+}
+
 /// Whether the server is a replica now: it follows its master, and grants nothing itself.
 pub fn is_replica(ctx: &Context) -> bool {
     ctx.get_flags().contains(redis_module::ContextFlags::SLAVE)
@@ -797,4 +808,119 @@ pub fn server_allocator(ctx: &Context) -> String {
     info.field("mem_allocator")
         .map(|value| value.to_string())
         .unwrap_or_default()
+}
+
+/// What an atomic slot migration event (Valkey 9's `CLUSTER MIGRATESLOTS`) says
+/// happened, on the importing or the exporting side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotMigration {
+    /// This node started importing the slots.
+    ImportStarted,
+    /// This node gave up an import (cancelled, failed): the server deletes what it got.
+    ImportAborted,
+    /// This node owns the imported slots now.
+    ImportCompleted,
+    /// This node started exporting the slots.
+    ExportStarted,
+    /// An export was given up: this node keeps the slots.
+    ExportAborted,
+    /// The target owns the exported slots now; the server trims them here.
+    ExportCompleted,
+}
+
+/// One atomic slot migration event: what happened, the job's name and its slot ranges
+/// (inclusive).
+#[derive(Debug, Clone)]
+pub struct SlotMigrationEvent {
+    /// What happened.
+    pub what: SlotMigration,
+    /// The job's name, unique per migration.
+    pub job: Vec<u8>,
+    /// The slot ranges the job moves.
+    pub ranges: Vec<(u16, u16)>,
+}
+
+/// Who hears of atomic slot migrations (set once, at load).
+static SLOT_MIGRATION_HANDLER: OnceLock<fn(&Context, &SlotMigrationEvent)> = OnceLock::new();
+
+/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION`, which the binding's header predates.
+const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
+
+/// `ValkeyModuleSlotRange` (valkeymodule.h).
+#[repr(C)]
+struct SlotRange {
+    start: c_int,
+    end: c_int,
+}
+
+/// `ValkeyModuleAtomicSlotMigrationInfoV1` (valkeymodule.h).
+#[repr(C)]
+struct SlotMigrationInfo {
+    version: u64,
+    job_name: [std::os::raw::c_char; 41],
+    slot_ranges: *const SlotRange,
+    num_slot_ranges: u32,
+}
+
+/// Subscribes `handler` to the server's atomic slot migration events; false if the
+/// server refused (a server without them).
+pub fn follow_slot_migrations(ctx: &Context, handler: fn(&Context, &SlotMigrationEvent)) -> bool {
+    let _ = SLOT_MIGRATION_HANDLER.set(handler);
+    // SAFETY: ctx is the load context; the callback lives as long as the module.
+    let status = unsafe {
+        raw::RedisModule_SubscribeToServerEvent.expect("SubscribeToServerEvent")(
+            ctx.get_raw(),
+            raw::RedisModuleEvent {
+                id: EVENT_ATOMIC_SLOT_MIGRATION,
+                dataver: 1,
+            },
+            Some(on_slot_migration),
+        )
+    };
+    status == raw::REDISMODULE_OK as c_int
+}
+
+extern "C" fn on_slot_migration(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    data: *mut c_void,
+) {
+    crate::guard::callback((), || {
+        let what = match subevent {
+            0 => SlotMigration::ImportStarted,
+            1 => SlotMigration::ExportStarted,
+            2 => SlotMigration::ImportAborted,
+            3 => SlotMigration::ExportAborted,
+            4 => SlotMigration::ImportCompleted,
+            5 => SlotMigration::ExportCompleted,
+            _ => return,
+        };
+        if data.is_null() {
+            return;
+        }
+        // SAFETY: the data of this event is a migration info (version 1), live for this
+        // callback; its name is NUL-terminated within the array, and its ranges are
+        // `num_slot_ranges` entries the server owns. Everything is copied here.
+        let (job, ranges) = unsafe {
+            let info = &*data.cast::<SlotMigrationInfo>();
+            let job = CStr::from_ptr(info.job_name.as_ptr()).to_bytes().to_vec();
+            let ranges = if info.slot_ranges.is_null() {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
+            };
+            let ranges = ranges
+                .iter()
+                .filter_map(|r| Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?)))
+                .collect();
+            (job, ranges)
+        };
+        if let Some(handler) = SLOT_MIGRATION_HANDLER.get() {
+            handler(
+                &Context::new(ctx),
+                &SlotMigrationEvent { what, job, ranges },
+            );
+        }
+    })
 }
