@@ -50,9 +50,9 @@ fn install_package(into: &Path) {
     }
     run(&mut pip, "pip install ./clients/python");
     for file in [
-        "redis_lock/__init__.py",
-        "redis_lock/asyncio.py",
-        "redis_lock/py.typed",
+        "redis_lock_module/__init__.py",
+        "redis_lock_module/asyncio.py",
+        "redis_lock_module/py.typed",
     ] {
         assert!(
             into.join(file).is_file(),
@@ -132,7 +132,7 @@ fn the_python_package_type_checks_strictly() {
                 "mypy",
                 "--strict",
                 "--cache-dir=/dev/null",
-                "src/redis_lock",
+                "src/redis_lock_module",
             ])
             .current_dir(package_dir()),
         "mypy --strict (the package ships py.typed)",

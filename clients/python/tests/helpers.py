@@ -13,6 +13,6 @@ def wait_until(condition, what, limit=10.0):
 
 def lock_info(client, key):
     """LOCK.INFO as a dict of str to int (or None)."""
-    from redis_lock import info
+    from redis_lock_module import info
 
     return info(client, key)

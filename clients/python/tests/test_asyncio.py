@@ -1,4 +1,4 @@
-"""`redis_lock.asyncio.Lock` against a real server, on `redis.asyncio` clients."""
+"""`redis_lock_module.asyncio.Lock` against a real server, on `redis.asyncio` clients."""
 
 import asyncio
 import time
@@ -6,8 +6,8 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from redis_lock import LockError, LockLostError, LockNotOwnedError
-from redis_lock.asyncio import Lock
+from redis_lock_module import LockError, LockLostError, LockNotOwnedError
+from redis_lock_module.asyncio import Lock
 from helpers import lock_info
 
 
@@ -110,7 +110,7 @@ def test_waiters_are_served_in_order_without_polling(r, port, key):
 
 
 async def _waiters(a, key, count):
-    from redis_lock._protocol import info_fields
+    from redis_lock_module._protocol import info_fields
 
     fields = info_fields(await a.execute_command("LOCK.INFO", key))
     return fields is not None and fields["waiters"] == count
@@ -167,6 +167,67 @@ def test_watchdog_renews_then_reports_the_loss(r, port, key):
         await asyncio.wait_for(lost.wait(), 5)
         with pytest.raises(LockLostError):
             lock.check()
+        await a.aclose()
+
+    run(scenario())
+
+
+def test_a_cancelled_release_keeps_the_holding_for_a_retry(r, port, key):
+    # redis-py's #3847: forgetting the token before the server answered leaked the lock
+    # until its TTL and made the retry raise LockError.
+    async def scenario():
+        a = await client(port)
+        lock = Lock(a, key, timeout=60)
+        assert await lock.acquire(blocking=False)
+        token = lock.token
+        task = asyncio.create_task(lock.release())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert lock.token == token, "the cancelled release kept the holding"
+        assert await lock.locked()
+        await lock.release()
+        assert not await lock.locked() and lock.token is None
+        await a.aclose()
+
+    run(scenario())
+
+
+def test_a_release_that_finds_the_lock_gone_forgets_it(r, port, key):
+    async def scenario():
+        a = await client(port)
+        lock = Lock(a, key, timeout=60)
+        assert await lock.acquire(blocking=False)
+        await a.delete(key)
+        with pytest.raises(LockNotOwnedError):
+            await lock.release()
+        assert lock.token is None
+        await a.aclose()
+
+    run(scenario())
+
+
+def test_a_key_of_another_type_holds_the_name_as_for_redis_py(r, port, key):
+    async def scenario():
+        a = await client(port)
+        await a.set(key, "an old SET NX lock")
+        assert await Lock(a, key).acquire(blocking=False) is False
+        with pytest.raises(LockError):
+            async with Lock(a, key, blocking_timeout=0.1):
+                pass
+        assert await a.get(key) == b"an old SET NX lock"
+        await a.aclose()
+
+    run(scenario())
+
+
+def test_a_lock_without_timeout_never_expires(r, port, key):
+    async def scenario():
+        a = await client(port)
+        lock = Lock(a, key)
+        assert await lock.acquire(blocking=False)
+        assert await a.pttl(key) == -1 and await lock.owned()
+        await lock.release()
         await a.aclose()
 
     run(scenario())

@@ -8,7 +8,7 @@ import time
 
 import redis
 
-from redis_lock import (
+from redis_lock_module import (
     LockNotAcquired, LockNotReplicated, acquire, extend, info, lock, release,
 )
 

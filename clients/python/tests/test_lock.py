@@ -1,4 +1,4 @@
-"""`redis_lock.Lock` against a real server: redis-py's own Lock behaviours that apply
+"""`redis_lock_module.Lock` against a real server: redis-py's own Lock behaviours that apply
 (ported from the cases of redis-py's tests/test_lock.py), then what it adds."""
 
 import logging
@@ -13,7 +13,7 @@ import redis
 from redis.exceptions import LockError as RedisPyLockError
 from redis.exceptions import LockNotOwnedError as RedisPyLockNotOwnedError
 
-from redis_lock import Lock, LockError, LockLostError, LockNotOwnedError
+from redis_lock_module import Lock, LockError, LockLostError, LockNotOwnedError
 from helpers import lock_info, wait_until
 
 
@@ -37,9 +37,10 @@ def test_lock_holds_and_releases(r, key):
 def test_lock_without_timeout_lives_until_released(r, key):
     lock = make(r, key)
     assert lock.acquire(blocking=False)
-    # redis-py leaves such a key without expiry; the module's longest TTL is ~4,000 years.
-    assert r.pttl(key) > 100 * 365 * 24 * 3600 * 1000
+    assert r.pttl(key) == -1  # no expiry, as redis-py's
+    assert lock_info(r, key)["ttl"] == -1 and lock.owned()
     lock.release()
+    assert not r.exists(key)
 
 
 def test_lock_token(r, key):
@@ -155,7 +156,7 @@ def test_context_manager_raises_when_the_lock_is_not_owned_on_exit(r, key):
 
 
 def test_context_manager_can_log_instead(r, key, caplog):
-    with caplog.at_level(logging.WARNING, logger="redis_lock"):
+    with caplog.at_level(logging.WARNING, logger="redis_lock_module"):
         with make(r, key, timeout=10, raise_on_release_error=False):
             r.delete(key)
     assert "no longer owned" in caplog.text
@@ -369,7 +370,7 @@ def test_a_retry_after_a_lost_reply_keeps_the_lock(r, key):
 CHILD = """
 import sys, time, redis
 sys.path.insert(0, sys.argv[2])
-from redis_lock import Lock
+from redis_lock_module import Lock
 lock = Lock(redis.Redis(port=int(sys.argv[1])), "lock:killed", timeout=600, session=0)
 assert lock.acquire(blocking=False)
 print(lock.fence, flush=True)
@@ -457,9 +458,15 @@ def test_bad_tokens_are_refused(r, key, token):
     assert not r.exists(key)
 
 
-def test_a_string_key_is_refused_with_wrongtype(r, key):
+def test_a_key_of_another_type_holds_the_name_as_for_redis_py(r, key):
+    # redis-py's Lock cannot SET NX over it: acquire answers False, the context manager
+    # raises LockError (not a ResponseError that `except LockError` would miss).
     r.set(key, "an old SET NX lock")
-    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
-        make(r, key).acquire(blocking=False)
+    assert make(r, key).acquire(blocking=False) is False
+    assert make(r, key, blocking_timeout=0.1).acquire() is False
+    with pytest.raises(LockError) as raised:
+        with make(r, key, blocking_timeout=0.1):
+            pass
+    assert raised.value.lock_name == key
     assert r.get(key) == b"an old SET NX lock"
     assert not make(r, key).owned()

@@ -8,8 +8,8 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from redis_lock import LockError, Redlock
-from redis_lock.asyncio import Redlock as AsyncRedlock
+from redis_lock_module import LockError, Redlock
+from redis_lock_module.asyncio import Redlock as AsyncRedlock
 from helpers import lock_info
 
 

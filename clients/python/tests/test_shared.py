@@ -7,8 +7,8 @@ import threading
 import pytest
 import redis.asyncio as aioredis
 
-from redis_lock import LockError, read_lock, semaphore, write_lock
-from redis_lock import asyncio as aio
+from redis_lock_module import LockError, read_lock, semaphore, write_lock
+from redis_lock_module import asyncio as aio
 from helpers import lock_info
 
 

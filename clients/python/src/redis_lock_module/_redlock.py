@@ -175,7 +175,7 @@ class Redlock(_RedlockState):
 
 
 class AsyncRedlock(_RedlockState):
-    """Redlock on `redis.asyncio` clients (`redis_lock.asyncio.Redlock`)."""
+    """Redlock on `redis.asyncio` clients (`redis_lock_module.asyncio.Redlock`)."""
 
     async def __aenter__(self) -> "AsyncRedlock":
         if await self.acquire():

@@ -20,7 +20,7 @@ from . import _protocol
 from ._protocol import Number, Token
 from ._state import LockState
 from ._watchdog import ThreadWatchdog
-from .exceptions import LockError
+from .exceptions import LockError, LockNotOwnedError
 
 
 class Lock(LockState):
@@ -71,6 +71,18 @@ class Lock(LockState):
 
     def do_acquire(self, token: bytes,
                    wait_ms: Optional[int] = None) -> Optional[Tuple[bytes, int]]:
+        try:
+            granted = self._acquire_once(token, wait_ms)
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return None  # a key of another type holds the name, as for redis-py
+            raise
+        if granted is not None and self.timeout is None:
+            self.redis.persist(self.name)
+        return granted
+
+    def _acquire_once(self, token: bytes,
+                      wait_ms: Optional[int]) -> Optional[Tuple[bytes, int]]:
         args = self._acquire_args(token, wait_ms)
         connection = self._waiting_connection(wait_ms)
         if connection is None:
@@ -101,11 +113,19 @@ class Lock(LockState):
 
     def release(self) -> None:
         """Releases the lock; LockNotOwnedError if it was no longer held (it expired or
-        went to another token), LockError if this object did not hold it."""
-        holding = self._forget()
+        went to another token), LockError if this object did not hold it. The holding is
+        forgotten once the server has answered, so a release interrupted on its way (a
+        lost connection) can be tried again."""
+        holding = self._holding()
         if holding is None:
             raise self._release_unheld()
-        self.do_release(holding.token)
+        holding.stop_watchdog()  # no renewal races the release
+        try:
+            self.do_release(holding.token)
+        except LockNotOwnedError:
+            self._forget_if(holding)
+            raise
+        self._forget_if(holding)
 
     def do_release(self, expected_token: bytes) -> None:
         try:

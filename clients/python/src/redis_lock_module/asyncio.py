@@ -1,8 +1,8 @@
 """The asyncio `Lock`: redis-py's `redis.asyncio.lock.Lock`, on the module's commands.
 
-The same as `redis_lock.Lock` with coroutines, on a `redis.asyncio.Redis` client:
+The same as `redis_lock_module.Lock` with coroutines, on a `redis.asyncio.Redis` client:
 `async with Lock(r, "orders:42", timeout=10) as lock: ...`, or
-`r.lock("orders:42", timeout=10, lock_class=redis_lock.asyncio.Lock)`. The watchdog is
+`r.lock("orders:42", timeout=10, lock_class=redis_lock_module.asyncio.Lock)`. The watchdog is
 a task on the running loop; `on_lost` is called from it.
 """
 
@@ -18,7 +18,7 @@ from ._protocol import Number, Token
 from ._redlock import AsyncRedlock
 from ._state import LockState
 from ._watchdog import TaskWatchdog
-from .exceptions import LockError
+from .exceptions import LockError, LockNotOwnedError
 
 __all__ = ["Lock", "Redlock", "read_lock", "write_lock", "semaphore"]
 
@@ -26,7 +26,7 @@ Redlock = AsyncRedlock
 
 
 class Lock(LockState):
-    """See `redis_lock.Lock`; every method that talks to the server is a coroutine."""
+    """See `redis_lock_module.Lock`; every method that talks to the server is a coroutine."""
 
     async def __aenter__(self) -> "Lock":
         if await self.acquire():
@@ -53,6 +53,18 @@ class Lock(LockState):
 
     async def do_acquire(self, token: bytes,
                          wait_ms: Optional[int] = None) -> Optional[Tuple[bytes, int]]:
+        try:
+            granted = await self._acquire_once(token, wait_ms)
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return None  # a key of another type holds the name, as for redis-py
+            raise
+        if granted is not None and self.timeout is None:
+            await self.redis.persist(self.name)
+        return granted
+
+    async def _acquire_once(self, token: bytes,
+                            wait_ms: Optional[int]) -> Optional[Tuple[bytes, int]]:
         args = self._acquire_args(token, wait_ms)
         connection = self._waiting_connection(wait_ms)
         if connection is None:
@@ -82,11 +94,20 @@ class Lock(LockState):
                 return False
             raise
 
-    def release(self) -> Awaitable[None]:
-        holding = self._forget()
+    async def release(self) -> None:
+        """Releases the lock. The holding is forgotten once the server has answered
+        (released, or no longer held), not before: a release cancelled on its way keeps
+        the holding, so that it can be released again (as redis-py's since its #3847)."""
+        holding = self._holding()
         if holding is None:
             raise self._release_unheld()
-        return self.do_release(holding.token)
+        holding.stop_watchdog()  # no renewal races the release
+        try:
+            await self.do_release(holding.token)
+        except LockNotOwnedError:
+            self._forget_if(holding)
+            raise
+        self._forget_if(holding)
 
     async def do_release(self, expected_token: bytes) -> None:
         try:
@@ -133,15 +154,15 @@ class Lock(LockState):
 
 
 def read_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:
-    """See `redis_lock.read_lock`."""
+    """See `redis_lock_module.read_lock`."""
     return Lock(redis, name, shared=True, **kwargs)
 
 
 def write_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:
-    """See `redis_lock.write_lock`."""
+    """See `redis_lock_module.write_lock`."""
     return Lock(redis, name, **kwargs)
 
 
 def semaphore(redis: Any, name: Any, permits: int, **kwargs: Any) -> Lock:
-    """See `redis_lock.semaphore`."""
+    """See `redis_lock_module.semaphore`."""
     return Lock(redis, name, limit=permits, **kwargs)

@@ -1,7 +1,7 @@
 """redis-lock for Python: locks from the redis-lock server module, on redis-py.
 
     import redis
-    from redis_lock import Lock
+    from redis_lock_module import Lock
 
     r = redis.Redis(port=7379)
     with Lock(r, "orders:42", timeout=10, blocking_timeout=5) as lock:
@@ -9,7 +9,7 @@
 
 `Lock` is a drop-in for redis-py's `redis.lock.Lock` (also as
 `r.lock(name, timeout=..., lock_class=Lock)`), with the fence, waits served by the
-server in arrival order, `session=` and `watchdog=`; `redis_lock.asyncio.Lock` is the
+server in arrival order, `session=` and `watchdog=`; `redis_lock_module.asyncio.Lock` is the
 same for `redis.asyncio`. `read_lock`, `write_lock` and `semaphore` make the same lock
 as a reader or writer of a read/write lock, or a holder of a counting semaphore
 (`LOCK.ACQUIRE ... SHARED` / `LIMIT n`). `Redlock` spans several independent masters. `acquire`,

@@ -16,7 +16,7 @@ from . import _protocol
 from ._protocol import Number, Token
 from .exceptions import LockError, LockLostError, LockNotOwnedError, lock_error
 
-logger = logging.getLogger("redis_lock")
+logger = logging.getLogger("redis_lock_module")
 
 
 class LockState:
@@ -48,7 +48,8 @@ class LockState:
         self.session = session
         self.watchdog = watchdog
         self.on_lost = on_lost
-        # Without a timeout the lock lives until released: the longest TTL there is.
+        # Without a timeout the lock lives until released: granted for the longest TTL
+        # there is, then made to never expire (PERSIST), as redis-py's lock has no TTL.
         self._ttl_ms = _protocol.MAX_MS if timeout is None else _protocol.to_ms(timeout, "timeout")
         self._session_ms = (None if session is None
                             else _protocol.to_ms(session, "session", minimum=0))
@@ -99,9 +100,14 @@ class LockState:
         holding = self._holding()
         self.local.token = None  # redis-py's attribute, kept for code that reads it
         self.local.holding = None
-        if holding is not None and holding.watchdog is not None:
-            holding.watchdog.stop()
+        if holding is not None:
+            holding.stop_watchdog()
         return holding
+
+    def _forget_if(self, holding: "Holding") -> None:
+        """Forgets `holding` if it is still this thread's (a release answered)."""
+        if self._holding() is holding:
+            self._forget()
 
     def _hold(self, token: bytes, fence: int) -> "Holding":
         self._forget()  # a holding that expired unseen: its watchdog stops
@@ -222,6 +228,10 @@ class Holding:
         self.fence = fence
         self.lost: Optional[LockLostError] = None
         self.watchdog: Any = None
+
+    def stop_watchdog(self) -> None:
+        if self.watchdog is not None:
+            self.watchdog.stop()
 
     def lose(self, lost: LockLostError) -> None:
         self.lost = lost

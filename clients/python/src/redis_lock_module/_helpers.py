@@ -2,7 +2,7 @@
 (the package's first API, kept for the programs that use it).
 
     import redis
-    from redis_lock import lock
+    from redis_lock_module import lock
 
     r = redis.Redis(port=7379)
     with lock(r, "orders:42", ttl_ms=10_000, wait_ms=5_000) as held:
