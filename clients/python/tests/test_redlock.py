@@ -2,6 +2,9 @@
 nothing listens."""
 
 import asyncio
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -10,7 +13,7 @@ import redis.asyncio as aioredis
 
 from redis_lock_module import LockError, Redlock
 from redis_lock_module.asyncio import Redlock as AsyncRedlock
-from helpers import lock_info
+from helpers import lock_info, wait_until
 
 
 @pytest.fixture
@@ -92,3 +95,57 @@ def test_asyncio_redlock(redlock_ports, key):
     for port in redlock_ports:
         redis.Redis(host="127.0.0.1", port=port).flushall()
     asyncio.run(scenario())
+
+
+def _hang(master, seconds):
+    """Keeps `master` from answering for `seconds` (as a stopped or partitioned server)."""
+    sleeper = redis.Redis(host="127.0.0.1", port=master.connection_pool.connection_kwargs["port"])
+    thread = threading.Thread(target=lambda: sleeper.execute_command("DEBUG", "SLEEP", seconds),
+                              daemon=True)
+    thread.start()
+    wait_until(lambda: _sleeping(master), "the master to hang")
+    return thread
+
+
+def _sleeping(master):
+    probe = redis.Redis(host="127.0.0.1", port=master.connection_pool.connection_kwargs["port"],
+                        socket_timeout=0.05, socket_connect_timeout=0.05, retry=None)
+    try:
+        probe.ping()
+        return False
+    except redis.TimeoutError:
+        return True
+    finally:
+        probe.close()
+
+
+def test_a_hung_master_holds_one_thread_however_often_it_is_asked(redlock_ports, key):
+    masters = [redis.Redis(host="127.0.0.1", port=p) for p in redlock_ports]  # no timeouts
+    for m in masters:
+        m.flushall()
+    sleeper = _hang(masters[2], 3)
+    before = threading.active_count()
+    for _ in range(10):
+        lock = Redlock(masters, key, timeout=10, master_timeout=0.05)
+        assert lock.acquire(blocking=False), "two masters of three are a majority"
+        assert lock.release() == 2
+    assert threading.active_count() <= before + 3, "one worker per master at most"
+    sleeper.join()
+
+
+def test_a_process_with_a_hung_master_exits(redlock_ports, key):
+    # The hung call's thread must not keep the interpreter from exiting.
+    program = (
+        "import redis, sys\n"
+        "from redis_lock_module import Redlock\n"
+        f"ms = [redis.Redis(host='127.0.0.1', port=p) for p in {list(redlock_ports)}]\n"
+        f"lock = Redlock(ms, {key!r}, timeout=10, master_timeout=0.05)\n"
+        "assert lock.acquire(blocking=False)\n"
+        "lock.release()\n"
+    )
+    masters = [redis.Redis(host="127.0.0.1", port=p) for p in redlock_ports]
+    sleeper = _hang(masters[2], 5)
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", program], check=True, timeout=4)
+    assert time.monotonic() - started < 4
+    sleeper.join()

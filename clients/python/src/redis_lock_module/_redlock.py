@@ -13,12 +13,16 @@ writers, use one master with replicas and `Lock.fence` instead.
 from __future__ import annotations
 
 import asyncio
+import functools
+import queue
 import random
 import secrets
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+import weakref
+from concurrent.futures import Future, wait
 from types import TracebackType
-from typing import Any, Callable, Dict, List, Optional, Sequence, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
 
 from . import _protocol
 from ._protocol import Number
@@ -156,22 +160,83 @@ class Redlock(_RedlockState):
 
     def _on_all(self, call: Callable[[Any], Any]) -> List[Any]:
         """`call(master)` on every master at once; a master that fails or does not answer
-        within `master_timeout` counts as an exception."""
-        # Not `with`: leaving it would wait for a master that hangs.
-        pool = ThreadPoolExecutor(max_workers=len(self.masters))
-        futures = [pool.submit(call, master) for master in self.masters]
-        wait(futures, timeout=self.master_timeout)
-        pool.shutdown(wait=False, cancel_futures=True)
+        within `master_timeout` counts as an exception. Each master is asked by its own
+        worker thread, one call at a time: a master that hangs (stopped, partitioned)
+        holds one thread, however many calls find it still busy, and that thread is a
+        daemon, so it never keeps the process from exiting."""
+        futures = [_worker_for(master).submit(functools.partial(call, master))
+                   for master in self.masters]
+        wait([f for f in futures if f is not None], timeout=self.master_timeout)
         answers: List[Any] = []
         for future in futures:
-            if not future.done():
+            if future is None:
+                answers.append(TimeoutError("the master is still busy with an earlier call"))
+            elif not future.done():
                 answers.append(TimeoutError("the master did not answer in time"))
-            elif future.cancelled() or future.exception() is not None:
-                answers.append(future.exception() if not future.cancelled()
-                               else TimeoutError("the master was not asked in time"))
+            elif future.exception() is not None:
+                answers.append(future.exception())
             else:
                 answers.append(future.result())
         return answers
+
+
+class _Worker:
+    """A daemon thread that runs the calls to one master, one at a time. It ends after
+    `IDLE` seconds without work, and starts again with the next call."""
+
+    IDLE = 30.0
+
+    def __init__(self) -> None:
+        self._jobs: "queue.SimpleQueue[Tuple[Callable[[], Any], Future[Any]]]" = (
+            queue.SimpleQueue())
+        self._lock = threading.Lock()
+        self._busy = False
+        self._thread: Optional[threading.Thread] = None
+
+    def submit(self, call: Callable[[], Any]) -> "Optional[Future[Any]]":
+        """Runs `call` on the worker: its future, or None while an earlier call runs."""
+        with self._lock:
+            if self._busy:
+                return None
+            self._busy = True
+            future: "Future[Any]" = Future()
+            self._jobs.put((call, future))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="redlock-master")
+                self._thread.start()
+            return future
+
+    def _run(self) -> None:
+        while True:
+            try:
+                call, future = self._jobs.get(timeout=self.IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._jobs.empty():
+                        self._thread = None
+                        return
+                continue
+            try:
+                future.set_result(call())
+            except BaseException as error:  # handed to the caller, who decides
+                future.set_exception(error)
+            finally:
+                with self._lock:
+                    self._busy = False
+
+
+_WORKERS: "weakref.WeakKeyDictionary[Any, _Worker]" = weakref.WeakKeyDictionary()
+_WORKERS_LOCK = threading.Lock()
+
+
+def _worker_for(master: Any) -> _Worker:
+    """The worker of the client `master` (one per client, shared by every Redlock)."""
+    with _WORKERS_LOCK:
+        worker = _WORKERS.get(master)
+        if worker is None:
+            worker = _WORKERS[master] = _Worker()
+        return worker
 
 
 class AsyncRedlock(_RedlockState):
