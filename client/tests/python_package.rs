@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{TestServer, free_port, start_replica};
+use common::{Sentinel, TestServer, free_port, start_replica};
 
 fn package_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python")
@@ -61,11 +61,13 @@ fn install_package(into: &Path) {
     }
 }
 
-/// The servers conftest.py reads: a master, its replica, the Redlock masters.
+/// The servers conftest.py reads: a master, its replica, the Redlock masters, a Sentinel
+/// watching the master.
 struct Ports {
     master: u16,
     replica: u16,
     redlock: Vec<u16>,
+    sentinel: u16,
 }
 
 /// `python -m pytest <target>` with the package importable from `package` (an installed
@@ -87,6 +89,7 @@ fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Outpu
         .env("REDIS_LOCK_PORT", ports.master.to_string())
         .env("REDIS_LOCK_REPLICA_PORT", ports.replica.to_string())
         .env("REDIS_LOCK_REDLOCK_PORTS", redlock.join(","))
+        .env("REDIS_LOCK_SENTINEL_PORT", ports.sentinel.to_string())
         .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
         .output()
         .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"))
@@ -100,10 +103,12 @@ fn the_python_package_installs_and_passes_its_pytest_suite() {
     let master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
+    let sentinel = Sentinel::watch(&master);
     let ports = Ports {
         master: master.port,
         replica: replica.port,
         redlock: redlock.iter().map(|s| s.port).collect(),
+        sentinel: sentinel.port,
     };
 
     // the installed copy, not the source tree
@@ -146,6 +151,7 @@ fn the_python_tests_fail_without_the_module() {
         master: server.port,
         replica: server.port,
         redlock: vec![server.port],
+        sentinel: free_port(),
     };
     let output = pytest(
         &package_dir().join("tests/test_lock.py"),

@@ -503,3 +503,69 @@ pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
         .expect("EXISTS")
         == 1
 }
+
+/// A Sentinel (the server binary in `--sentinel` mode, no module) watching one master
+/// under the name `mymaster`, killed on drop: for clients that find their master through
+/// Sentinel.
+pub struct Sentinel {
+    pub port: u16,
+    dir: PathBuf,
+    child: Child,
+}
+
+impl Sentinel {
+    /// The name the master is watched under.
+    pub const MASTER_NAME: &'static str = "mymaster";
+
+    /// Starts a Sentinel watching `master`; returns once it answers with the master's
+    /// address.
+    pub fn watch(master: &TestServer) -> Self {
+        let dir = fresh_dir("sentinel");
+        let port = free_port();
+        let config = dir.join("sentinel.conf");
+        fs::write(
+            &config,
+            format!(
+                "port {port}\ndir {}\nlogfile sentinel.log\n\
+                 sentinel monitor {} 127.0.0.1 {} 1\n",
+                dir.display(),
+                Self::MASTER_NAME,
+                master.port
+            ),
+        )
+        .expect("write sentinel.conf");
+        let child = Command::new(server_binary())
+            .arg(&config)
+            .arg("--sentinel")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {} --sentinel: {err}", server_binary()));
+        let sentinel = Self { port, dir, child };
+        poll_until(START_TIMEOUT, "the sentinel to know its master", || {
+            let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+                return false;
+            };
+            let Ok(mut con) = client.get_connection() else {
+                return false;
+            };
+            let addr: redis::RedisResult<Option<(String, u16)>> = redis::cmd("SENTINEL")
+                .arg("get-master-addr-by-name")
+                .arg(Self::MASTER_NAME)
+                .query(&mut con);
+            matches!(addr, Ok(Some((_, p))) if p == master.port)
+        });
+        sentinel
+    }
+}
+
+impl Drop for Sentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !thread::panicking() {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+}

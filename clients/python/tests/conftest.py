@@ -3,7 +3,8 @@ with the module; it removes them whatever happens here):
 
 - REDIS_LOCK_PORT: a master, REDIS_LOCK_REPLICA_PORT: its replica;
 - REDIS_LOCK_REDLOCK_PORTS: independent masters for Redlock, comma-separated;
-- REDIS_LOCK_DEAD_PORT: a port where no server listens.
+- REDIS_LOCK_DEAD_PORT: a port where no server listens;
+- REDIS_LOCK_SENTINEL_PORT: a Sentinel watching the master as `mymaster`.
 
 Every test gets a key of its own; the master's data is flushed before each test.
 """
@@ -36,6 +37,11 @@ def replica_port():
 @pytest.fixture(scope="session")
 def redlock_ports():
     return [int(p) for p in os.environ["REDIS_LOCK_REDLOCK_PORTS"].split(",")]
+
+
+@pytest.fixture(scope="session")
+def sentinel_port():
+    return _port("REDIS_LOCK_SENTINEL_PORT")
 
 
 @pytest.fixture(scope="session")

@@ -88,6 +88,9 @@ class Lock(LockState):
         if connection is None:
             return _protocol.grant(self.redis.execute_command(*args))
         try:
+            # connect() itself, not the one send_command would make: a Sentinel-managed
+            # connection finds the master's address only there.
+            connection.connect()
             connection.send_command(*args)
             granted = _protocol.grant(connection.read_response())
             if granted is not None and self._session_ms is not None:

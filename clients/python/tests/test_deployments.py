@@ -1,0 +1,54 @@
+"""The lock through the client shapes redis-py users deploy with: a Sentinel-managed
+master (sync and asyncio)."""
+
+import asyncio
+import threading
+
+import redis.asyncio.sentinel as aiosentinel
+from redis.sentinel import Sentinel
+
+from redis_lock_module import Lock
+from redis_lock_module.asyncio import Lock as AsyncLock
+from helpers import lock_info, wait_until
+
+MASTER = "mymaster"
+
+
+def test_a_blocking_acquire_through_sentinel_waits_on_the_master(r, sentinel_port, key):
+    # The waiting acquire has a connection of its own (the client's read timeout is shorter
+    # than the wait); it must find the master through Sentinel like the pool's do.
+    master = Sentinel([("127.0.0.1", sentinel_port)]).master_for(MASTER, socket_timeout=0.5)
+    holder = Lock(master, key, timeout=30)
+    assert holder.acquire(blocking=False)
+    got = {}
+    waiter = Lock(master, key, timeout=30, blocking_timeout=10, thread_local=False)
+    thread = threading.Thread(target=lambda: got.update(acquired=waiter.acquire()))
+    thread.start()
+    holder_fence = holder.fence
+    wait_for_waiters(r, key, 1)
+    holder.release()
+    thread.join(10)
+    assert got == {"acquired": True} and waiter.fence > holder_fence
+    waiter.release()
+
+
+def test_an_asyncio_blocking_acquire_through_sentinel_waits_on_the_master(r, sentinel_port,
+                                                                           key):
+    async def scenario():
+        sentinel = aiosentinel.Sentinel([("127.0.0.1", sentinel_port)])
+        master = sentinel.master_for(MASTER, socket_timeout=0.5)
+        holder = AsyncLock(master, key, timeout=30)
+        assert await holder.acquire(blocking=False)
+        waiter = asyncio.create_task(AsyncLock(master, key, timeout=30,
+                                               blocking_timeout=10).acquire())
+        while lock_info(r, key)["waiters"] != 1:
+            await asyncio.sleep(0.005)
+        await holder.release()
+        assert await waiter
+        await master.aclose()
+
+    asyncio.run(scenario())
+
+
+def wait_for_waiters(r, key, n):
+    wait_until(lambda: lock_info(r, key)["waiters"] == n, f"{n} waiter(s) on {key}")
