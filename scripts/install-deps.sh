@@ -2,7 +2,8 @@
 # Installs what building and running the module needs on a Debian machine, skipping
 # what is already there: redis-server and redis-cli (7.0+), libclang with its headers
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
-# PHP with phpredis, redis-py, pytest and mypy for the python3 on PATH, Node.js with npm
+# PHP with phpredis, redis-py, pytest (with pytest-asyncio) and mypy for the python3 on
+# PATH, Node.js with npm
 # (the client packages' tests). Safe to run again.
 set -euo pipefail
 
@@ -67,6 +68,9 @@ install_python_package() {
 install_test_packages() {
   install_python_package redis python3-redis redis
   install_python_package pytest python3-pytest pytest
+  # redis-py's own lock tests (client/tests/redis_py_lock_suite.rs) need these two.
+  install_python_package pytest_asyncio python3-pytest-asyncio pytest-asyncio
+  install_python_package packaging python3-packaging packaging
   install_python_package mypy python3-mypy mypy
   # The Node package's test dependencies (ioredis, redis, typescript), as locked.
   local node_dir

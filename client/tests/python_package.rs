@@ -6,60 +6,11 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Output};
 
+use common::python::{install_package, package_dir, python, run, tempdir};
 use common::{Sentinel, TestServer, free_port, start_replica};
-
-fn package_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python")
-}
-
-fn python() -> String {
-    std::env::var("PYTHON").unwrap_or_else(|_| "python3".into())
-}
-
-fn run(command: &mut Command, what: &str) -> Output {
-    let output = command.output().unwrap_or_else(|err| {
-        panic!("cannot run {what} ({err}): install it with `make deps-test`")
-    });
-    assert!(
-        output.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    output
-}
-
-/// `pip install ./clients/python` into a fresh directory; returns that directory.
-fn install_package(into: &Path) {
-    // Without build isolation when setuptools and wheel are at hand: no download then.
-    let has_setuptools = Command::new(python())
-        .args(["-c", "import setuptools, wheel"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    let mut pip = Command::new(python());
-    pip.args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
-        .arg(into)
-        .arg(package_dir());
-    if has_setuptools {
-        pip.arg("--no-build-isolation");
-    }
-    run(&mut pip, "pip install ./clients/python");
-    for file in [
-        "redis_lock_module/__init__.py",
-        "redis_lock_module/asyncio.py",
-        "redis_lock_module/py.typed",
-    ] {
-        assert!(
-            into.join(file).is_file(),
-            "the installed package lacks {file}"
-        );
-    }
-}
 
 /// The servers conftest.py reads: a master, its replica, the Redlock masters, a Sentinel
 /// watching the master.
@@ -97,7 +48,7 @@ fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Outpu
 
 #[test]
 fn the_python_package_installs_and_passes_its_pytest_suite() {
-    let installed = tempdir();
+    let installed = tempdir("python");
     install_package(&installed);
 
     let master = TestServer::start();
@@ -160,14 +111,4 @@ fn the_python_tests_fail_without_the_module() {
         &["-x"],
     );
     assert!(!output.status.success(), "passed without the module");
-}
-
-fn tempdir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "redis-lock-python-{}-{}",
-        std::process::id(),
-        free_port()
-    ));
-    std::fs::create_dir_all(&dir).expect("create a directory for the installed package");
-    dir
 }

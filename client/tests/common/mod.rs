@@ -10,6 +10,8 @@
 
 pub use redis_lock_testkit::*;
 
+pub mod python;
+
 /// One integer field of `INFO lock` (section `lock_stats`), e.g. `lock_extends`,
 /// `lock_grants`, `lock_contended`: what the module itself counted.
 pub fn lock_stat(con: &mut redis::Connection, field: &str) -> u64 {
