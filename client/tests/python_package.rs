@@ -10,15 +10,16 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::python::{install_package, package_dir, python, run, tempdir};
-use common::{Sentinel, TestServer, free_port, start_replica};
+use common::{MiniCluster, Sentinel, TestServer, free_port, start_replica};
 
 /// The servers conftest.py reads: a master, its replica, the Redlock masters, a Sentinel
-/// watching the master.
+/// watching the master, a node of a 3-master cluster.
 struct Ports {
     master: u16,
     replica: u16,
     redlock: Vec<u16>,
     sentinel: u16,
+    cluster: u16,
 }
 
 /// `python -m pytest <target>` with the package importable from `package` (an installed
@@ -41,6 +42,7 @@ fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Outpu
         .env("REDIS_LOCK_REPLICA_PORT", ports.replica.to_string())
         .env("REDIS_LOCK_REDLOCK_PORTS", redlock.join(","))
         .env("REDIS_LOCK_SENTINEL_PORT", ports.sentinel.to_string())
+        .env("REDIS_LOCK_CLUSTER_PORT", ports.cluster.to_string())
         .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
         .output()
         .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"))
@@ -55,11 +57,13 @@ fn the_python_package_installs_and_passes_its_pytest_suite() {
     let replica = start_replica(&master, &[]);
     let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
     let sentinel = Sentinel::watch(&master);
+    let cluster = MiniCluster::start(3);
     let ports = Ports {
         master: master.port,
         replica: replica.port,
         redlock: redlock.iter().map(|s| s.port).collect(),
         sentinel: sentinel.port,
+        cluster: cluster.nodes[0].port,
     };
 
     // the installed copy, not the source tree
@@ -103,6 +107,7 @@ fn the_python_tests_fail_without_the_module() {
         replica: server.port,
         redlock: vec![server.port],
         sentinel: free_port(),
+        cluster: free_port(),
     };
     let output = pytest(
         &package_dir().join("tests/test_lock.py"),

@@ -4,7 +4,8 @@ with the module; it removes them whatever happens here):
 - REDIS_LOCK_PORT: a master, REDIS_LOCK_REPLICA_PORT: its replica;
 - REDIS_LOCK_REDLOCK_PORTS: independent masters for Redlock, comma-separated;
 - REDIS_LOCK_DEAD_PORT: a port where no server listens;
-- REDIS_LOCK_SENTINEL_PORT: a Sentinel watching the master as `mymaster`.
+- REDIS_LOCK_SENTINEL_PORT: a Sentinel watching the master as `mymaster`;
+- REDIS_LOCK_CLUSTER_PORT: a node of a cluster of three masters.
 
 Every test gets a key of its own; the master's data is flushed before each test.
 """
@@ -42,6 +43,11 @@ def redlock_ports():
 @pytest.fixture(scope="session")
 def sentinel_port():
     return _port("REDIS_LOCK_SENTINEL_PORT")
+
+
+@pytest.fixture(scope="session")
+def cluster_port():
+    return _port("REDIS_LOCK_CLUSTER_PORT")
 
 
 @pytest.fixture(scope="session")

@@ -83,21 +83,32 @@ class Lock(LockState):
 
     def _acquire_once(self, token: bytes,
                       wait_ms: Optional[int]) -> Optional[Tuple[bytes, int]]:
-        args = self._acquire_args(token, wait_ms)
-        connection = self._waiting_connection(wait_ms)
-        if connection is None:
-            return _protocol.grant(self.redis.execute_command(*args))
-        try:
-            # connect() itself, not the one send_command would make: a Sentinel-managed
-            # connection finds the master's address only there.
-            connection.connect()
-            connection.send_command(*args)
-            granted = _protocol.grant(connection.read_response())
+        waiting = _protocol.Waiting(wait_ms)
+        while True:
+            connection = self._waiting_connection(waiting.left_ms(), waiting.address)
+            args = self._acquire_args(token, waiting.left_ms())
+            if connection is None:
+                return _protocol.grant(self.redis.execute_command(*args))
+            try:
+                # connect() itself, not the one send_command would make: a
+                # Sentinel-managed connection finds the master's address only there.
+                connection.connect()
+                if waiting.asking:
+                    connection.send_command("ASKING")
+                    connection.read_response()
+                connection.send_command(*args)
+                granted = _protocol.grant(connection.read_response())
+            except ResponseError as error:
+                if not waiting.redirected(error):
+                    raise
+                if waiting.address is None:
+                    self._cluster_moved()
+                continue
+            finally:
+                connection.disconnect()
             if granted is not None and self._session_ms is not None:
                 granted = _protocol.grant(self.redis.execute_command(*self._acquire_args(token)))
             return granted
-        finally:
-            connection.disconnect()
 
     def locked(self) -> bool:
         """True if anyone holds the lock."""

@@ -7,6 +7,7 @@ the server's replies into Python values, so both APIs send exactly the same comm
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Number = Union[int, float]
@@ -137,3 +138,42 @@ def redlock_validity(ttl_ms: int, elapsed_ms: float) -> float:
     clock drift allowance of the Redlock algorithm (1% of the TTL plus 2 ms)."""
     drift = ttl_ms * 0.01 + 2
     return ttl_ms - elapsed_ms - drift
+
+
+class Waiting:
+    """A waiting acquire's wait on a connection of its own, across the redirections of a
+    cluster whose slot moves meanwhile: the time left of the wait, and where to ask next
+    (`address` after an `ASK`, None for wherever the client's map says after a `MOVED`)."""
+
+    REDIRECTIONS = 5
+
+    def __init__(self, wait_ms: Optional[int]):
+        self._wait_ms = wait_ms
+        self._started = time.monotonic()
+        self._redirections = 0
+        self.address: Optional[Tuple[str, int]] = None
+        self.asking = False
+
+    def left_ms(self) -> Optional[int]:
+        """What is left of the wait: None (no wait), 0 (no limit), or at least 1 ms."""
+        if not self._wait_ms:
+            return self._wait_ms
+        spent = int((time.monotonic() - self._started) * 1000)
+        return max(1, self._wait_ms - spent)
+
+    def redirected(self, error: Exception) -> bool:
+        """Whether `error` is a cluster's `MOVED`/`ASK` to follow (at most a few times);
+        sets where to ask next."""
+        words = str(error).split()
+        if len(words) != 3 or words[0] not in ("MOVED", "ASK"):
+            return False
+        self._redirections += 1
+        if self._redirections > self.REDIRECTIONS:
+            return False
+        self.asking = words[0] == "ASK"
+        if self.asking:
+            host, _, port = words[2].rpartition(":")
+            self.address = (host, int(port))
+        else:
+            self.address = None
+        return True

@@ -8,7 +8,7 @@ import logging
 import secrets
 import threading
 from types import SimpleNamespace
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from redis.exceptions import ResponseError
 
@@ -193,16 +193,47 @@ class LockState:
     def _owned_from(self, reply: Any) -> bool:
         return reply == 1 if self._mode else self._owned_by(reply)
 
-    def _waiting_connection(self, wait_ms: Optional[int]) -> Any:
+    def _waiting_connection(self, wait_ms: Optional[int],
+                            address: Optional[Tuple[str, int]] = None) -> Any:
         """A new connection without a read timeout for a wait the client would stop
         reading before it ends, else None (the wait runs through the client itself).
-        The caller connects it, moves a session binding to the client's pool
-        (`_acquire_args(token)` there) before closing it, and closes it."""
-        pool = getattr(self.redis, "connection_pool", None)
-        if (wait_ms is None or pool is None
-                or not _protocol.read_timeout_too_short(pool.connection_kwargs, wait_ms)):
+        It is made the way the client makes its own (`_connection_maker`): to the
+        server the client would send the key to, a Sentinel's master or a cluster's node
+        included, or to `address` (a cluster's redirection). The caller connects it,
+        moves a session binding to the client (`_acquire_args(token)` there) before
+        closing it, and closes it."""
+        if wait_ms is None:
             return None
-        return pool.connection_class(**{**pool.connection_kwargs, "socket_timeout": None})
+        maker = self._connection_maker()
+        if maker is None or not _protocol.read_timeout_too_short(maker[1], wait_ms):
+            return None
+        connection_class, kwargs = maker
+        kwargs = {**kwargs, "socket_timeout": None}
+        if address is not None:
+            kwargs.update(host=address[0], port=address[1])
+        return connection_class(**kwargs)
+
+    def _connection_maker(self) -> Optional[Tuple[Any, Dict[str, Any]]]:
+        """The class and settings the client makes its connections to the key's server
+        with: its pool's (a plain or Sentinel client), or those of the cluster node that
+        serves the key (redis-py's sync and asyncio `RedisCluster`)."""
+        pool = getattr(self.redis, "connection_pool", None)
+        if pool is not None:
+            return pool.connection_class, pool.connection_kwargs
+        get_node = getattr(self.redis, "get_node_from_key", None)
+        if get_node is None:
+            return None
+        node = get_node(self.name)
+        if hasattr(node, "connection_class"):  # asyncio: the node makes its connections
+            return node.connection_class, node.connection_kwargs
+        pool = self.redis.get_redis_connection(node).connection_pool
+        return pool.connection_class, pool.connection_kwargs
+
+    def _cluster_moved(self) -> None:
+        """The key's slot moved: the cluster client's map is looked at again."""
+        nodes_manager = getattr(self.redis, "nodes_manager", None)
+        if nodes_manager is not None:
+            nodes_manager.initialize()
 
     @staticmethod
     def _wrong_type(error: ResponseError) -> bool:

@@ -65,21 +65,39 @@ class Lock(LockState):
 
     async def _acquire_once(self, token: bytes,
                             wait_ms: Optional[int]) -> Optional[Tuple[bytes, int]]:
-        args = self._acquire_args(token, wait_ms)
-        connection = self._waiting_connection(wait_ms)
-        if connection is None:
-            return _protocol.grant(await self.redis.execute_command(*args))
-        # Cancelling the task closes the connection: the waiter leaves the queue.
-        try:
-            await connection.connect()
-            await connection.send_command(*args)
-            granted = _protocol.grant(await connection.read_response())
+        waiting = _protocol.Waiting(wait_ms)
+        if wait_ms is not None and hasattr(self.redis, "nodes_manager"):
+            await self.redis.initialize()  # an asyncio cluster client maps its slots first
+        while True:
+            connection = self._waiting_connection(waiting.left_ms(), waiting.address)
+            args = self._acquire_args(token, waiting.left_ms())
+            if connection is None:
+                return _protocol.grant(await self.redis.execute_command(*args))
+            # Cancelling the task closes the connection: the waiter leaves the queue.
+            try:
+                await connection.connect()
+                if waiting.asking:
+                    await connection.send_command("ASKING")
+                    await connection.read_response()
+                await connection.send_command(*args)
+                granted = _protocol.grant(await connection.read_response())
+            except ResponseError as error:
+                if not waiting.redirected(error):
+                    raise
+                if waiting.address is None:
+                    await self._async_cluster_moved()
+                continue
+            finally:
+                await connection.disconnect()
             if granted is not None and self._session_ms is not None:
                 rebind = self._acquire_args(token)
                 granted = _protocol.grant(await self.redis.execute_command(*rebind))
             return granted
-        finally:
-            await connection.disconnect()
+
+    async def _async_cluster_moved(self) -> None:
+        nodes_manager = getattr(self.redis, "nodes_manager", None)
+        if nodes_manager is not None:
+            await nodes_manager.initialize()
 
     async def locked(self) -> bool:
         return bool(await self.redis.exists(self.name))
