@@ -1,7 +1,8 @@
 //! The Node package (`clients/node`): its tests run with node's own test runner against
-//! a real server started here (with ioredis and node-redis from the npm registry, which
-//! `make deps-test` installs with `npm ci`), and its TypeScript declarations compile
-//! under `tsc --strict` against a program that uses them.
+//! real servers started here (a master, three independent masters for Redlock, a
+//! 3-master cluster), with ioredis and node-redis from the npm registry (which `make
+//! deps-test` installs with `npm ci`), and its TypeScript declarations compile under
+//! `tsc --strict` against a program that uses them.
 
 mod common;
 
@@ -9,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::TestServer;
+use common::{MiniCluster, TestServer};
 
 fn package_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/node")
@@ -22,9 +23,18 @@ fn output(command: &mut Command, what: &str) -> Output {
         .unwrap_or_else(|err| panic!("cannot run {what} ({err}): `make deps-test` installs it"))
 }
 
-/// `node --test test/` against `server`, killed if it runs past a deadline: a client a
+/// Where the tests find their servers: `REDIS_LOCK_PORT` (the master),
+/// `REDIS_LOCK_REDLOCK_PORTS` (independent masters), `REDIS_LOCK_CLUSTER_PORT` (a node of
+/// a cluster).
+struct Servers<'a> {
+    master: &'a TestServer,
+    redlock: Vec<u16>,
+    cluster: u16,
+}
+
+/// `node --test test/` against `servers`, killed if it runs past a deadline: a client a
 /// failed test left open would keep node alive.
-fn node_tests(server: &TestServer) -> Output {
+fn node_tests(servers: &Servers) -> Output {
     assert!(
         package_dir().join("node_modules/ioredis").is_dir()
             && package_dir().join("node_modules/redis").is_dir(),
@@ -32,7 +42,17 @@ fn node_tests(server: &TestServer) -> Output {
     );
     let mut child = Command::new("node")
         .args(["--test", "test/"])
-        .env("REDIS_LOCK_PORT", server.port.to_string())
+        .env("REDIS_LOCK_PORT", servers.master.port.to_string())
+        .env(
+            "REDIS_LOCK_REDLOCK_PORTS",
+            servers
+                .redlock
+                .iter()
+                .map(u16::to_string)
+                .collect::<Vec<_>>()
+                .join(","),
+        )
+        .env("REDIS_LOCK_CLUSTER_PORT", servers.cluster.to_string())
         .current_dir(package_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -52,7 +72,13 @@ fn node_tests(server: &TestServer) -> Output {
 #[test]
 fn the_node_package_passes_its_tests_with_ioredis_and_node_redis() {
     let server = TestServer::start();
-    let result = node_tests(&server);
+    let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
+    let cluster = MiniCluster::start(3);
+    let result = node_tests(&Servers {
+        master: &server,
+        redlock: redlock.iter().map(|s| s.port).collect(),
+        cluster: cluster.nodes[0].port,
+    });
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(
         result.status.success(),
@@ -97,8 +123,13 @@ fn the_node_typescript_declarations_compile_strictly() {
 #[test]
 fn the_node_tests_fail_without_the_module() {
     let server = TestServer::without_module();
+    let servers = Servers {
+        master: &server,
+        redlock: vec![server.port],
+        cluster: server.port,
+    };
     assert!(
-        !node_tests(&server).status.success(),
+        !node_tests(&servers).status.success(),
         "passed without the module"
     );
 }

@@ -1,7 +1,16 @@
-/** A connection of either library: an ioredis `Redis` or a connected node-redis client. */
+/**
+ * A client of either library: an ioredis `Redis` or `Cluster`, or a connected node-redis
+ * client, client pool (`createClientPool`) or cluster (`createCluster`).
+ */
 export type Client =
-  | { call(command: string, ...args: string[]): Promise<unknown>; duplicate(): unknown }
-  | { sendCommand(args: string[]): Promise<unknown>; duplicate(): unknown };
+  | { call(command: string, ...args: string[]): Promise<unknown>; duplicate(...args: never[]): unknown }
+  | { sendCommand(args: string[]): Promise<unknown>; duplicate(): unknown }
+  | { sendCommand(args: string[]): Promise<unknown>; execute(...task: never[]): Promise<unknown> }
+  | {
+      sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
+      getSlotMaster(slot: number): unknown;
+      duplicate(): unknown;
+    };
 
 export interface AcquireSettings {
   /** Wait up to this many ms for a busy lock, in the server's queue (0: without limit). */
@@ -10,6 +19,10 @@ export interface AcquireSettings {
   session?: number;
   /** Your own token (1 to 256 bytes); a random 128-bit one by default. */
   token?: string;
+  /** A reader of a read/write lock: beside other readers, never beside a writer. */
+  shared?: boolean;
+  /** One of at most this many holders: a counting semaphore (1 to 1,000,000). */
+  limit?: number;
 }
 
 export interface UsingSettings extends AcquireSettings {
@@ -25,10 +38,16 @@ export interface LockSignal extends AbortSignal {
 export declare class LockError extends Error {}
 export declare class ResourceLockedError extends LockError {}
 export declare class LockLostError extends LockError {}
+export declare class ExecutionError extends LockError {
+  readonly attempts: ReadonlyArray<{ granted: number; errors: unknown[] }>;
+}
 
 export declare class Lock {
   readonly locker: Locker;
+  /** The resource as you named it. */
   readonly resource: string;
+  /** The key on the server (with the client's key prefix). */
+  readonly key: string;
   /** The token that proves ownership. */
   readonly value: string;
   /** The fencing token: grows with every grant of the key; exact (below 2^53). */
@@ -48,12 +67,19 @@ export interface LockInfo {
   waiters: number;
   session?: number;
   connected?: number;
+  holders?: number;
+  limit?: number;
+  mode?: string;
   [field: string]: number | string | undefined;
 }
 
 export declare class Locker {
   constructor(client: Client, settings?: AcquireSettings);
+  readonly connection: { send(args: Array<string | number>): Promise<unknown> };
   acquire(resource: string | [string], duration: number, settings?: AcquireSettings): Promise<Lock>;
+  readLock(resource: string | [string], duration: number, settings?: AcquireSettings): Promise<Lock>;
+  writeLock(resource: string | [string], duration: number, settings?: AcquireSettings): Promise<Lock>;
+  semaphore(resource: string | [string], permits: number, duration: number, settings?: AcquireSettings): Promise<Lock>;
   release(lock: Lock): Promise<void>;
   extend(lock: Lock, duration: number): Promise<Lock>;
   using<T>(resource: string | [string], duration: number, routine: (signal: LockSignal, lock: Lock) => Promise<T>): Promise<T>;
@@ -65,3 +91,46 @@ export declare class Locker {
   ): Promise<T>;
   info(resource: string | [string]): Promise<LockInfo | null>;
 }
+
+/** node-redlock's settings. */
+export interface Settings {
+  driftFactor?: number;
+  /** Attempts after the first; -1 retries forever. With one client: a wait in the server. */
+  retryCount?: number;
+  retryDelay?: number;
+  retryJitter?: number;
+  automaticExtensionThreshold?: number;
+}
+
+export declare class RedlockLock {
+  readonly redlock: Redlock;
+  readonly resources: string[];
+  readonly value: string;
+  readonly attempts: ReadonlyArray<{ granted: number; errors: unknown[] }>;
+  expiration: number;
+  /** Each granting master's fence. */
+  readonly fences: number[];
+  /** With one client, the fencing token; undefined across independent masters. */
+  readonly fence: number | undefined;
+  release(): Promise<void>;
+  extend(duration: number): Promise<RedlockLock>;
+}
+
+/** node-redlock's Redlock: one client (fenced, waiting in the server) or several masters. */
+export declare class Redlock {
+  constructor(clients: Client[], settings?: Settings);
+  readonly quorum: number;
+  on(event: 'error', listener: (error: unknown) => void): this;
+  acquire(resources: string[] | string, duration: number, settings?: Settings): Promise<RedlockLock>;
+  release(lock: RedlockLock): Promise<void>;
+  extend(lock: RedlockLock, duration: number): Promise<RedlockLock>;
+  using<T>(resources: string[] | string, duration: number, routine: (signal: LockSignal) => Promise<T>): Promise<T>;
+  using<T>(
+    resources: string[] | string,
+    duration: number,
+    settings: Settings,
+    routine: (signal: LockSignal) => Promise<T>,
+  ): Promise<T>;
+}
+
+export default Redlock;

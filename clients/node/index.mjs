@@ -1,5 +1,6 @@
-// ESM entry: the same classes as the CommonJS build.
+// ESM entry: the same classes as the CommonJS build; the default export is Redlock, as
+// node-redlock's.
 import cjs from './index.cjs';
 
-export const { Locker, Lock, LockError, ResourceLockedError, LockLostError } = cjs;
-export default cjs;
+export const { Locker, Lock, Redlock, RedlockLock, LockError, ResourceLockedError, LockLostError, ExecutionError } = cjs;
+export default cjs.Redlock;

@@ -1,25 +1,40 @@
 // Compiled with `tsc --noEmit --strict` in the tests: the declarations fit real use.
 import IORedis from 'ioredis';
-import { createClient } from 'redis';
-import { Locker, Lock, LockLostError, ResourceLockedError } from 'redis-lock-module';
+import { createClient, createClientPool, createCluster } from 'redis';
+import Redlock, { Locker, Lock, LockLostError, ResourceLockedError, ExecutionError } from 'redis-lock-module';
 
 async function main(): Promise<void> {
   const ioredis = new Locker(new IORedis(7379));
   const nodeRedis = new Locker(await createClient().connect());
+  const clientPool = createClientPool();
+  await clientPool.connect();
+  const pool = new Locker(clientPool);
+  const cluster = new Locker(await createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] }).connect());
+  const ioCluster = new Locker(new IORedis.Cluster([{ host: '127.0.0.1', port: 7000 }]));
   const lock: Lock = await ioredis.acquire('orders:42', 10_000, { wait: 5_000, session: 5_000 });
   const fence: number = lock.fence;
   await lock.extend(20_000);
   await lock.release();
+  const reader: Lock = await pool.readLock('catalog', 10_000);
+  const permit: Lock = await cluster.semaphore('api', 10, 10_000, { wait: 1_000 });
+  await ioCluster.writeLock('catalog', 10_000, { shared: false });
   const total: number = await nodeRedis.using('orders:42', 10_000, async (signal, held) => {
     if (signal.aborted) {
       throw signal.error ?? new LockLostError('lost');
     }
-    return held.fence + fence;
+    return held.fence + fence + reader.fence + permit.fence;
   });
   const info = await nodeRedis.info('orders:42');
   const waiters: number | undefined = info?.waiters;
+  const redlock = new Redlock([new IORedis(7379)], { retryCount: 3, retryDelay: 100 });
+  redlock.on('error', (error: unknown) => void error);
+  const held = await redlock.acquire(['orders:42'], 5_000);
+  const longer = await held.extend(10_000);
+  await redlock.using(['orders:43'], 5_000, async (signal) => signal.aborted);
+  await longer.release();
   void total;
   void waiters;
   void ResourceLockedError;
+  void ExecutionError;
 }
 void main;

@@ -1,0 +1,89 @@
+'use strict';
+// One interface over the client shapes people connect with: an ioredis `Redis` or
+// `Cluster`, a node-redis client, client pool or cluster. Arguments go as strings;
+// replies come back as the library gives them. A lock's key gets the client's own key
+// prefix (ioredis `keyPrefix`), which ioredis does not add to commands it does not know.
+
+const KINDS = {
+  // ioredis Redis and Cluster: `call(...args)`; `isCluster` tells them apart.
+  ioredis: (client) => typeof client.call === 'function',
+  // node-redis cluster: `sendCommand(firstKey, isReadonly, args)`.
+  'node-redis-cluster': (client) => typeof client.getSlotMaster === 'function',
+  // node-redis client pool: `execute(client => ...)` lends a client of its own.
+  'node-redis-pool': (client) => typeof client.execute === 'function' && typeof client.duplicate !== 'function',
+  'node-redis': (client) => typeof client.sendCommand === 'function',
+};
+
+class Connection {
+  constructor(client) {
+    this.client = client;
+    this.kind = Object.keys(KINDS).find((kind) => KINDS[kind](client));
+    if (this.kind === undefined) {
+      throw new TypeError('expected an ioredis Redis or Cluster, or a node-redis client, pool or cluster');
+    }
+  }
+
+  /** The key `resource` names on the server: with the client's key prefix. */
+  keyOf(resource) {
+    const options = this.kind === 'ioredis' ? this.client.options || {} : {};
+    return `${options.keyPrefix || ''}${resource}`;
+  }
+
+  /** Sends `args` (whose second element is the key) and resolves to the reply. */
+  send(args) {
+    const strings = args.map(String);
+    switch (this.kind) {
+      case 'ioredis':
+        return this.client.call(...strings);
+      case 'node-redis-cluster':
+        return this.client.sendCommand(strings[1], false, strings);
+      default:
+        return this.client.sendCommand(strings);
+    }
+  }
+
+  /**
+   * Sends `args`, which may block for as long as a wait lasts, on a connection of its
+   * own (never the shared one, whose other commands would queue behind it) without a
+   * command timeout shorter than the wait; resolves to the reply.
+   */
+  async sendBlocking(args) {
+    if (this.kind === 'node-redis-pool') {
+      // The pool lends one of its clients for the whole command.
+      return this.client.execute((client) => client.sendCommand(args.map(String)));
+    }
+    const copy = await this.duplicate();
+    try {
+      return await copy.send(args);
+    } finally {
+      copy.close();
+    }
+  }
+
+  /** A new connection like this one, without a command timeout; `close()` it after. */
+  async duplicate() {
+    const c = this.client;
+    if (this.kind === 'ioredis') {
+      const copy = c.isCluster
+        ? c.duplicate([], { redisOptions: { ...(c.options.redisOptions || {}), commandTimeout: undefined } })
+        : c.duplicate({ commandTimeout: undefined });
+      return new Connection(copy);
+    }
+    const copy = c.duplicate();
+    await copy.connect();
+    return new Connection(copy);
+  }
+
+  close() {
+    const c = this.client;
+    if (this.kind === 'ioredis') {
+      c.disconnect();
+    } else if (typeof c.destroy === 'function') {
+      c.destroy();
+    } else {
+      c.close();
+    }
+  }
+}
+
+module.exports = { Connection };

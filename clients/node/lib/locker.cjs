@@ -1,0 +1,267 @@
+'use strict';
+// Locker: locks on one server (a master with its replicas, a cluster), in node-redlock's
+// shape: `acquire`, `release`, `extend`, `using(key, ttl, fn)`; shared holders
+// (read/write locks) and semaphores.
+
+const { Connection } = require('./connection.cjs');
+const { LockError, ResourceLockedError, LockLostError, serverError } = require('./errors.cjs');
+
+const MAX_MS = 2 ** 47 - 1;
+const MAX_LIMIT = 1_000_000;
+
+function checkMs(value, what, minimum) {
+  if (!Number.isInteger(value) || value < minimum || value > MAX_MS) {
+    throw new RangeError(`${what} must be an integer number of ms from ${minimum} to ${MAX_MS}, not ${value}`);
+  }
+  return value;
+}
+
+function resourceOf(resource) {
+  const key = Array.isArray(resource) ? resource : [resource];
+  if (key.length !== 1 || typeof key[0] !== 'string' || key[0] === '') {
+    throw new TypeError('one resource (a non-empty key name) per lock');
+  }
+  return key[0];
+}
+
+function randomToken() {
+  return require('node:crypto').randomBytes(16).toString('hex');
+}
+
+/** `SHARED`, `LIMIT n` or nothing, from the `shared` and `limit` settings. */
+function modeArgs(options) {
+  if (options.limit !== undefined) {
+    if (!Number.isInteger(options.limit) || options.limit < 1 || options.limit > MAX_LIMIT) {
+      throw new RangeError(`limit must be an integer from 1 to ${MAX_LIMIT}, not ${options.limit}`);
+    }
+    return ['LIMIT', options.limit];
+  }
+  return options.shared ? ['SHARED'] : [];
+}
+
+function grantOf(reply) {
+  if (reply === null || reply === undefined) {
+    return null;
+  }
+  return { token: String(reply[0]), fence: Number(reply[1]) };
+}
+
+/** Whether `error` is the server's error reply (its message starts with the code). */
+function isServerReply(error) {
+  return error instanceof Error && /^[A-Z][A-Z_]+( |$)/.test(error.message);
+}
+
+/**
+ * Sends `args` on `send`. A server's error reply becomes a LockError naming the key
+ * (a `WRONGTYPE`, a key of another type holding the name, resolves to `onWrongType`
+ * when given); a connection's failure stays as the client library reports it.
+ */
+async function command(send, key, args, onWrongType) {
+  try {
+    return await send(args);
+  } catch (error) {
+    if (!isServerReply(error)) {
+      throw error;
+    }
+    if (onWrongType !== undefined && error.message.startsWith('WRONGTYPE')) {
+      return onWrongType;
+    }
+    throw serverError(key, error);
+  }
+}
+
+class Lock {
+  constructor(locker, resource, key, token, fence, duration, session) {
+    this.locker = locker;
+    /** The resource as named by the caller. */
+    this.resource = resource;
+    /** The key on the server (with the client's key prefix). */
+    this.key = key;
+    /** The token that proves ownership (node-redlock's `value`). */
+    this.value = token;
+    /** The fencing token: exact as a number (the module keeps fences below 2^53). */
+    this.fence = fence;
+    this.duration = duration;
+    this.session = session;
+    /** When the lock expires (ms since the epoch), as far as the client knows. */
+    this.expiration = Date.now() + duration;
+  }
+
+  /** Releases the lock; throws LockLostError if it was no longer held. */
+  async release() {
+    const send = (args) => this.locker.connection.send(args);
+    const released = await command(send, this.key, ['LOCK.RELEASE', this.key, this.value], 0);
+    this.expiration = 0;
+    if (Number(released) !== 1) {
+      throw new LockLostError(`${this.resource}: the lock was no longer held when released`);
+    }
+  }
+
+  /** Sets what is left of the lock's time to `duration` ms; throws LockLostError if gone. */
+  async extend(duration) {
+    checkMs(duration, 'duration', 1);
+    const send = (args) => this.locker.connection.send(args);
+    const extended = await command(send, this.key, ['LOCK.EXTEND', this.key, this.value, duration], 0);
+    if (Number(extended) !== 1) {
+      this.expiration = 0;
+      throw new LockLostError(`${this.resource}: the lock was no longer held when extended`);
+    }
+    this.duration = duration;
+    this.expiration = Date.now() + duration;
+    return this;
+  }
+}
+
+/**
+ * Runs `routine(signal, lock)` holding `lock`, extending it every `every` ms until it
+ * returns, then releases it. If the lock is lost (an extend answered 0, or failed for a
+ * whole `duration`), `signal` aborts with `signal.reason` (and `signal.error`) a
+ * LockLostError.
+ */
+async function holdWhile(lock, duration, every, routine, extend) {
+  const controller = new AbortController();
+  let lastOk = Date.now();
+  let stopped = false;
+  let timer;
+  const lose = (error) => {
+    controller.signal.error = error;
+    controller.abort(error);
+  };
+  const tick = async () => {
+    if (stopped) {
+      return;
+    }
+    try {
+      lock = await extend(lock);
+      lastOk = Date.now();
+    } catch (error) {
+      if (error instanceof LockLostError) {
+        return lose(error);
+      }
+      if (Date.now() - lastOk >= duration) {
+        return lose(new LockLostError(`${lock.resource}: unreachable for a whole TTL (${error.message})`));
+      }
+    }
+    if (!stopped) {
+      timer = setTimeout(tick, every);
+    }
+  };
+  timer = setTimeout(tick, every);
+  try {
+    return await routine(controller.signal, lock);
+  } finally {
+    stopped = true;
+    clearTimeout(timer);
+    if (!controller.signal.aborted) {
+      await lock.release().catch(() => {});
+    }
+  }
+}
+
+class Locker {
+  /**
+   * `client`: an ioredis `Redis` or `Cluster`, or a connected node-redis client, pool or
+   * cluster. A waiting acquire runs on a connection of its own (a duplicate without a
+   * command timeout, or a client the pool lends), so the shared one is never blocked.
+   */
+  constructor(client, settings = {}) {
+    this.connection = new Connection(client);
+    this.settings = settings;
+  }
+
+  /**
+   * Takes `resource` for `duration` ms. Settings: `wait` (ms to wait for a busy lock in
+   * the server's first-come-first-served queue; 0 without limit), `session` (grace ms:
+   * the lock goes `session` ms after this client's connection closes), `token`,
+   * `shared` (a reader of a read/write lock), `limit` (one of at most `limit` holders: a
+   * semaphore). Resolves to a Lock; rejects with ResourceLockedError when busy.
+   */
+  async acquire(resource, duration, settings = {}) {
+    const name = resourceOf(resource);
+    const options = { ...this.settings, ...settings };
+    checkMs(duration, 'duration', 1);
+    const wait = options.wait === undefined ? undefined : checkMs(options.wait, 'wait', 0);
+    const session = options.session === undefined ? undefined : checkMs(options.session, 'session', 0);
+    const token = options.token === undefined ? randomToken() : String(options.token);
+    if (token.length < 1 || Buffer.byteLength(token) > 256) {
+      throw new RangeError('token must be 1 to 256 bytes');
+    }
+    const key = this.connection.keyOf(name);
+    const args = ['LOCK.ACQUIRE', key, duration, 'TOKEN', token, ...modeArgs(options)];
+    if (session !== undefined) {
+      args.push('SESSION', session);
+    }
+    let granted;
+    if (wait === undefined) {
+      granted = grantOf(await command((a) => this.connection.send(a), key, args, null));
+    } else {
+      granted = grantOf(await command((a) => this.connection.sendBlocking(a), key, [...args, 'WAIT', wait], null));
+      if (granted !== null && session !== undefined) {
+        // The same acquire on the shared connection (same token: same grant, same
+        // fence) binds the lock there before the waiting one closes.
+        granted = grantOf(await command((a) => this.connection.send(a), key, args, null));
+      }
+    }
+    if (granted === null) {
+      throw new ResourceLockedError(`${name} is locked by another holder`);
+    }
+    return new Lock(this, name, key, granted.token, granted.fence, duration, session);
+  }
+
+  /** A reader of the read/write lock `resource`: `acquire(..., { shared: true })`. */
+  readLock(resource, duration, settings = {}) {
+    return this.acquire(resource, duration, { ...settings, shared: true });
+  }
+
+  /** The writer of the read/write lock `resource`: a plain `acquire`. */
+  writeLock(resource, duration, settings = {}) {
+    return this.acquire(resource, duration, settings);
+  }
+
+  /** One of at most `permits` holders of the semaphore `resource`. */
+  semaphore(resource, permits, duration, settings = {}) {
+    return this.acquire(resource, duration, { ...settings, limit: permits });
+  }
+
+  release(lock) {
+    return lock.release();
+  }
+
+  extend(lock, duration) {
+    return lock.extend(duration);
+  }
+
+  /**
+   * Runs `routine(signal, lock)` holding `resource`, extending the lock every third of
+   * `duration` (or `settings.extendEvery` ms) until it returns, then releases it. If the
+   * lock is lost, `signal` is aborted with `signal.reason` (and `signal.error`) a
+   * LockLostError: check `signal.aborted` between steps, or pass the signal on.
+   */
+  async using(resource, duration, settings, routine) {
+    if (typeof settings === 'function') {
+      routine = settings;
+      settings = {};
+    }
+    const lock = await this.acquire(resource, duration, settings);
+    const every = settings.extendEvery === undefined ? Math.max(1, Math.floor(duration / 3)) : settings.extendEvery;
+    return holdWhile(lock, duration, every, routine, (held) => held.extend(duration));
+  }
+
+  /** LOCK.INFO as an object of numbers (ttl, fence, acquired, waiters, ...), or null. */
+  async info(resource) {
+    const key = this.connection.keyOf(resourceOf(resource));
+    const reply = await command((a) => this.connection.send(a), key, ['LOCK.INFO', key]);
+    if (reply === null || reply === undefined) {
+      return null;
+    }
+    const pairs = Array.isArray(reply) ? reply : Object.entries(reply).flat();
+    const fields = {};
+    for (let i = 0; i + 1 < pairs.length; i += 2) {
+      const value = pairs[i + 1];
+      fields[String(pairs[i])] = /^-?\d+$/.test(String(value)) ? Number(value) : String(value);
+    }
+    return fields;
+  }
+}
+
+module.exports = { Locker, Lock, checkMs, resourceOf, randomToken, grantOf, command, holdWhile, LockError };
