@@ -1,6 +1,7 @@
 //! The PHP clients (`clients/php`, on phpredis) run their check scripts against a server
-//! started here, so the server is cleaned up whatever the script does: `RedisLock`,
-//! `RedisQueue` and the flash-sale example (50 buyer processes at once), loaded through
+//! started here (and a 3-master cluster), so they are cleaned up whatever the script does:
+//! `RedisLock`, `RedisQueue` and the flash-sale example (50 buyer processes at once), on
+//! `Redis`, `RedisCluster` and config arrays, loaded through
 //! the PSR-4 mapping of `composer.json`, and the `OrderLock` helper. A missing
 //! interpreter or phpredis fails the test (`make deps-test` installs them), and so does a
 //! check the script reports as skipped (a `SKIPPED:` line). The Python package has its
@@ -11,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::TestServer;
+use common::{MiniCluster, TestServer};
 
 fn script(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -77,7 +78,14 @@ fn php_order_lock_helper_works_through_phpredis() {
 #[test]
 fn php_redis_lock_queue_and_flash_sale_work_through_phpredis() {
     let server = TestServer::start();
-    let stdout = run("PHP", "php", "clients/php/tests/run.php", &server, &[]);
+    let cluster = MiniCluster::start(3);
+    let stdout = run(
+        "PHP",
+        "php",
+        "clients/php/tests/run.php",
+        &server,
+        &[&cluster.nodes[0]],
+    );
     for check in [
         "ok - it waited in the server: one LOCK.ACQUIRE, whatever $waitIntervalUs",
         "ok - 10 workers popping at once take each of 300 tasks exactly once",

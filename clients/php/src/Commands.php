@@ -5,20 +5,29 @@ declare(strict_types=1);
 namespace RedisLock;
 
 use Redis;
+use RedisCluster;
 
 /**
- * The module's commands through phpredis `rawCommand`, with errors told apart from nil
- * replies (phpredis answers `false` for both) and waits given a read timeout longer
- * than themselves.
+ * The module's commands through phpredis `rawCommand` (on a `Redis` or a
+ * `RedisCluster`), with errors told apart from nil replies (phpredis answers `false` for
+ * both), keys given the connection's `OPT_PREFIX` (which phpredis adds to the commands
+ * it knows, not to `rawCommand`), and waits given a read timeout longer than themselves.
  */
 final class Commands
 {
-    /** @var Redis */
+    /** @var Redis|RedisCluster */
     private $redis;
 
-    public function __construct(Redis $redis)
+    /** @param Redis|RedisCluster $redis */
+    public function __construct($redis)
     {
         $this->redis = $redis;
+    }
+
+    /** The key `$name` names on the server: with the connection's `OPT_PREFIX`. */
+    public function key(string $name): string
+    {
+        return $this->redis->_prefix($name);
     }
 
     /**
@@ -81,12 +90,15 @@ final class Commands
     /** A blocking call: the socket's read timeout is raised above the wait for it. */
     private function waiting(array $args, int $waitMs)
     {
+        if ($this->redis instanceof RedisCluster) {
+            return $this->clusterWaiting($args, $waitMs);
+        }
         $previous = $this->redis->getOption(Redis::OPT_READ_TIMEOUT);
         // 0 means "never set": the stream's default, which setting 0 would not restore.
         if ((float) $previous === 0.0) {
             $previous = (float) ini_get('default_socket_timeout');
         }
-        $this->redis->setOption(Redis::OPT_READ_TIMEOUT, $waitMs === 0 ? -1 : $waitMs / 1000 + 5);
+        $this->redis->setOption(Redis::OPT_READ_TIMEOUT, self::readTimeout($waitMs));
         try {
             return $this->call($args);
         } finally {
@@ -94,11 +106,62 @@ final class Commands
         }
     }
 
+    private static function readTimeout(int $waitMs): float
+    {
+        return $waitMs === 0 ? -1.0 : $waitMs / 1000 + 5;
+    }
+
+    /**
+     * A blocking call on a cluster: on a connection of its own to the node serving the
+     * key (found by following `MOVED`/`ASK` from any master), with a read timeout above
+     * the wait, so the cluster's shared connections and their timeouts are untouched.
+     * A session-bound grant is moved to the cluster's connection before this one closes.
+     */
+    private function clusterWaiting(array $args, int $waitMs)
+    {
+        [$host, $port] = $this->redis->_masters()[0];
+        $asking = false;
+        for ($hops = 0; $hops < 5; $hops++) {
+            $node = new Redis();
+            $node->connect((string) $host, (int) $port);
+            $node->setOption(Redis::OPT_READ_TIMEOUT, self::readTimeout($waitMs));
+            try {
+                if ($asking) {
+                    $node->rawCommand('ASKING');
+                }
+                $node->clearLastError();
+                $reply = $node->rawCommand(...$args);
+                $error = $node->getLastError();
+            } catch (\RedisException $e) {
+                // phpredis throws a redirection rather than answering it as an error.
+                [$reply, $error] = [false, $e->getMessage()];
+            } finally {
+                $node->close();
+            }
+            if ($reply !== false || $error === null) {
+                $session = array_search('SESSION', $args, true);
+                if (is_array($reply) && $session !== false) {
+                    $wait = array_search('WAIT', $args, true);
+                    array_splice($args, (int) $wait, 2);
+                    return $this->call($args);
+                }
+                return $reply;
+            }
+            if (!preg_match('/^(MOVED|ASK) \d+ (.+):(\d+)$/', $error, $m)) {
+                throw new LockException($args[0] . ': ' . $error);
+            }
+            [$asking, $host, $port] = [$m[1] === 'ASK', $m[2], (int) $m[3]];
+        }
+        throw new LockException($args[0] . ': too many redirections for ' . $args[1]);
+    }
+
     /** rawCommand, throwing on an error reply (WRONGTYPE, a bad argument). */
     public function call(array $args)
     {
         $this->redis->clearLastError();
-        $reply = $this->redis->rawCommand(...$args);
+        $reply = $this->redis instanceof RedisCluster
+            ? $this->redis->rawCommand($args[1], ...$args)
+            : $this->redis->rawCommand(...$args);
         $error = $this->redis->getLastError();
         if ($reply === false && $error !== null) {
             $this->redis->clearLastError();

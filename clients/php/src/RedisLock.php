@@ -22,7 +22,8 @@ use Redis;
  *   the same shape as `lock` (`unlock`, `expire`, `isLocking`, `fence` work on them).
  *
  * Tokens are kept per name inside the object: use one object per worker, not one shared
- * by several. Keys are `Lock:<name>` (the prefix is the constructor's second argument).
+ * by several. Keys are `Lock:<name>` (the prefix is the constructor's second argument),
+ * after the connection's own `OPT_PREFIX`, as for every other key.
  */
 class RedisLock
 {
@@ -38,13 +39,17 @@ class RedisLock
     private $sharedNames = [];
 
     /**
+     * $param: a connected `Redis` or `RedisCluster`, or the articles' config array (see
+     * Connection), or nothing for 127.0.0.1:6379.
      * $sessionSeconds binds every lock to this connection: if the PHP process dies, the
      * server frees its locks that many seconds later (0: at once), whatever their
      * expiry. Not with `pconnect`: a persistent connection outlives the request.
+     *
+     * @param Redis|\RedisCluster|array<string, mixed>|null $param
      */
-    public function __construct(Redis $redis, string $prefix = 'Lock:', ?float $sessionSeconds = null)
+    public function __construct($param = null, string $prefix = 'Lock:', ?float $sessionSeconds = null)
     {
-        $this->commands = new Commands($redis);
+        $this->commands = new Commands(Connection::open($param));
         $this->prefix = $prefix;
         $this->sessionMs = $sessionSeconds === null ? null : self::ms($sessionSeconds, 'sessionSeconds', 0);
     }
@@ -99,7 +104,7 @@ class RedisLock
         $ttlMs = self::ms($expire, 'expire', 1);
         $waitMs = $timeout > 0 ? self::ms($timeout, 'timeout', 1) : null;
         $token = isset($this->lockedNames[$name]) ? $this->lockedNames[$name][0] : bin2hex(random_bytes(16));
-        $granted = $this->commands->acquire($this->prefix . $name, $ttlMs, $token, $waitMs, $this->sessionMs, $mode);
+        $granted = $this->commands->acquire($this->key($name), $ttlMs, $token, $waitMs, $this->sessionMs, $mode);
         if ($granted === null) {
             unset($this->lockedNames[$name], $this->sharedNames[$name]);
             return false;
@@ -121,7 +126,7 @@ class RedisLock
         }
         $token = $this->lockedNames[$name][0];
         unset($this->lockedNames[$name], $this->sharedNames[$name]);
-        return $this->commands->release($this->prefix . $name, $token);
+        return $this->commands->release($this->key($name), $token);
     }
 
     /** Releases every lock this object holds; true if all of them were still held. */
@@ -142,7 +147,7 @@ class RedisLock
         if (!isset($this->lockedNames[$name])) {
             return false;
         }
-        return $this->commands->extend($this->prefix . $name, $this->lockedNames[$name][0], self::ms($expire, 'expire', 1));
+        return $this->commands->extend($this->key($name), $this->lockedNames[$name][0], self::ms($expire, 'expire', 1));
     }
 
     /**
@@ -157,9 +162,9 @@ class RedisLock
             return false;
         }
         if (isset($this->sharedNames[$name])) {
-            return $this->commands->extend($this->prefix . $name, $this->lockedNames[$name][0], $this->sharedNames[$name][1]);
+            return $this->commands->extend($this->key($name), $this->lockedNames[$name][0], $this->sharedNames[$name][1]);
         }
-        $info = $this->commands->info($this->prefix . $name);
+        $info = $this->commands->info($this->key($name));
         return $info !== null && ($info['fence'] ?? null) === $this->lockedNames[$name][1];
     }
 
@@ -167,6 +172,12 @@ class RedisLock
     public function fence(string $name): ?int
     {
         return isset($this->lockedNames[$name]) ? $this->lockedNames[$name][1] : null;
+    }
+
+    /** The lock's key on the server: the prefixes, then the name. */
+    private function key(string $name): string
+    {
+        return $this->commands->key($this->prefix . $name);
     }
 
     /** @param int|float $seconds */

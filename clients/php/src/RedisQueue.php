@@ -5,83 +5,141 @@ declare(strict_types=1);
 namespace RedisLock;
 
 use Redis;
+use RedisCluster;
 
 /**
- * The RedisQueue of the PHP articles: a task queue on a sorted set, highest score first
- * (the score is the priority; equal scores in reverse order of their ids), whose
- * read-and-remove steps are guarded by a RedisLock on the queue's name so that two
- * workers never take the same task.
+ * The RedisQueue of the PHP articles: a delayed task queue on the sorted set
+ * `Queue:<name>`, each task's score the unix time (seconds) from which it is due. Every
+ * step that reads and writes the set runs under the RedisLock `Queue:<name>` (key
+ * `Lock:Queue:<name>`), waiting up to `$timeout` seconds for another worker's step, so
+ * two workers never take the same task.
  *
- * Keys: the sorted set `Queue:<name>`, its lock `Lock:Queue:<name>`.
+ * - `enqueue($name, $id, $timeout = 10, $afterInterval = 0)`: queues `$id` (or each id
+ *   of an array) due `$afterInterval` seconds from now; an id already queued keeps its
+ *   place (it is never moved).
+ * - `dequeue($name, $id, $score, $timeout = 10)`: removes `$id` if its score is still
+ *   `$score` (the one `top` or `pop` gave).
+ * - `pop($name, $count = 1, $timeout = 10)`: takes up to `$count` due tasks off the
+ *   queue, oldest first, as `['id' => ..., 'score' => ...]` pairs: one pair, or false,
+ *   when `$count` is 1.
+ * - `top($name, $count = 1)`: the same, left queued.
+ *
+ * The steps that take the lock answer false (pop with `$count` over 1: []) when it
+ * stayed busy for `$timeout` seconds.
  */
 class RedisQueue
 {
-    /** @var Redis */
+    /** @var Redis|RedisCluster */
     private $redis;
     /** @var RedisLock */
     private $lock;
-    /** @var float */
-    private $lockTimeout;
 
     /**
-     * $lockTimeout: how long `pop` waits for another worker's pop to finish (seconds).
+     * @param Redis|RedisCluster|array<string, mixed>|null $param a connection, or the
+     *   articles' config array (see Connection)
      */
-    public function __construct(Redis $redis, ?RedisLock $lock = null, float $lockTimeout = 5.0)
+    public function __construct($param = null, ?RedisLock $lock = null)
     {
-        $this->redis = $redis;
-        $this->lock = $lock ?? new RedisLock($redis);
-        $this->lockTimeout = $lockTimeout;
-    }
-
-    /** Adds (or re-scores) task `$id` with priority `$score`; true if it was new. */
-    public function enqueue(string $name, string $id, float $score = 0.0): bool
-    {
-        return $this->redis->zAdd($this->key($name), $score, $id) === 1;
-    }
-
-    /** Removes task `$id` without running it; true if it was queued. */
-    public function dequeue(string $name, string $id): bool
-    {
-        return $this->redis->zRem($this->key($name), $id) === 1;
+        $this->redis = Connection::open($param);
+        $this->lock = $lock ?? new RedisLock($this->redis);
     }
 
     /**
-     * Takes up to `$count` tasks of the highest priority off the queue and returns their
-     * ids, highest first: each id goes to exactly one caller. An empty array when the
-     * queue is empty; a LockException when another worker's pop holds the queue for
-     * longer than the lock timeout.
-     *
-     * @return list<string>
+     * @param string|int|list<string|int> $id
+     * @param int|float $timeout
      */
-    public function pop(string $name, int $count = 1): array
+    public function enqueue(string $name, $id, $timeout = 10, int $afterInterval = 0): bool
     {
-        $lockName = 'Queue:' . $name;
-        if (!$this->lock->lock($lockName, $this->lockTimeout, 10)) {
-            throw new LockException("pop: the queue $name stayed locked for {$this->lockTimeout} s");
+        $ids = array_map('strval', is_array($id) ? array_values($id) : [$id]);
+        if ($name === '' || $ids === [] || in_array('', $ids, true) || $afterInterval < 0) {
+            throw new LockException('enqueue: a queue name, one or more non-empty ids and a delay of 0 or more');
         }
-        try {
-            $ids = $this->top($name, $count);
-            if ($ids !== []) {
-                $this->redis->zRem($this->key($name), ...$ids);
+        return $this->locked($name, $timeout, function () use ($name, $ids, $afterInterval): bool {
+            $args = [$this->key($name), ['NX']];
+            foreach ($ids as $item) {
+                array_push($args, time() + $afterInterval, $item);
             }
-            return $ids;
-        } finally {
-            $this->lock->unlock($lockName);
-        }
+            $this->redis->zAdd(...$args);
+            return true;
+        }) ?? false;
     }
 
     /**
-     * The ids of up to `$count` tasks of the highest priority, highest first, left on
-     * the queue.
-     *
-     * @return list<string>
+     * @param string|int $id
+     * @param int|float $score
+     * @param int|float $timeout
      */
-    public function top(string $name, int $count = 1): array
+    public function dequeue(string $name, $id, $score, $timeout = 10): bool
+    {
+        return $this->locked($name, $timeout, function () use ($name, $id, $score): bool {
+            $current = $this->redis->zScore($this->key($name), (string) $id);
+            return $current !== false && (float) $current === (float) $score
+                && $this->redis->zRem($this->key($name), (string) $id) === 1;
+        }) ?? false;
+    }
+
+    /**
+     * @param int|float $timeout
+     * @return array{id: string, score: int|float}|false|list<array{id: string, score: int|float}>
+     */
+    public function pop(string $name, int $count = 1, $timeout = 10)
+    {
+        $taken = $this->locked($name, $timeout, function () use ($name, $count): array {
+            $due = $this->due($name, $count);
+            if ($due !== []) {
+                $this->redis->zRem($this->key($name), ...array_column($due, 'id'));
+            }
+            return $due;
+        }) ?? [];
+        return $count === 1 ? ($taken[0] ?? false) : $taken;
+    }
+
+    /** @return array{id: string, score: int|float}|false|list<array{id: string, score: int|float}> */
+    public function top(string $name, int $count = 1)
+    {
+        $due = $this->due($name, $count);
+        return $count === 1 ? ($due[0] ?? false) : $due;
+    }
+
+    /**
+     * Up to `$count` tasks due now, oldest first (ties by id).
+     *
+     * @return list<array{id: string, score: int|float}>
+     */
+    private function due(string $name, int $count): array
     {
         if ($count < 1) {
             return [];
         }
-        return array_values(array_map('strval', $this->redis->zRevRange($this->key($name), 0, $count - 1)));
+        $scores = $this->redis->zRangeByScore($this->key($name), '-inf', (string) time(), [
+            'withscores' => true,
+            'limit' => [0, $count],
+        ]);
+        $due = [];
+        foreach ((array) $scores as $id => $score) {
+            $whole = (float) $score === floor((float) $score);
+            $due[] = ['id' => (string) $id, 'score' => $whole ? (int) $score : (float) $score];
+        }
+        return $due;
+    }
+
+    /**
+     * Runs `$step` holding the queue's lock; null if the lock stayed busy.
+     *
+     * @param int|float $timeout
+     * @return mixed
+     */
+    private function locked(string $name, $timeout, callable $step)
+    {
+        $lockName = 'Queue:' . $name;
+        if (!$this->lock->lock($lockName, $timeout, 10)) {
+            return null;
+        }
+        try {
+            return $step();
+        } finally {
+            $this->lock->unlock($lockName);
+        }
     }
 
     private function key(string $name): string

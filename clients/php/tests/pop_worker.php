@@ -7,9 +7,7 @@ declare(strict_types=1);
 
 require __DIR__ . '/../autoload.php';
 
-$redis = new Redis();
-$redis->connect('127.0.0.1', (int) $argv[1]);
-$queue = new RedisLock\RedisQueue($redis, null, 30.0);
-while (($ids = $queue->pop($argv[2], 3)) !== []) {
-    echo implode("\n", $ids), "\n";
+$queue = new RedisLock\RedisQueue(['host' => '127.0.0.1', 'port' => (int) $argv[1]]);
+while (($tasks = $queue->pop($argv[2], 3, 30)) !== []) {
+    echo implode("\n", array_column($tasks, 'id')), "\n";
 }

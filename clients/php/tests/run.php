@@ -1,7 +1,7 @@
 <?php
 
 // Checks RedisLock, RedisQueue and the flash-sale example against a server with the
-// module:   php run.php PORT
+// module and a cluster of servers with it:   php run.php PORT CLUSTER_PORT
 // Prints one line per check; exits non-zero on the first failure.
 // client/tests/other_languages.rs starts the server and runs this.
 
@@ -164,31 +164,79 @@ check('an empty name is refused', throws(function () use ($a) {
 }, 'name'));
 check('and nothing was taken', $r->exists('Lock:bad', 'Lock:') === 0);
 
-// --- RedisQueue ------------------------------------------------------------------------
+// --- RedisQueue (the articles' delayed queue) ---------------------------------------------
 
-$queue = new RedisQueue($r);
-check('enqueue adds new tasks', $queue->enqueue('mail', 'low', 1) && $queue->enqueue('mail', 'high', 9) && $queue->enqueue('mail', 'mid', 5));
-check('enqueue of a queued task answers false', !$queue->enqueue('mail', 'mid', 6));
-check('top reads the highest first, leaving them queued', $queue->top('mail', 2) === ['high', 'mid'] && $r->zCard('Queue:mail') === 3);
-check('dequeue removes a task', $queue->dequeue('mail', 'high') && !$queue->dequeue('mail', 'high'));
-check('pop takes the highest', $queue->pop('mail', 1) === ['mid'] && $queue->pop('mail', 5) === ['low']);
-check('pop of an empty queue answers []', $queue->pop('mail') === [] && $r->exists('Lock:Queue:mail') === 0);
+$queue = new RedisQueue(['host' => '127.0.0.1', 'port' => $port]);
+$now = time();
+check('enqueue queues ids due now, one or several', $queue->enqueue('mail', 'first') && $queue->enqueue('mail', ['second', 'third']));
+check('each scored with its enqueue time', abs((int) $r->zScore('Queue:mail', 'first') - $now) <= 1);
+check('a delayed id is scored later', $queue->enqueue('mail', 'later', 10, 60) && (int) $r->zScore('Queue:mail', 'later') >= $now + 59);
+$r->zAdd('Queue:mail', ['XX'], $now - 100, 'first'); // as if queued 100 s ago
+check('enqueue never moves a known id', $queue->enqueue('mail', 'first', 10, 30) && (int) $r->zScore('Queue:mail', 'first') === $now - 100);
+$top = $queue->top('mail');
+check('top(1) is the oldest due task as an id/score pair', $top === ['id' => 'first', 'score' => $now - 100]);
+check('top reads without removing', $r->zCard('Queue:mail') === 4);
+$due = $queue->top('mail', 10);
+check('top(n) lists only due tasks, oldest first', array_column($due, 'id') === ['first', 'second', 'third']);
+check('dequeue with another score removes nothing', !$queue->dequeue('mail', 'second', $now - 5000) && $r->zScore('Queue:mail', 'second') !== false);
+check('dequeue with its score removes it', $queue->dequeue('mail', 'second', $due[1]['score']) && $r->zScore('Queue:mail', 'second') === false);
+check('pop(1) takes the oldest due task as a pair', $queue->pop('mail') === ['id' => 'first', 'score' => $now - 100]);
+check('pop(n) takes the due ones only, as a list', array_column($queue->pop('mail', 5), 'id') === ['third']);
+check('the delayed task stays queued', $r->zCard('Queue:mail') === 1 && $queue->top('mail') === false);
+check('pop(1) of nothing due answers false, pop(n) []', $queue->pop('mail') === false && $queue->pop('mail', 5) === []);
+check('no queue lock is left behind', $r->exists('Lock:Queue:mail') === 0);
 
 $busy = new RedisLock(connect($port));
 $busy->lock('Queue:mail', 0, 30);
-$queue->enqueue('mail', 'waiting', 1);
-check('pop waits for the queue lock and gives up with a LockException', throws(function () use ($r) {
-    (new RedisQueue($r, null, 0.2))->pop('mail');
-}, 'locked'));
-check('leaving the task queued', $queue->top('mail') === ['waiting']);
+$queue->enqueue('jobs-busy', 'x');
+$started = microtime(true);
+check('a step waits for the queue lock, then answers false', (new RedisQueue($r))->pop('mail', 1, 0.2) === false && microtime(true) - $started >= 0.2);
+check('enqueue too', !(new RedisQueue($r))->enqueue('mail', 'y', 0.2));
 $busy->unlockAll();
+check('bad input is refused before any command', throws(function () use ($queue) {
+    $queue->enqueue('mail', []);
+}, 'enqueue'));
 
 for ($i = 0; $i < 300; $i++) {
-    $queue->enqueue('jobs', sprintf('job-%03d', $i), $i % 7);
+    $queue->enqueue('jobs', sprintf('job-%03d', $i));
 }
 $outputs = runAll(array_fill(0, 10, [__DIR__ . '/pop_worker.php', (string) $port, 'jobs']));
 $taken = array_values(array_filter(explode("\n", implode("\n", $outputs)), 'strlen'));
 check('10 workers popping at once take each of 300 tasks exactly once', count($taken) === 300 && count(array_unique($taken)) === 300);
+
+// --- connections: config arrays, OPT_PREFIX, RedisCluster ---------------------------------
+
+$fromParam = new RedisLock(['host' => '127.0.0.1', 'port' => $port, 'timeout' => 2, 'index' => 3]);
+check('RedisLock takes the articles\' config array', $fromParam->lock('cfg'));
+$r->select(3);
+check('and its database index', $r->exists('Lock:cfg') === 1);
+$r->select(0);
+$fromParam->unlockAll();
+check('a bad config is a LockException', throws(function () {
+    new RedisLock('redis://nowhere');
+}, 'config array'));
+
+$prefixed = connect($port);
+$prefixed->setOption(Redis::OPT_PREFIX, 'app:');
+$withPrefix = new RedisLock($prefixed);
+check('OPT_PREFIX applies to the lock key', $withPrefix->lock('job') && $r->exists('app:Lock:job') === 1 && $r->exists('Lock:job') === 0);
+check('and to every lock command', $withPrefix->isLocking('job') && $withPrefix->expire('job', 30) && $withPrefix->unlock('job') && $r->exists('app:Lock:job') === 0);
+$prefixedQueue = new RedisQueue($prefixed);
+check('a queue on a prefixed connection', $prefixedQueue->enqueue('q', 'a') && $r->zCard('app:Queue:q') === 1 && $prefixedQueue->pop('q')['id'] === 'a');
+
+$clusterPort = (int) ($argv[2] ?? 0);
+$cluster = new RedisCluster(null, ["127.0.0.1:$clusterPort"], 2.0, 0.5);
+$c1 = new RedisLock($cluster);
+$c2 = new RedisLock(['cluster' => ["127.0.0.1:$clusterPort"], 'timeout' => 2, 'read_timeout' => 0.5]);
+check('RedisLock works on a RedisCluster', $c1->lock('cl:order') && $c1->isLocking('cl:order') && !$c2->lock('cl:order'));
+$held = $c1->fence('cl:order');
+$c1->expire('cl:order', 0.8);
+$started = microtime(true);
+check('a wait on a cluster outlasts its read timeout (0.5 s)', $c2->lock('cl:order', 5) && microtime(true) - $started >= 0.6);
+check('with a greater fence', $c2->fence('cl:order') > $held);
+check('and releases there', $c2->unlock('cl:order') && !$c1->unlock('cl:order'));
+$clusterQueue = new RedisQueue($cluster);
+check('RedisQueue works on a RedisCluster', $clusterQueue->enqueue('cq', ['a', 'b']) && count($clusterQueue->pop('cq', 5)) === 2);
 
 // --- the flash sale ----------------------------------------------------------------------
 
