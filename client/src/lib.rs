@@ -81,6 +81,7 @@
 pub mod aio;
 pub mod commands;
 mod guard;
+mod link;
 mod lost;
 mod options;
 pub mod redlock;

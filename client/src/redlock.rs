@@ -49,7 +49,7 @@ use redis::{Connection, FromRedisValue, RedisResult};
 
 use crate::commands::{Grant, acquire_cmd, extend_cmd, release_cmd};
 use crate::guard::outcome_unknown;
-use crate::sync::connect;
+use crate::link::connect;
 use crate::token::new_token;
 
 /// How a Redlock acquire is tried.

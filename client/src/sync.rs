@@ -5,38 +5,45 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use redis::{Connection, FromRedisValue, RedisResult};
+use redis::{FromRedisValue, RedisResult};
 
 use crate::commands::{Grant, LockInfo, Mode, acquire_mode_cmd, extend_cmd, info_cmd, release_cmd};
 use crate::guard::{
     DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
 };
+use crate::link::{Link, Links, Source};
 use crate::lost::{LockLost, LostFlag, LostReason};
 use crate::options::LockOptions;
 
-/// Opens a blocking connection with connect, read and write timeouts.
-pub(crate) fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<Connection> {
-    let con = client.get_connection_with_timeout(timeout)?;
-    con.set_read_timeout(Some(timeout))?;
-    con.set_write_timeout(Some(timeout))?;
-    Ok(con)
-}
-
-/// Takes locks on one Redis server through blocking connections.
+/// Takes locks on one Redis server, or a Redis Cluster, through blocking connections.
 ///
-/// Each [`Lock`] gets a connection of its own from the [`redis::Client`]: a waiting
-/// acquire blocks its connection, and the watchdog shares the guard's connection.
+/// Each held [`Lock`] has a connection of its own (a waiting acquire blocks its
+/// connection for the wait, a session-bound lock lives with its connection, and the
+/// watchdog shares the guard's connection). Released locks give their connection back:
+/// the locker keeps a few idle ones for the next locks, so taking a lock opens no new
+/// connection once the locker is warm. Cheap to clone: clones share the connections.
 #[derive(Clone, Debug)]
 pub struct Locker {
-    client: redis::Client,
+    links: Arc<Links>,
     command_timeout: Duration,
 }
 
 impl Locker {
     /// A locker on the server `client` points at.
     pub fn new(client: redis::Client) -> Self {
+        Self::with_source(Source::Server(client))
+    }
+
+    /// A locker on the Redis Cluster `client` reaches: each command goes to the node of
+    /// its key, following `MOVED`/`ASK` as the cluster reshards (feature `cluster`).
+    #[cfg(feature = "cluster")]
+    pub fn cluster(client: redis::cluster::ClusterClient) -> Self {
+        Self::with_source(Source::Cluster(client))
+    }
+
+    fn with_source(source: Source) -> Self {
         Locker {
-            client,
+            links: Arc::new(Links::new(source)),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
         }
     }
@@ -97,16 +104,19 @@ impl Locker {
     ) -> RedisResult<Option<Lock>> {
         let key = key.as_ref().to_vec();
         let token = options.token_to_send();
-        let mut con = connect(&self.client, self.command_timeout)?;
+        let mut con = self.links.take(self.command_timeout)?;
         con.set_read_timeout(options.reply_limit(self.command_timeout))?;
         let cmd = options.acquire_cmd(&key, &token);
         let grant = match cmd.query::<Option<Grant>>(&mut con) {
             Ok(Some(grant)) => grant,
-            Ok(None) => return Ok(None),
+            Ok(None) => {
+                self.links.give_back(con);
+                return Ok(None);
+            }
             Err(err) => {
                 if outcome_unknown(&err) {
                     drop(con);
-                    if let Ok(mut con) = connect(&self.client, self.command_timeout) {
+                    if let Ok(mut con) = self.links.fresh(self.command_timeout) {
                         let _: RedisResult<bool> = release_cmd(&key, &token).query(&mut con);
                     }
                 }
@@ -115,7 +125,7 @@ impl Locker {
         };
         con.set_read_timeout(Some(self.command_timeout))?;
         let shared = Arc::new(Shared {
-            client: self.client.clone(),
+            links: self.links.clone(),
             command_timeout: self.command_timeout,
             key,
             token: grant.token,
@@ -141,12 +151,12 @@ impl Locker {
 
 /// What a guard and its watchdog thread share.
 struct Shared {
-    client: redis::Client,
+    links: Arc<Links>,
     command_timeout: Duration,
     key: Vec<u8>,
     token: Vec<u8>,
     /// The guard's connection; `None` after an error, reopened on next use.
-    con: Mutex<Option<Connection>>,
+    con: Mutex<Option<Link>>,
     lost: LostFlag,
     /// The fence of the grant: a reclaim must find the same one.
     fence: u64,
@@ -164,7 +174,7 @@ impl Shared {
         let con = match slot.as_mut() {
             Some(con) => con,
             None => {
-                let mut con = connect(&self.client, self.command_timeout)?;
+                let mut con = self.links.take(self.command_timeout)?;
                 self.reclaim(&mut con)?;
                 slot.insert(con)
             }
@@ -181,7 +191,7 @@ impl Shared {
     /// A session-bound lock whose connection was lost is bound to the new one `con`
     /// (its token acquires it again: same fence, while the grace runs); if that finds
     /// it gone, the lock counts as lost.
-    fn reclaim(&self, con: &mut Connection) -> RedisResult<()> {
+    fn reclaim(&self, con: &mut Link) -> RedisResult<()> {
         let Some(grace) = self.session else {
             return Ok(());
         };
@@ -337,8 +347,20 @@ impl Lock {
         if let Some(watchdog) = self.watchdog.take() {
             watchdog.stop();
         }
-        self.shared
-            .query(&release_cmd(&self.shared.key, &self.shared.token))
+        let released = self
+            .shared
+            .query(&release_cmd(&self.shared.key, &self.shared.token))?;
+        // The lock is gone from this connection: it may serve the next lock.
+        let con = self
+            .shared
+            .con
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(con) = con {
+            self.shared.links.give_back(con);
+        }
+        Ok(released)
     }
 }
 

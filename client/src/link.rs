@@ -1,0 +1,156 @@
+//! Where a blocking [`Locker`](crate::Locker) gets its connections: one server
+//! ([`redis::Client`]) or a Redis Cluster ([`redis::cluster::ClusterClient`], which routes
+//! each command to the node of its key and follows `MOVED`/`ASK`), and the idle
+//! connections it keeps for the next lock, so that taking a lock does not open a new
+//! connection each time.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::{Connection, ConnectionLike, RedisResult, Value};
+
+/// A blocking connection to `client` with connect, read and write timeouts.
+pub(crate) fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<Connection> {
+    let con = client.get_connection_with_timeout(timeout)?;
+    con.set_read_timeout(Some(timeout))?;
+    con.set_write_timeout(Some(timeout))?;
+    Ok(con)
+}
+
+/// The server or cluster a locker connects to.
+#[derive(Clone, Debug)]
+pub(crate) enum Source {
+    Server(redis::Client),
+    #[cfg(feature = "cluster")]
+    Cluster(redis::cluster::ClusterClient),
+}
+
+impl Source {
+    /// A new connection with connect, read and write timeouts.
+    pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<Link> {
+        match self {
+            Source::Server(client) => Ok(Link::Server(connect(client, timeout)?)),
+            #[cfg(feature = "cluster")]
+            Source::Cluster(client) => {
+                let con = client.get_connection()?;
+                con.set_read_timeout(Some(timeout))?;
+                con.set_write_timeout(Some(timeout))?;
+                Ok(Link::Cluster(Box::new(con)))
+            }
+        }
+    }
+}
+
+/// A connection to a server or to a cluster (boxed: a cluster connection is large, and a
+/// guard keeps its link in a mutex for its whole life).
+pub(crate) enum Link {
+    Server(Connection),
+    #[cfg(feature = "cluster")]
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl Link {
+    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> RedisResult<()> {
+        match self {
+            Link::Server(con) => con.set_read_timeout(timeout),
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => con.set_read_timeout(timeout),
+        }
+    }
+
+    fn inner(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Link::Server(con) => con,
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => con.as_mut(),
+        }
+    }
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command(&mut self, cmd: &[u8]) -> RedisResult<Value> {
+        self.inner().req_packed_command(cmd)
+    }
+
+    fn req_packed_commands(
+        &mut self,
+        cmd: &[u8],
+        offset: usize,
+        count: usize,
+    ) -> RedisResult<Vec<Value>> {
+        self.inner().req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Server(con) => con.get_db(),
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => con.get_db(),
+        }
+    }
+
+    fn check_connection(&mut self) -> bool {
+        self.inner().check_connection()
+    }
+
+    fn is_open(&self) -> bool {
+        match self {
+            Link::Server(con) => con.is_open(),
+            #[cfg(feature = "cluster")]
+            Link::Cluster(con) => con.is_open(),
+        }
+    }
+}
+
+/// How many idle connections a locker keeps for its next locks.
+const MAX_IDLE: usize = 16;
+
+/// A locker's source and the connections it keeps idle between locks.
+#[derive(Debug)]
+pub(crate) struct Links {
+    pub(crate) source: Source,
+    idle: Mutex<Vec<Link>>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Link::Server(_) => "Link::Server",
+            #[cfg(feature = "cluster")]
+            Link::Cluster(_) => "Link::Cluster",
+        })
+    }
+}
+
+impl Links {
+    pub(crate) fn new(source: Source) -> Self {
+        Links {
+            source,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An idle connection (its read timeout set to `timeout` again), or a new one.
+    pub(crate) fn take(&self, timeout: Duration) -> RedisResult<Link> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match idle {
+            Some(link) if link.is_open() && link.set_read_timeout(Some(timeout)).is_ok() => {
+                Ok(link)
+            }
+            _ => self.source.connect(timeout),
+        }
+    }
+
+    /// A new connection, never an idle one (for a release after a lost reply).
+    pub(crate) fn fresh(&self, timeout: Duration) -> RedisResult<Link> {
+        self.source.connect(timeout)
+    }
+
+    /// Keeps `link`, whose last command answered in full, for a later lock.
+    pub(crate) fn give_back(&self, link: Link) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < MAX_IDLE && link.is_open() {
+            idle.push(link);
+        }
+    }
+}
