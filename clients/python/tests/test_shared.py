@@ -42,9 +42,12 @@ def test_a_semaphore_gives_out_its_permits_as_context_managers(r, key):
 
 
 def test_a_limit_that_disagrees_is_an_error_naming_limit(r, key):
+    # The package's own error (redis-py's LockError), naming the lock, not a bare
+    # ResponseError that `except LockError` would miss.
     with semaphore(r, key, 2, timeout=30):
-        with pytest.raises(Exception, match="LIMIT"):
+        with pytest.raises(LockError, match="LIMIT") as raised:
             semaphore(r, key, 3, timeout=30).acquire(blocking=False)
+        assert raised.value.lock_name == key
 
 
 def test_bad_limits_are_refused_before_any_command(r, key):

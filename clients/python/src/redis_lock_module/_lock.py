@@ -76,7 +76,7 @@ class Lock(LockState):
         except ResponseError as error:
             if self._wrong_type(error):
                 return None  # a key of another type holds the name, as for redis-py
-            raise
+            raise self._refused(error) from error
         if granted is not None and self.timeout is None:
             self.redis.persist(self.name)
         return granted

@@ -235,6 +235,12 @@ class LockState:
         if nodes_manager is not None:
             nodes_manager.initialize()
 
+    def _refused(self, error: ResponseError) -> LockError:
+        """The server refused the command (an argument it does not accept, a limit that
+        disagrees with the holders'): a LockError naming the lock, with the server's
+        words, so that `except LockError` sees it."""
+        return lock_error(LockError, f"The server refused the lock: {error}", self.name)
+
     @staticmethod
     def _wrong_type(error: ResponseError) -> bool:
         """A key of another type (a plain SET overwrote the lock): not held by this
