@@ -1,7 +1,7 @@
 //! What a lock key holds: one exclusive holder, or shared holders. Pure Rust, no FFI.
 //!
 //! The exclusive value is the one every plain lock has, and it stays as small as a
-//! `LockState` (32 bytes, one allocation with a server-made token): shared holders live
+//! `LockState` (24 bytes, one allocation with a server-made token): shared holders live
 //! behind one pointer in the same space, the variant's tag in the lock's spare values.
 
 use crate::holders::Holders;

@@ -1,5 +1,5 @@
 //! LOCK.ACQUIRE, LOCK.RELEASE, LOCK.EXTEND and LOCK.INFO on a real server: tokens,
-//! replies, ownership, TTLs, fences and the shape of LOCK.INFO (SPEC.md, "LOCK.*").
+//! replies, ownership, TTLs, fences and the shape of LOCK.INFO (docs/commands.md).
 
 mod common;
 

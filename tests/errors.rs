@@ -1,4 +1,4 @@
-//! Bad input and keys of other types (SPEC.md, "Errors"): every error names what was
+//! Bad input and keys of other types (docs/commands.md, "Errors"): every error names what was
 //! wrong, starts with its code, and changes nothing — checked after every single case on
 //! a held lock, an absent key and keys of other types.
 

@@ -1,5 +1,5 @@
 //! A lock expires `ttl-ms` after it is granted, by the server's own expire machinery
-//! (SPEC.md, "LOCK.ACQUIRE" and the opening section): with nobody touching the key, on a
+//! (docs/commands.md, "LOCK.ACQUIRE" and "The lock as a key"): with nobody touching the key, on a
 //! lookup from any connection, and what comes after.
 
 mod common;

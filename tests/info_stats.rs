@@ -1,6 +1,6 @@
 //! `INFO lock`, section `lock_stats`: the counters are exact after a known sequence of
-//! commands, and `lock_waiters` is the number of clients blocked now (SPEC.md,
-//! "Server-side notes"). Each test has its own server, so counts start at zero.
+//! commands, and `lock_waiters` is the number of clients blocked now (docs/operations.md,
+//! "lock_stats"). Each test has its own server, so counts start at zero.
 
 mod common;
 

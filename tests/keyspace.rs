@@ -1,4 +1,4 @@
-//! A lock is a key like any other (SPEC.md, opening section): the server's generic key
+//! A lock is a key like any other (docs/commands.md, "The lock as a key"): the server's generic key
 //! commands work on it, string commands refuse it, and its type callbacks (DUMP/RESTORE,
 //! COPY, MEMORY USAGE, digest) carry token, fence and grant time.
 

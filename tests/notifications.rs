@@ -1,7 +1,7 @@
 //! Keyspace notifications: with the module class enabled (`notify-keyspace-events Kd`,
 //! or `KEA`), a client subscribed to a lock's keyspace channel sees `lock.acquire`,
 //! `lock.extend` and `lock.release`, in order, including the grant to a waiter; with
-//! notifications off it sees nothing (SPEC.md, "Server-side notes").
+//! notifications off it sees nothing (docs/operations.md).
 
 mod common;
 

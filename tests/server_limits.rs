@@ -1,5 +1,5 @@
-//! The server's own limits and safeguards around the module (SPEC.md, "Errors" and the
-//! token paragraph): read-only replicas, maxmemory, eviction, a panicking command,
+//! The server's own limits and safeguards around the module (docs/commands.md, "Errors",
+//! and docs/guarantees.md on tokens): read-only replicas, maxmemory, eviction, a panicking command,
 //! secrecy of tokens in SLOWLOG, MONITOR and the log, and the internal LOCK._SET.
 
 mod common;

@@ -1,4 +1,4 @@
-//! Session-bound locks (SPEC.md, "Session-bound locks: SESSION grace-ms"): a lock taken
+//! Session-bound locks (docs/sessions.md): a lock taken
 //! with `SESSION grace-ms` is released `grace-ms` after its connection closes, however it
 //! closes, and the next waiter is granted it at once; its holder may reclaim it before;
 //! the TTL still bounds it; a lock changed meanwhile is left alone.

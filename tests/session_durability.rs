@@ -1,4 +1,4 @@
-//! Session-bound locks beyond one running server (SPEC.md, "Session-bound locks"): the
+//! Session-bound locks beyond one running server (docs/sessions.md): the
 //! release at the end of a grace reaches replicas and the AOF as an effect; after
 //! `DEBUG RELOAD`, a restart from RDB or AOF, a replica's promotion or a `RESTORE` on
 //! another server, the bound connection is gone by definition, the grace starts when the

@@ -1,5 +1,5 @@
-//! Shared holders and semaphores (SPEC.md, "Shared holders and semaphores: SHARED,
-//! LIMIT n") on one real server: readers coexist and exclude writers, a semaphore never
+//! Shared holders and semaphores (docs/shared.md, and
+//! docs/commands.md on `SHARED` and `LIMIT n`) on one real server: readers coexist and exclude writers, a semaphore never
 //! has more than `n` holders, first come first served across both kinds with readers
 //! granted in batches, per-holder tokens, fences, expiry, `EXTEND`, `RELEASE`, re-acquire
 //! and `SESSION`, `LOCK.INFO`'s `mode`, `holders` and `limit`, the counters and

@@ -1,5 +1,5 @@
-//! Shared holders beyond one running server (SPEC.md, "Shared holders and semaphores"
-//! and "Replication, persistence, cluster"): replicas and the AOF follow every holder,
+//! Shared holders beyond one running server (docs/shared.md
+//! and docs/guarantees.md): replicas and the AOF follow every holder,
 //! its removal included, as effects; `DEBUG RELOAD`, a restart from RDB or AOF, a
 //! promotion, `DUMP`/`RESTORE` and `MIGRATE` carry every holder with its token, fence and
 //! own expiry, which still ends it on time afterwards.

@@ -1,4 +1,4 @@
-//! Shared holders under stress (SPEC.md, "Shared holders and semaphores"): many threads
+//! Shared holders under stress (docs/shared.md): many threads
 //! over real connections take a read/write lock and a semaphore of limit 3 in every way
 //! the contract allows (waiting or not, short TTLs that run out while held, waiters that
 //! time out or disconnect, `DEL` of the key), and every critical section is recorded.

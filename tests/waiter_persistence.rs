@@ -1,5 +1,5 @@
-//! Grants made to waiters persist like direct grants (SPEC.md, "Replication,
-//! persistence, cluster"): an AOF replay ends with the waiter's token, fence, grant time
+//! Grants made to waiters persist like direct grants (docs/waiting.md,
+//! docs/guarantees.md): an AOF replay ends with the waiter's token, fence, grant time
 //! and absolute expiry, whether the lock was handed over on a release, on a `DEL` or on
 //! its own expiry, and the next fence for each key exceeds the one granted before.
 

@@ -1,7 +1,7 @@
 //! `LOCK.ACQUIRE ... WAIT` on a real server: a waiter is handed the lock, with a new
 //! fence and its own token, the moment it is free (release, `DEL`, `UNLINK`, expiry),
 //! before any newcomer; waiters are served in the order they came; timeouts, `WAIT 0`,
-//! `MULTI`/`EXEC` and scripts; the grant replicates and persists (SPEC.md, "WAIT").
+//! `MULTI`/`EXEC` and scripts; the grant replicates and persists (docs/waiting.md).
 
 mod common;
 

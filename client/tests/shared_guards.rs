@@ -1,6 +1,6 @@
 //! `read_lock`, `write_lock` and `semaphore` of the sync and async lockers against a
-//! real server: the same guards as the mutex, in the modes of SPEC.md's "Shared holders
-//! and semaphores".
+//! real server: the same guards as the mutex, in the modes of
+//! docs/shared.md.
 
 mod common;
 

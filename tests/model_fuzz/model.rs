@@ -1,4 +1,4 @@
-//! The contract of SPEC.md as a small state machine, written from the contract and not
+//! The contract (docs/commands.md and its pages) as a small state machine, written from the contract and not
 //! from the module's code: who holds each key (one exclusive holder, or shared holders
 //! under one limit or none), who waits in which order, which fences were granted, and
 //! which holders are bound to which connection. The fuzzer asks it what a command must
