@@ -1,6 +1,8 @@
 //! Where a blocking [`Locker`](crate::Locker) gets its connections: one server
-//! ([`redis::Client`]) or a Redis Cluster ([`redis::cluster::ClusterClient`], which routes
-//! each command to the node of its key and follows `MOVED`/`ASK`), and the idle
+//! ([`redis::Client`]), the master a Sentinel names (`redis::sentinel::SentinelClient`,
+//! asked again for every new connection, so that a failover is followed), or a Redis
+//! Cluster ([`redis::cluster::ClusterClient`], which routes each command to the node of
+//! its key and follows `MOVED`/`ASK`), and the idle
 //! connections it keeps for the next lock, so that taking a lock does not open a new
 //! connection each time.
 
@@ -17,12 +19,26 @@ pub(crate) fn connect(client: &redis::Client, timeout: Duration) -> RedisResult<
     Ok(con)
 }
 
-/// The server or cluster a locker connects to.
-#[derive(Clone, Debug)]
+/// The server, Sentinel-managed master or cluster a locker connects to.
+#[derive(Clone)]
 pub(crate) enum Source {
     Server(redis::Client),
+    #[cfg(feature = "sentinel")]
+    Sentinel(std::sync::Arc<Mutex<redis::sentinel::SentinelClient>>),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster::ClusterClient),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Server(client) => write!(f, "Server({:?})", client.get_connection_info()),
+            #[cfg(feature = "sentinel")]
+            Source::Sentinel(_) => f.write_str("Sentinel"),
+            #[cfg(feature = "cluster")]
+            Source::Cluster(_) => f.write_str("Cluster"),
+        }
+    }
 }
 
 impl Source {
@@ -30,6 +46,16 @@ impl Source {
     pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<Link> {
         match self {
             Source::Server(client) => Ok(Link::Server(connect(client, timeout)?)),
+            #[cfg(feature = "sentinel")]
+            Source::Sentinel(client) => {
+                let con = client
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get_connection()?;
+                con.set_read_timeout(Some(timeout))?;
+                con.set_write_timeout(Some(timeout))?;
+                Ok(Link::Server(con))
+            }
             #[cfg(feature = "cluster")]
             Source::Cluster(client) => {
                 let con = client.get_connection()?;

@@ -34,6 +34,14 @@ impl Locker {
         Self::with_source(Source::Server(client))
     }
 
+    /// A locker on the master that `client`'s Sentinels name, asked again for each new
+    /// connection, so that locks taken after a failover go to the new master (feature
+    /// `sentinel`).
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel(client: redis::sentinel::SentinelClient) -> Self {
+        Self::with_source(Source::Sentinel(Arc::new(Mutex::new(client))))
+    }
+
     /// A locker on the Redis Cluster `client` reaches: each command goes to the node of
     /// its key, following `MOVED`/`ASK` as the cluster reshards (feature `cluster`).
     #[cfg(feature = "cluster")]

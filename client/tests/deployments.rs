@@ -105,3 +105,38 @@ fn a_cluster_locker_routes_waits_on_the_keys_node_and_releases() {
     assert!(lock.fence() > holder_fence);
     assert!(lock.release().unwrap());
 }
+
+#[test]
+fn a_sentinel_locker_locks_on_the_master_the_sentinel_names() {
+    let master = TestServer::start();
+    let sentinel = Sentinel::watch(&master);
+    let client = redis::sentinel::SentinelClient::build(
+        vec![format!("redis://127.0.0.1:{}/", sentinel.port)],
+        Sentinel::MASTER_NAME.to_string(),
+        None,
+        redis::sentinel::SentinelServerType::Master,
+    )
+    .expect("sentinel client");
+    let locker = Locker::sentinel(client);
+    let options = LockOptions::new(Duration::from_secs(30));
+    let holder = locker.acquire("orders:1", &options).unwrap().expect("free");
+    assert!(
+        exists(&mut master.connection(), "orders:1"),
+        "on the master"
+    );
+    let waiting = {
+        let locker = locker.clone();
+        thread::spawn(move || {
+            let options = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(10));
+            locker.acquire("orders:1", &options).unwrap()
+        })
+    };
+    let mut con = master.connection();
+    poll_until(Duration::from_secs(10), "the waiter to queue", || {
+        let info: String = redis::cmd("INFO").arg("lock").query(&mut con).unwrap();
+        info.contains("lock_waiters:1")
+    });
+    assert!(holder.release().unwrap());
+    let lock = waiting.join().unwrap().expect("granted after the wait");
+    assert!(lock.release().unwrap());
+}
