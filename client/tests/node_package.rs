@@ -1,6 +1,6 @@
 //! The Node package (`clients/node`): its tests run with node's own test runner against
-//! real servers started here (a master, three independent masters for Redlock, a
-//! 3-master cluster), with ioredis and node-redis from the npm registry (which `make
+//! real servers started here (a master with a Sentinel, three independent masters for
+//! Redlock, a 3-master cluster), with ioredis and node-redis from the npm registry (which `make
 //! deps-test` installs with `npm ci`), and its TypeScript declarations compile under
 //! `tsc --strict` against a program that uses them.
 
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{MiniCluster, TestServer};
+use common::{MiniCluster, Sentinel, TestServer, free_port};
 
 fn package_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/node")
@@ -25,11 +25,12 @@ fn output(command: &mut Command, what: &str) -> Output {
 
 /// Where the tests find their servers: `REDIS_LOCK_PORT` (the master),
 /// `REDIS_LOCK_REDLOCK_PORTS` (independent masters), `REDIS_LOCK_CLUSTER_PORT` (a node of
-/// a cluster).
+/// a cluster), `REDIS_LOCK_SENTINEL_PORT` (a Sentinel watching the master).
 struct Servers<'a> {
     master: &'a TestServer,
     redlock: Vec<u16>,
     cluster: u16,
+    sentinel: u16,
 }
 
 /// `node --test test/` against `servers`, killed if it runs past a deadline: a client a
@@ -53,6 +54,7 @@ fn node_tests(servers: &Servers) -> Output {
                 .join(","),
         )
         .env("REDIS_LOCK_CLUSTER_PORT", servers.cluster.to_string())
+        .env("REDIS_LOCK_SENTINEL_PORT", servers.sentinel.to_string())
         .current_dir(package_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -74,10 +76,12 @@ fn the_node_package_passes_its_tests_with_ioredis_and_node_redis() {
     let server = TestServer::start();
     let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
     let cluster = MiniCluster::start(3);
+    let sentinel = Sentinel::watch(&server);
     let result = node_tests(&Servers {
         master: &server,
         redlock: redlock.iter().map(|s| s.port).collect(),
         cluster: cluster.nodes[0].port,
+        sentinel: sentinel.port,
     });
     let stdout = String::from_utf8_lossy(&result.stdout);
     assert!(
@@ -127,6 +131,7 @@ fn the_node_tests_fail_without_the_module() {
         master: &server,
         redlock: vec![server.port],
         cluster: server.port,
+        sentinel: free_port(),
     };
     assert!(
         !node_tests(&servers).status.success(),

@@ -1,6 +1,7 @@
 /**
- * A client of either library: an ioredis `Redis` or `Cluster`, or a connected node-redis
- * client, client pool (`createClientPool`) or cluster (`createCluster`).
+ * A client of either library: an ioredis `Redis` (Sentinel-managed too) or `Cluster`, or
+ * a connected node-redis client, client pool (`createClientPool`), cluster
+ * (`createCluster`) or sentinel (`createSentinel`).
  */
 export type Client =
   | { call(command: string, ...args: string[]): Promise<unknown>; duplicate(...args: never[]): unknown }
@@ -10,6 +11,11 @@ export type Client =
       sendCommand(firstKey: string | undefined, isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
       getSlotMaster(slot: number): unknown;
       duplicate(): unknown;
+    }
+  | {
+      sendCommand(isReadonly: boolean | undefined, args: string[]): Promise<unknown>;
+      acquire(): Promise<unknown>;
+      use(...args: never[]): unknown;
     };
 
 export interface AcquireSettings {

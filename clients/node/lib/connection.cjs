@@ -1,6 +1,7 @@
 'use strict';
-// One interface over the client shapes people connect with: an ioredis `Redis` or
-// `Cluster`, a node-redis client, client pool or cluster. Arguments go as strings;
+// One interface over the client shapes people connect with: an ioredis `Redis` (a
+// Sentinel-managed one too) or `Cluster`, a node-redis client, client pool, cluster or
+// sentinel. Arguments go as strings;
 // replies come back as the library gives them. A lock's key gets the client's own key
 // prefix (ioredis `keyPrefix`), which ioredis does not add to commands it does not know.
 
@@ -9,6 +10,8 @@ const KINDS = {
   ioredis: (client) => typeof client.call === 'function',
   // node-redis cluster: `sendCommand(firstKey, isReadonly, args)`.
   'node-redis-cluster': (client) => typeof client.getSlotMaster === 'function',
+  // node-redis sentinel: `sendCommand(isReadonly, args)`; `acquire()` leases a client.
+  'node-redis-sentinel': (client) => typeof client.acquire === 'function' && typeof client.use === 'function',
   // node-redis client pool: `execute(client => ...)` lends a client of its own.
   'node-redis-pool': (client) => typeof client.execute === 'function' && typeof client.duplicate !== 'function',
   'node-redis': (client) => typeof client.sendCommand === 'function',
@@ -37,6 +40,8 @@ class Connection {
         return this.client.call(...strings);
       case 'node-redis-cluster':
         return this.client.sendCommand(strings[1], false, strings);
+      case 'node-redis-sentinel':
+        return this.client.sendCommand(false, strings);
       default:
         return this.client.sendCommand(strings);
     }
@@ -51,6 +56,16 @@ class Connection {
     if (this.kind === 'node-redis-pool') {
       // The pool lends one of its clients for the whole command.
       return this.client.execute((client) => client.sendCommand(args.map(String)));
+    }
+    if (this.kind === 'node-redis-sentinel') {
+      // The sentinel leases a client of the master for the whole command (with its
+      // default `masterPoolSize` of 1, its other commands wait meanwhile).
+      const lease = await this.client.acquire();
+      try {
+        return await lease.sendCommand(false, args.map(String));
+      } finally {
+        lease.release();
+      }
     }
     const copy = await this.duplicate();
     try {

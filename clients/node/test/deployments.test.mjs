@@ -2,11 +2,12 @@
 // ioredis key prefixes, command timeouts and Cluster; node-redis pools and clusters;
 // shared locks and semaphores; Redlock on one client and on three masters. Against the
 // servers client/tests/node_package.rs starts (REDIS_LOCK_PORT, REDIS_LOCK_REDLOCK_PORTS,
-// REDIS_LOCK_CLUSTER_PORT).
+// REDIS_LOCK_CLUSTER_PORT, REDIS_LOCK_SENTINEL_PORT: a Sentinel watching the master as
+// `mymaster`).
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import IORedis from 'ioredis';
-import { createClient, createClientPool, createCluster } from 'redis';
+import { createClientPool, createCluster, createSentinel } from 'redis';
 import Redlock, {
   Locker, ResourceLockedError, LockLostError, LockError, ExecutionError,
 } from '../index.mjs';
@@ -14,6 +15,7 @@ import Redlock, {
 const port = Number(process.env.REDIS_LOCK_PORT);
 const redlockPorts = String(process.env.REDIS_LOCK_REDLOCK_PORTS || '').split(',').map(Number);
 const clusterPort = Number(process.env.REDIS_LOCK_CLUSTER_PORT);
+const sentinelPort = Number(process.env.REDIS_LOCK_SENTINEL_PORT);
 assert.ok(port > 0 && clusterPort > 0 && redlockPorts.length === 3, 'run through `make test`');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -62,6 +64,18 @@ describe('ioredis', { timeout: 60_000 }, () => {
     client.disconnect();
   });
 
+  test('a Sentinel-managed ioredis client locks and waits on the master', async () => {
+    const client = new IORedis({ sentinels: [{ host: '127.0.0.1', port: sentinelPort }], name: 'mymaster', commandTimeout: 300 });
+    const locker = new Locker(client);
+    const k = key('iosentinel');
+    const { lock: held, released } = await holdFor(locker, k, 800);
+    const lock = await locker.acquire(k, 10_000, { wait: 5_000 });
+    assert.ok(lock.fence > held.fence);
+    await released;
+    await lock.release();
+    client.disconnect();
+  });
+
   test('an ioredis Cluster routes, waits and prefixes', async () => {
     const cluster = new IORedis.Cluster([{ host: '127.0.0.1', port: clusterPort }], {
       keyPrefix: 'c:', redisOptions: { commandTimeout: 300 },
@@ -92,6 +106,26 @@ describe('node-redis', { timeout: 60_000 }, () => {
     assert.ok(lock.fence > holder.fence);
     await lock.release();
     await pool.close();
+  });
+
+  test('a sentinel client locks on the master and waits on a leased client', async () => {
+    // A wait leases one of the sentinel's master clients: a pool of two keeps the other free.
+    const sentinel = await createSentinel({
+      name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: sentinelPort }], masterPoolSize: 2,
+    }).connect();
+    const locker = new Locker(sentinel);
+    const k = key('sentinel');
+    try {
+      const holder = await locker.acquire(k, 30_000);
+      const waiting = locker.acquire(k, 10_000, { wait: 10_000 });
+      await until(async () => (await locker.info(k)).waiters === 1, 'the waiter');
+      await holder.release();
+      const lock = await waiting;
+      assert.ok(lock.fence > holder.fence);
+      await lock.release();
+    } finally {
+      await sentinel.close();
+    }
   });
 
   test('a cluster routes by the key and waits', async () => {

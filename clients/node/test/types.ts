@@ -1,6 +1,6 @@
 // Compiled with `tsc --noEmit --strict` in the tests: the declarations fit real use.
 import IORedis from 'ioredis';
-import { createClient, createClientPool, createCluster } from 'redis';
+import { createClient, createClientPool, createCluster, createSentinel } from 'redis';
 import Redlock, { Locker, Lock, LockLostError, ResourceLockedError, ExecutionError } from 'redis-lock-module';
 
 async function main(): Promise<void> {
@@ -11,6 +11,10 @@ async function main(): Promise<void> {
   const pool = new Locker(clientPool);
   const cluster = new Locker(await createCluster({ rootNodes: [{ url: 'redis://127.0.0.1:7000' }] }).connect());
   const ioCluster = new Locker(new IORedis.Cluster([{ host: '127.0.0.1', port: 7000 }]));
+  const sentinel = new Locker(
+    await createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 26379 }] }).connect(),
+  );
+  await sentinel.acquire('orders:44', 10_000);
   const lock: Lock = await ioredis.acquire('orders:42', 10_000, { wait: 5_000, session: 5_000 });
   const fence: number = lock.fence;
   await lock.extend(20_000);
