@@ -12,7 +12,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{MiniCluster, TestServer};
+use common::{MiniCluster, Sentinel, TestServer};
 
 fn script(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -28,13 +28,13 @@ fn run(
     default: &str,
     relative: &str,
     server: &TestServer,
-    more: &[&TestServer],
+    more: &[u16],
 ) -> String {
     let interpreter = std::env::var(interpreter_env).unwrap_or_else(|_| default.to_string());
     let output = Command::new(&interpreter)
         .arg(script(relative))
         .arg(server.port.to_string())
-        .args(more.iter().map(|other| other.port.to_string()))
+        .args(more.iter().map(u16::to_string))
         .output()
         .unwrap_or_else(|err| {
             panic!("cannot run {interpreter} ({err}): install it with `make deps`")
@@ -79,12 +79,13 @@ fn php_order_lock_helper_works_through_phpredis() {
 fn php_redis_lock_queue_and_flash_sale_work_through_phpredis() {
     let server = TestServer::start();
     let cluster = MiniCluster::start(3);
+    let sentinel = Sentinel::watch(&server);
     let stdout = run(
         "PHP",
         "php",
         "clients/php/tests/run.php",
         &server,
-        &[&cluster.nodes[0]],
+        &[cluster.nodes[0].port, sentinel.port],
     );
     for check in [
         "ok - it waited in the server: one LOCK.ACQUIRE, whatever $waitIntervalUs",

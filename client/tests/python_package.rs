@@ -117,3 +117,38 @@ fn the_python_tests_fail_without_the_module() {
     );
     assert!(!output.status.success(), "passed without the module");
 }
+
+/// python-redis-lock imports as `redis_lock`: installed beside it (fetched from PyPI at
+/// test time), this package must leave it whole and stay importable itself.
+#[test]
+fn the_python_package_installs_beside_python_redis_lock() {
+    let installed = tempdir("python-beside");
+    install_package(&installed);
+    run(
+        Command::new(python())
+            .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
+            .arg(&installed)
+            .arg("python-redis-lock"),
+        "pip install python-redis-lock",
+    );
+    let program = "\
+import redis_lock, redis_lock_module\n\
+from redis_lock_module import Lock\n\
+assert redis_lock.Lock is not Lock, 'two different Lock classes'\n\
+assert redis_lock.Lock.__module__ == 'redis_lock', redis_lock.Lock.__module__\n\
+assert hasattr(redis_lock, 'reset_all'), 'python-redis-lock is whole'\n\
+assert Lock.__module__.startswith('redis_lock_module')\n\
+print('both import')\n";
+    let output = run(
+        Command::new(python())
+            .args(["-c", program])
+            .env("PYTHONPATH", &installed)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+        "import both packages",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "both import"
+    );
+    let _ = std::fs::remove_dir_all(&installed);
+}

@@ -14,9 +14,12 @@ use RedisCluster;
  *   ['host' => '127.0.0.1', 'port' => 6379, 'timeout' => 1.5, 'read_timeout' => 3,
  *    'auth' => 'secret', 'index' => 2, 'prefix' => 'app:']
  *
- * (`password` for `auth`, `db` or `database` for `index`), or for a cluster
+ * (`password` for `auth`, `db` or `database` for `index`); for a cluster
  * `['cluster' => ['127.0.0.1:7000', ...], 'timeout' => ..., 'read_timeout' => ...,
- * 'auth' => ...]`. Nothing given: 127.0.0.1:6379.
+ * 'auth' => ...]`; for the master Sentinel names, `['sentinel' => ['127.0.0.1:26379',
+ * ...], 'service' => 'mymaster', ...]` and the other fields as for one server (the
+ * first Sentinel that answers gives the master's address). Nothing given:
+ * 127.0.0.1:6379.
  */
 final class Connection
 {
@@ -41,6 +44,9 @@ final class Connection
             self::prefix($cluster, $config);
             return $cluster;
         }
+        if (isset($config['sentinel'])) {
+            [$config['host'], $config['port']] = self::masterFromSentinels($config, $timeout);
+        }
         $redis = new Redis();
         $host = (string) ($config['host'] ?? '127.0.0.1');
         $port = (int) ($config['port'] ?? 6379);
@@ -64,6 +70,29 @@ final class Connection
         }
         self::prefix($redis, $config);
         return $redis;
+    }
+
+    /**
+     * The address of the master the configured Sentinels name for `service`.
+     *
+     * @param array<string, mixed> $config
+     * @return array{0: string, 1: int}
+     */
+    private static function masterFromSentinels(array $config, float $timeout): array
+    {
+        $service = (string) ($config['service'] ?? 'mymaster');
+        foreach ((array) $config['sentinel'] as $address) {
+            [$host, $port] = explode(':', (string) $address, 2) + [1 => '26379'];
+            try {
+                $master = (new \RedisSentinel($host, (int) $port, $timeout))->getMasterAddrByName($service);
+            } catch (\RedisException $e) {
+                continue;
+            }
+            if (is_array($master) && count($master) === 2) {
+                return [(string) $master[0], (int) $master[1]];
+            }
+        }
+        throw new LockException("no Sentinel named a master for $service");
     }
 
     /**

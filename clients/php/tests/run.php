@@ -1,7 +1,8 @@
 <?php
 
 // Checks RedisLock, RedisQueue and the flash-sale example against a server with the
-// module and a cluster of servers with it:   php run.php PORT CLUSTER_PORT
+// module, a cluster of servers with it and a Sentinel watching the first server as
+// `mymaster`:   php run.php PORT CLUSTER_PORT SENTINEL_PORT
 // Prints one line per check; exits non-zero on the first failure.
 // client/tests/other_languages.rs starts the server and runs this.
 
@@ -235,6 +236,13 @@ $started = microtime(true);
 check('a wait on a cluster outlasts its read timeout (0.5 s)', $c2->lock('cl:order', 5) && microtime(true) - $started >= 0.6);
 check('with a greater fence', $c2->fence('cl:order') > $held);
 check('and releases there', $c2->unlock('cl:order') && !$c1->unlock('cl:order'));
+$sentinelPort = (int) ($argv[3] ?? 0);
+$viaSentinel = new RedisLock(['sentinel' => ["127.0.0.1:1", "127.0.0.1:$sentinelPort"], 'service' => 'mymaster', 'timeout' => 1]);
+check('RedisLock finds the master through a Sentinel (skipping one that is down)', $viaSentinel->lock('sentinel:job') && $r->exists('Lock:sentinel:job') === 1);
+$viaSentinel->unlockAll();
+check('an unknown service is a LockException', throws(function () use ($sentinelPort) {
+    new RedisLock(['sentinel' => ["127.0.0.1:$sentinelPort"], 'service' => 'nobody', 'timeout' => 1]);
+}, 'nobody'));
 $clusterQueue = new RedisQueue($cluster);
 check('RedisQueue works on a RedisCluster', $clusterQueue->enqueue('cq', ['a', 'b']) && count($clusterQueue->pop('cq', 5)) === 2);
 
