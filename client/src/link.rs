@@ -27,6 +27,8 @@ pub(crate) enum Source {
     Sentinel(std::sync::Arc<Mutex<redis::sentinel::SentinelClient>>),
     #[cfg(feature = "cluster")]
     Cluster(redis::cluster::ClusterClient),
+    #[cfg(feature = "r2d2")]
+    Pool(r2d2::Pool<redis::Client>),
 }
 
 impl std::fmt::Debug for Source {
@@ -37,6 +39,8 @@ impl std::fmt::Debug for Source {
             Source::Sentinel(_) => f.write_str("Sentinel"),
             #[cfg(feature = "cluster")]
             Source::Cluster(_) => f.write_str("Cluster"),
+            #[cfg(feature = "r2d2")]
+            Source::Pool(pool) => write!(f, "Pool({:?})", pool.state()),
         }
     }
 }
@@ -63,6 +67,18 @@ impl Source {
                 con.set_write_timeout(Some(timeout))?;
                 Ok(Link::Cluster(Box::new(con)))
             }
+            #[cfg(feature = "r2d2")]
+            Source::Pool(pool) => {
+                let con = pool.get_timeout(timeout).map_err(|err| {
+                    redis::RedisError::from(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no connection from the pool: {err}"),
+                    ))
+                })?;
+                con.set_read_timeout(Some(timeout))?;
+                con.set_write_timeout(Some(timeout))?;
+                Ok(Link::Pooled(con))
+            }
         }
     }
 }
@@ -73,6 +89,9 @@ pub(crate) enum Link {
     Server(Connection),
     #[cfg(feature = "cluster")]
     Cluster(Box<redis::cluster::ClusterConnection>),
+    /// Borrowed from the program's pool: back to it when dropped.
+    #[cfg(feature = "r2d2")]
+    Pooled(r2d2::PooledConnection<redis::Client>),
 }
 
 impl Link {
@@ -81,6 +100,8 @@ impl Link {
             Link::Server(con) => con.set_read_timeout(timeout),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.set_read_timeout(timeout),
+            #[cfg(feature = "r2d2")]
+            Link::Pooled(con) => con.set_read_timeout(timeout),
         }
     }
 
@@ -89,6 +110,8 @@ impl Link {
             Link::Server(con) => con,
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.as_mut(),
+            #[cfg(feature = "r2d2")]
+            Link::Pooled(con) => &mut **con,
         }
     }
 }
@@ -112,6 +135,8 @@ impl ConnectionLike for Link {
             Link::Server(con) => con.get_db(),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.get_db(),
+            #[cfg(feature = "r2d2")]
+            Link::Pooled(con) => con.get_db(),
         }
     }
 
@@ -124,6 +149,8 @@ impl ConnectionLike for Link {
             Link::Server(con) => con.is_open(),
             #[cfg(feature = "cluster")]
             Link::Cluster(con) => con.is_open(),
+            #[cfg(feature = "r2d2")]
+            Link::Pooled(con) => con.is_open(),
         }
     }
 }
@@ -144,6 +171,8 @@ impl std::fmt::Debug for Link {
             Link::Server(_) => "Link::Server",
             #[cfg(feature = "cluster")]
             Link::Cluster(_) => "Link::Cluster",
+            #[cfg(feature = "r2d2")]
+            Link::Pooled(_) => "Link::Pooled",
         })
     }
 }
@@ -172,8 +201,13 @@ impl Links {
         self.source.connect(timeout)
     }
 
-    /// Keeps `link`, whose last command answered in full, for a later lock.
+    /// Keeps `link`, whose last command answered in full, for a later lock (a pooled
+    /// one goes back to its pool).
     pub(crate) fn give_back(&self, link: Link) {
+        #[cfg(feature = "r2d2")]
+        if matches!(link, Link::Pooled(_)) {
+            return;
+        }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < MAX_IDLE && link.is_open() {
             idle.push(link);

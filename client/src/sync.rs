@@ -42,6 +42,14 @@ impl Locker {
         Self::with_source(Source::Sentinel(Arc::new(Mutex::new(client))))
     }
 
+    /// A locker that borrows its connections from the program's r2d2 `pool` (feature
+    /// `r2d2`): a held lock keeps its connection until it is released, then the
+    /// connection goes back to the pool.
+    #[cfg(feature = "r2d2")]
+    pub fn pooled(pool: r2d2::Pool<redis::Client>) -> Self {
+        Self::with_source(Source::Pool(pool))
+    }
+
     /// A locker on the Redis Cluster `client` reaches: each command goes to the node of
     /// its key, following `MOVED`/`ASK` as the cluster reshards (feature `cluster`).
     #[cfg(feature = "cluster")]

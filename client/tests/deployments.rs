@@ -140,3 +140,34 @@ fn a_sentinel_locker_locks_on_the_master_the_sentinel_names() {
     let lock = waiting.join().unwrap().expect("granted after the wait");
     assert!(lock.release().unwrap());
 }
+
+#[test]
+fn a_pooled_locker_borrows_from_the_programs_r2d2_pool_and_gives_back() {
+    let server = TestServer::start();
+    let mut observer = server.connection();
+    let pool = r2d2::Pool::builder()
+        .max_size(2)
+        .build(server.client())
+        .expect("an r2d2 pool");
+    let before = connections_received(&mut observer);
+    let locker = Locker::pooled(pool.clone());
+    let options = LockOptions::new(Duration::from_secs(10));
+    for round in 0..20 {
+        let lock = locker
+            .acquire(format!("jobs:{round}"), &options)
+            .unwrap()
+            .expect("free");
+        assert!(lock.release().unwrap());
+    }
+    // Two held at once take both of the pool's connections; released, they go back.
+    let a = locker.acquire("a", &options).unwrap().expect("free");
+    let b = locker.acquire("b", &options).unwrap().expect("free");
+    assert_eq!(pool.state().idle_connections, 0, "both lent out");
+    drop(a);
+    drop(b);
+    assert_eq!(pool.state().idle_connections, 2, "both given back");
+    assert!(
+        connections_received(&mut observer) - before <= 2,
+        "only the pool's two connections were ever opened"
+    );
+}
