@@ -26,6 +26,7 @@ use std::ptr;
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue, raw};
 
+use crate::error;
 use crate::events;
 use crate::ffi;
 use crate::guard;
@@ -149,7 +150,7 @@ pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i6
         )
     };
     if bc.is_null() {
-        return Err(RedisError::Str("ERR the client could not be blocked"));
+        return Err(error::client_not_blocked());
     }
     // SAFETY: bc was just returned by BlockClient and is live until UnblockClient.
     unsafe {

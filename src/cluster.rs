@@ -10,6 +10,8 @@
 
 use redis_module::{Context, ContextFlags, RedisValue};
 
+use crate::error;
+
 /// Where the key of a waiter is served now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -28,9 +30,9 @@ impl Route {
     pub fn redirect(&self) -> Option<String> {
         match self {
             Route::Local => None,
-            Route::Ask(slot, addr) => Some(format!("ASK {slot} {addr}")),
-            Route::Moved(slot, addr) => Some(format!("MOVED {slot} {addr}")),
-            Route::Down(_) => Some("CLUSTERDOWN Hash slot not served".to_string()),
+            Route::Ask(slot, addr) => Some(error::ask(*slot, addr)),
+            Route::Moved(slot, addr) => Some(error::moved(*slot, addr)),
+            Route::Down(_) => Some(error::cluster_down()),
         }
     }
 }

@@ -118,9 +118,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
             Ok(RedisValue::NoReply)
         }
         Decision::Renew => {
-            let token = options
-                .token
-                .ok_or(RedisError::Str("ERR renew without a token"))?;
+            let token = options.token.ok_or_else(error::renew_without_token)?;
             if matches!(options.kind, Kind::Shared { .. }) {
                 renew_holder(ctx, &mut key, (db, argv[1]), token, session, options.ttl_ms)?;
             } else {
@@ -129,7 +127,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
             let lock = key
                 .lock()?
                 .and_then(|value| value.lock_of(token))
-                .ok_or(RedisError::Str("ERR lock vanished while renewing"))?;
+                .ok_or_else(error::vanished_while_renewing)?;
             ffi::notify(ctx, EVENT_ACQUIRE, key.name());
             ffi::reply_granted(ctx, &lock.token(), lock.fence());
             Ok(RedisValue::NoReply)
@@ -230,7 +228,7 @@ fn rebind(
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     let Some(LockValue::Exclusive(lock)) = key.lock()? else {
-        return Err(RedisError::Str("ERR lock vanished while renewing"));
+        return Err(error::vanished_while_renewing());
     };
     store::replicate(ctx, key, lock, &lock.token(), expire_at);
     handoff::deadline_moved(ctx, db, name, Some(expire_at));

@@ -156,6 +156,76 @@ fn printable(given: &[u8]) -> String {
     shown
 }
 
+/// The redirection of a waiter whose key's slot is migrating to `addr`, as the server
+/// words it for any command.
+pub fn ask(slot: u16, addr: &str) -> String {
+    format!("ASK {slot} {addr}")
+}
+
+/// The redirection of a waiter whose key's slot is served by `addr` now.
+pub fn moved(slot: u16, addr: &str) -> String {
+    format!("MOVED {slot} {addr}")
+}
+
+/// A waiter's key's slot is served by no node.
+pub fn cluster_down() -> String {
+    "CLUSTERDOWN Hash slot not served".to_string()
+}
+
+// What can only go wrong inside the module or the server (a bug, or the server refusing
+// a write it should take): named here like every other message, so that a client that
+// meets one reads a code and a sentence.
+
+/// A re-acquire was decided without a token to renew (a bug).
+pub fn renew_without_token() -> RedisError {
+    RedisError::Str("ERR renew without a token")
+}
+
+/// The lock being renewed was gone right after the renewal (a bug).
+pub fn vanished_while_renewing() -> RedisError {
+    RedisError::Str("ERR lock vanished while renewing")
+}
+
+/// The shared holder being renewed was gone (a bug).
+pub fn holder_vanished_while_renewing() -> RedisError {
+    RedisError::Str("ERR holder vanished while renewing")
+}
+
+/// `LOCK._HOLD` could not place the holder it carries.
+pub fn hold_not_set() -> RedisError {
+    RedisError::Str("ERR LOCK._HOLD: the holder could not be set")
+}
+
+/// A shared grant found its token holding the key already (a bug: the rules renew it).
+pub fn already_held_by_token() -> RedisError {
+    RedisError::Str("ERR the token holds the key already")
+}
+
+/// A shared grant found the key held in the other mode (a bug: the rules refuse it).
+pub fn held_in_another_mode() -> RedisError {
+    RedisError::Str("ERR the key is held in another mode")
+}
+
+/// A key was touched before the module's type was registered.
+pub fn type_not_registered() -> RedisError {
+    RedisError::Str("ERR the lock type is not registered")
+}
+
+/// The server refused to store a lock value in its key.
+pub fn key_not_written() -> RedisError {
+    RedisError::Str("ERR could not write the lock key")
+}
+
+/// The server refused to set a lock key's expiry.
+pub fn expiry_not_set() -> RedisError {
+    RedisError::Str("ERR could not set the lock's expiry")
+}
+
+/// The server refused to block a waiting client.
+pub fn client_not_blocked() -> RedisError {
+    RedisError::Str("ERR the client could not be blocked")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

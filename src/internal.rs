@@ -127,16 +127,12 @@ pub fn hold(ctx: &Context, args: &Args) -> RedisResult {
     let last = match key.lock_mut() {
         Ok(Some(LockValue::Shared(holders))) if joins => {
             holders.remove(&holder.lock.token());
-            holders
-                .insert(holder)
-                .map_err(|_| RedisError::Str("ERR LOCK._HOLD: the holder could not be set"))?;
+            holders.insert(holder).map_err(|_| error::hold_not_set())?;
             holders.last_expiry()
         }
         _ => {
             let mut holders = Holders::new(limit);
-            holders
-                .insert(holder)
-                .map_err(|_| RedisError::Str("ERR LOCK._HOLD: the holder could not be set"))?;
+            holders.insert(holder).map_err(|_| error::hold_not_set())?;
             // Whatever was there is replaced, as the master's was.
             key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
             Some(expire_at)

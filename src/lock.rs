@@ -428,7 +428,9 @@ pub fn in_contract(token: &[u8], fence: u64, acquired_ms: i64) -> bool {
         && (0..=MAX_TIME_MS).contains(&acquired_ms)
 }
 
-/// Whether `token` holds `held`: the only test that release and extend apply.
+/// Whether `token` holds `held`: the only test that release and extend apply (the
+/// tests' model of it; the commands ask `LockValue::holds`).
+#[cfg(test)]
 pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
     held.is_some_and(|lock| lock.holds(token))
 }
@@ -436,6 +438,7 @@ pub fn is_held_by(held: Option<&LockState>, token: &[u8]) -> bool {
 /// A server-made token: 128 bits from a cryptographically secure generator (the
 /// thread-local ChaCha12 generator, seeded and reseeded from the operating system),
 /// written as 32 lowercase hexadecimal characters.
+#[cfg(test)]
 pub fn new_token() -> Vec<u8> {
     token_buffer(None)
 }

@@ -80,7 +80,7 @@ pub fn grant<R>(
             // grant. (A copy of the token, on the shared path only.)
             let token: Box<[u8]> = (*lock.token()).into();
             let holder = Holder { lock, expire_at };
-            let taken = || RedisError::Str("ERR the token holds the key already");
+            let taken = error::already_held_by_token;
             let last = match key.lock_mut()? {
                 Some(LockValue::Shared(holders)) if holders.limit() == limit => {
                     holders.insert(holder).map_err(|_| taken())?;
@@ -92,7 +92,7 @@ pub fn grant<R>(
                     key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
                     expire_at
                 }
-                Some(_) => return Err(RedisError::Str("ERR the key is held in another mode")),
+                Some(_) => return Err(error::held_in_another_mode()),
             };
             key.set_expire_at(Some(last))?;
             ffi::replicate_hold(ctx, key.name(), &granted(&token), limit);
@@ -154,7 +154,7 @@ pub fn update_holder(
     let last = holders.last_expiry();
     let holder = holders
         .get(token)
-        .ok_or(RedisError::Str("ERR holder vanished while renewing"))?;
+        .ok_or_else(error::holder_vanished_while_renewing)?;
     let token = holder.lock.token();
     ffi::replicate_hold(ctx, name, &lock_set(&holder.lock, &token, expire_at), limit);
     key.set_expire_at(last)?;

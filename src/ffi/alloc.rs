@@ -14,7 +14,9 @@ use redis_module::raw;
 /// Bytes the module holds: the sizes it asked for, not the allocator's rounding.
 static HELD: AtomicUsize = AtomicUsize::new(0);
 
-/// The server's allocator, counted.
+/// The server's allocator, counted. (The module's global allocator, which the unit tests,
+/// running without a server, do not install.)
+#[cfg_attr(test, allow(dead_code))]
 pub struct CountingAlloc;
 
 // SAFETY: every call is forwarded unchanged to the server's allocator; the count is a

@@ -33,11 +33,6 @@ impl<'a> Args<'a> {
         self.argv.len()
     }
 
-    /// Whether there are none (never, for a command the server dispatched).
-    pub fn is_empty(&self) -> bool {
-        self.argv.is_empty()
-    }
-
     /// Every argument's bytes, the command's name first.
     pub fn bytes(&self) -> &[&'a [u8]] {
         if self.argv.len() <= INLINE {

@@ -146,7 +146,7 @@ pub fn register_value_type(handle: *mut raw::RedisModuleType) -> bool {
 /// Refuses to touch a value before the type is registered.
 fn check_value_type() -> Result<(), RedisError> {
     if VALUE_TYPE.load(Ordering::Acquire).is_null() {
-        Err(RedisError::Str("ERR the lock type is not registered"))
+        Err(error::type_not_registered())
     } else {
         Ok(())
     }
@@ -290,7 +290,7 @@ impl<'ctx> Key<'ctx> {
             };
             if status != raw::REDISMODULE_OK as c_int {
                 // Refused: `own` is still ours, and dropping it frees it.
-                return Err(RedisError::Str("ERR could not write the lock key"));
+                return Err(error::key_not_written());
             }
             // The server holds it now.
             own.into_raw();
@@ -324,7 +324,7 @@ impl<'ctx> Key<'ctx> {
         };
         if status != raw::REDISMODULE_OK as c_int {
             // Refused: `value` is still ours, and dropping it frees it.
-            return Err(RedisError::Str("ERR could not write the lock key"));
+            return Err(error::key_not_written());
         }
         // The server holds it now.
         value.into_raw();
@@ -362,7 +362,7 @@ impl<'ctx> Key<'ctx> {
         if status == raw::REDISMODULE_OK as c_int {
             Ok(())
         } else {
-            Err(RedisError::Str("ERR could not set the lock's expiry"))
+            Err(error::expiry_not_set())
         }
     }
 
