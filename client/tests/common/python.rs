@@ -31,6 +31,32 @@ pub fn run(command: &mut Command, what: &str) -> Output {
     output
 }
 
+/// Copies what the package is built from (its metadata, readme and sources) to a fresh
+/// directory: pip then builds there, so tests that install at once never share a build
+/// directory, and nothing is written into the repository.
+fn package_copy() -> PathBuf {
+    fn copy(from: &Path, to: &Path) {
+        if from.is_dir() {
+            std::fs::create_dir_all(to).expect("create a directory of the copy");
+            for entry in std::fs::read_dir(from).expect("read the package") {
+                let entry = entry.expect("a package entry");
+                let name = entry.file_name();
+                if name == "__pycache__" || name.to_string_lossy().ends_with(".egg-info") {
+                    continue;
+                }
+                copy(&entry.path(), &to.join(name));
+            }
+        } else {
+            std::fs::copy(from, to).expect("copy a package file");
+        }
+    }
+    let dir = tempdir("python-source");
+    for part in ["pyproject.toml", "README.md", "src"] {
+        copy(&package_dir().join(part), &dir.join(part));
+    }
+    dir
+}
+
 /// `pip install ./clients/python` into `into`, as a user installs it; checks that what
 /// the package ships is there.
 pub fn install_package(into: &Path) {
@@ -40,14 +66,16 @@ pub fn install_package(into: &Path) {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|status| status.success());
+    let source = package_copy();
     let mut pip = Command::new(python());
     pip.args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
         .arg(into)
-        .arg(package_dir());
+        .arg(&source);
     if has_setuptools {
         pip.arg("--no-build-isolation");
     }
     run(&mut pip, "pip install ./clients/python");
+    let _ = std::fs::remove_dir_all(&source);
     for file in [
         "redis_lock_module/__init__.py",
         "redis_lock_module/asyncio.py",
