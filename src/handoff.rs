@@ -28,9 +28,8 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
-use std::os::raw::c_void;
 
-use redis_module::{Context, raw};
+use redis_module::Context;
 
 use crate::blocking::{self, Answer};
 use crate::cluster;
@@ -38,7 +37,6 @@ use crate::datatype::LockKey;
 use crate::error;
 use crate::events;
 use crate::ffi::{self, Key, KeyKind};
-use crate::guard;
 use crate::lock::NewToken;
 use crate::queue::{KeyId, Waiter};
 use crate::room;
@@ -237,18 +235,13 @@ fn head_left(db: i32, key: &[u8]) {
 /// freed the lock), else from a timer.
 fn run_soon(id: KeyId) {
     let detached = ffi::detached();
-    let data = Box::into_raw(Box::new(id));
-    if !ffi::add_post_job(&detached, on_job, data as usize) {
-        // SAFETY: the server refused the job, so data is still the Box made above.
-        let id = unsafe { Box::from_raw(data) };
+    if let Err(id) = ffi::post_job_with(&detached, on_job, id) {
         arm_timer(&detached, &id, ffi::now_ms());
     }
 }
 
-extern "C" fn on_job(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the Box<KeyId> that run_soon handed to the server; a job runs once.
-    let id = unsafe { Box::from_raw(data.cast::<KeyId>()) };
-    guard::callback((), || settle(&Context::new(ctx), &id));
+fn on_job(ctx: &Context, id: KeyId) {
+    settle(ctx, &id);
 }
 
 /// While waiters remain for a held key, a timer at its deadline hands it over on time,
@@ -267,33 +260,25 @@ fn arm_timer(ctx: &Context, id: &KeyId, at_ms: i64) {
         if fires_at <= at_ms {
             return;
         }
-        if let Some(data) = ffi::stop_timer(ctx, timer) {
-            // SAFETY: data is the Box<KeyId> given to create_timer, not yet taken back.
-            drop(unsafe { Box::from_raw(data as *mut KeyId) });
-        }
+        ffi::stop_timer_with::<KeyId>(ctx, timer);
     }
     let delay = at_ms.saturating_sub(ffi::now_ms());
-    let data = Box::into_raw(Box::new(id.clone()));
-    let timer = ffi::create_timer(ctx, delay, on_timer, data as usize);
+    let timer = ffi::start_timer_with(ctx, delay, on_timer, id.clone());
     TIMERS.with(|t| {
         let mut timers = t.borrow_mut();
         timers.insert(id.clone(), (timer, at_ms));
     });
 }
 
-extern "C" fn on_timer(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the Box<KeyId> given to create_timer; a timer fires once.
-    let id = unsafe { Box::from_raw(data.cast::<KeyId>()) };
-    guard::callback((), || {
-        TIMERS.with(|t| {
-            let mut timers = t.borrow_mut();
-            timers.remove(&*id);
-            if room::should_shrink(timers.len(), timers.capacity()) {
-                timers.shrink_to_fit();
-            }
-        });
-        settle(&Context::new(ctx), &id);
-    })
+fn on_timer(ctx: &Context, id: KeyId) {
+    TIMERS.with(|t| {
+        let mut timers = t.borrow_mut();
+        timers.remove(&id);
+        if room::should_shrink(timers.len(), timers.capacity()) {
+            timers.shrink_to_fit();
+        }
+    });
+    settle(ctx, &id);
 }
 
 /// A flush or a database swap changed many keys without a callback per key: every key

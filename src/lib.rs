@@ -13,7 +13,6 @@ mod bindings;
 mod blocking;
 mod client_locks;
 mod cluster;
-mod command_info;
 mod commands;
 mod datatype;
 mod decimal;
@@ -46,8 +45,8 @@ mod value;
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisString, Status, redis_module};
 
-use crate::command_info::KeyUse;
 use crate::datatype::LOCK_TYPE;
+use crate::ffi::command_info::{self, KeyUse};
 
 /// Memory comes from the server's allocator, counted (`ffi::alloc`), so `INFO memory` and
 /// `maxmemory` count it and `INFO lock` tells the module's part; unit tests, which run

@@ -18,7 +18,9 @@ use redis_module::{Context, RedisError, RedisString, raw};
 pub mod alloc;
 pub mod cell;
 pub mod command;
+pub mod command_info;
 pub mod main_thread;
+pub mod server_events;
 
 use crate::decimal::Decimal;
 use crate::error;
@@ -663,6 +665,57 @@ pub fn stop_timer(ctx: &Context, id: u64) -> Option<usize> {
     (stopped == raw::REDISMODULE_OK as c_int).then_some(data as usize)
 }
 
+/// A callback with the data it is called with, boxed for the server to hand back.
+struct Boxed<T> {
+    callback: fn(&Context, T),
+    data: T,
+}
+
+extern "C" fn run_boxed<T>(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
+    // SAFETY: data is the Box<Boxed<T>> that start_timer_with or post_job_with made for
+    // this very T; the server hands it back once (a timer fires once, a job runs once),
+    // and a stopped timer's data is taken back by stop_timer_with instead.
+    let boxed = unsafe { Box::from_raw(data.cast::<Boxed<T>>()) };
+    crate::guard::callback((), move || (boxed.callback)(&Context::new(ctx), boxed.data));
+}
+
+/// Starts a module timer that calls `callback(ctx, data)` after `delay_ms`; its id.
+/// Stop it with `stop_timer_with::<T>` to get `data` back.
+pub fn start_timer_with<T: 'static>(
+    ctx: &Context,
+    delay_ms: i64,
+    callback: fn(&Context, T),
+    data: T,
+) -> u64 {
+    let boxed = Box::into_raw(Box::new(Boxed { callback, data }));
+    create_timer(ctx, delay_ms, run_boxed::<T>, boxed as usize)
+}
+
+/// Stops timer `id`, started by `start_timer_with` with data of type `T`: the data if it
+/// had not fired yet.
+pub fn stop_timer_with<T>(ctx: &Context, id: u64) -> Option<T> {
+    stop_timer(ctx, id).map(|data| {
+        // SAFETY: the timer was started by start_timer_with::<T>, whose data is a
+        // Box<Boxed<T>>, and a stopped timer hands it back once.
+        unsafe { Box::from_raw(data as *mut Boxed<T>) }.data
+    })
+}
+
+/// Runs `callback(ctx, data)` as a post-notification job (see `add_post_job`); the data
+/// back when the server runs no such job.
+pub fn post_job_with<T: 'static>(
+    ctx: &Context,
+    callback: fn(&Context, T),
+    data: T,
+) -> Result<(), T> {
+    let boxed = Box::into_raw(Box::new(Boxed { callback, data }));
+    if add_post_job(ctx, run_boxed::<T>, boxed as usize) {
+        return Ok(());
+    }
+    // SAFETY: the server refused the job, so the box made above is still ours.
+    Err(unsafe { Box::from_raw(boxed) }.data)
+}
+
 /// A post-notification job: the server's signature.
 pub type JobCallback = extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
 
@@ -808,119 +861,4 @@ pub fn server_allocator(ctx: &Context) -> String {
     info.field("mem_allocator")
         .map(|value| value.to_string())
         .unwrap_or_default()
-}
-
-/// What an atomic slot migration event (Valkey 9's `CLUSTER MIGRATESLOTS`) says
-/// happened, on the importing or the exporting side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SlotMigration {
-    /// This node started importing the slots.
-    ImportStarted,
-    /// This node gave up an import (cancelled, failed): the server deletes what it got.
-    ImportAborted,
-    /// This node owns the imported slots now.
-    ImportCompleted,
-    /// This node started exporting the slots.
-    ExportStarted,
-    /// An export was given up: this node keeps the slots.
-    ExportAborted,
-    /// The target owns the exported slots now; the server trims them here.
-    ExportCompleted,
-}
-
-/// One atomic slot migration event: what happened, the job's name and its slot ranges
-/// (inclusive).
-#[derive(Debug, Clone)]
-pub struct SlotMigrationEvent {
-    /// What happened.
-    pub what: SlotMigration,
-    /// The job's name, unique per migration.
-    pub job: Vec<u8>,
-    /// The slot ranges the job moves.
-    pub ranges: Vec<(u16, u16)>,
-}
-
-/// Who hears of atomic slot migrations (set once, at load).
-static SLOT_MIGRATION_HANDLER: OnceLock<fn(&Context, &SlotMigrationEvent)> = OnceLock::new();
-
-/// `VALKEYMODULE_EVENT_ATOMIC_SLOT_MIGRATION`, which the binding's header predates.
-const EVENT_ATOMIC_SLOT_MIGRATION: u64 = 19;
-
-/// `ValkeyModuleSlotRange` (valkeymodule.h).
-#[repr(C)]
-struct SlotRange {
-    start: c_int,
-    end: c_int,
-}
-
-/// `ValkeyModuleAtomicSlotMigrationInfoV1` (valkeymodule.h).
-#[repr(C)]
-struct SlotMigrationInfo {
-    version: u64,
-    job_name: [std::os::raw::c_char; 41],
-    slot_ranges: *const SlotRange,
-    num_slot_ranges: u32,
-}
-
-/// Subscribes `handler` to the server's atomic slot migration events; false if the
-/// server refused (a server without them).
-pub fn follow_slot_migrations(ctx: &Context, handler: fn(&Context, &SlotMigrationEvent)) -> bool {
-    let _ = SLOT_MIGRATION_HANDLER.set(handler);
-    // SAFETY: ctx is the load context; the callback lives as long as the module.
-    let status = unsafe {
-        raw::RedisModule_SubscribeToServerEvent.expect("SubscribeToServerEvent")(
-            ctx.get_raw(),
-            raw::RedisModuleEvent {
-                id: EVENT_ATOMIC_SLOT_MIGRATION,
-                dataver: 1,
-            },
-            Some(on_slot_migration),
-        )
-    };
-    status == raw::REDISMODULE_OK as c_int
-}
-
-extern "C" fn on_slot_migration(
-    ctx: *mut raw::RedisModuleCtx,
-    _event: raw::RedisModuleEvent,
-    subevent: u64,
-    data: *mut c_void,
-) {
-    crate::guard::callback((), || {
-        let what = match subevent {
-            0 => SlotMigration::ImportStarted,
-            1 => SlotMigration::ExportStarted,
-            2 => SlotMigration::ImportAborted,
-            3 => SlotMigration::ExportAborted,
-            4 => SlotMigration::ImportCompleted,
-            5 => SlotMigration::ExportCompleted,
-            _ => return,
-        };
-        if data.is_null() {
-            return;
-        }
-        // SAFETY: the data of this event is a migration info (version 1), live for this
-        // callback; its name is NUL-terminated within the array, and its ranges are
-        // `num_slot_ranges` entries the server owns. Everything is copied here.
-        let (job, ranges) = unsafe {
-            let info = &*data.cast::<SlotMigrationInfo>();
-            let job = CStr::from_ptr(info.job_name.as_ptr()).to_bytes().to_vec();
-            let ranges = if info.slot_ranges.is_null() {
-                &[][..]
-            } else {
-                std::slice::from_raw_parts(info.slot_ranges, info.num_slot_ranges as usize)
-            };
-            let ranges = ranges
-                .iter()
-                .filter_map(|r| Some((u16::try_from(r.start).ok()?, u16::try_from(r.end).ok()?)))
-                .collect();
-            (job, ranges)
-        };
-        if let Some(handler) = SLOT_MIGRATION_HANDLER.get() {
-            handler(
-                &Context::new(ctx),
-                &SlotMigrationEvent { what, job, ranges },
-            );
-        }
-    })
 }
