@@ -1,7 +1,9 @@
-//! The server events the module follows, read here and passed on to who acts on them:
-//! flushes and database swaps (many keys change with no callback per key), role changes
-//! (a replica grants and releases nothing itself), the end of loading (the server starts
-//! serving its keys) and closed connections (session-bound locks).
+//! What the module does on the server events it follows (subscribed and read in
+//! `ffi::server_events`, handed here as plain values), and who is told: flushes and
+//! database swaps (many keys change with no callback per key), role changes (a replica
+//! grants and releases nothing itself), the end of loading (the server starts serving its
+//! keys), closed connections (session-bound locks), key moves, and Valkey 9's atomic slot
+//! migrations (`slot_import`).
 
 use redis_module::Context;
 

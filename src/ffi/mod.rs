@@ -3,8 +3,9 @@
 //! Keys are opened, typed, read, written and expired here; nowhere else in the module
 //! touches a raw key pointer, and no handle the server did not give is ever passed back
 //! to it (a key that is not there is answered here, without a call). Timers, post-
-//! notification jobs and the detached context are here too. (The type's callbacks live in
-//! `datatype.rs`, the blocked-client calls in `blocking.rs`.) The data type hands the
+//! notification jobs and the detached context are here too; the server events in
+//! `server_events.rs`, the commands' declarations in `command_info.rs`. (The type's
+//! callbacks still live in `datatype.rs`, the blocked-client calls in `blocking.rs`.) The data type hands the
 //! handle the server made for it down at load (`register_value_type`); keys read and
 //! write its values, `LockValue`s (or cells that start with one, `cell.rs`), only.
 
