@@ -211,18 +211,7 @@ struct SlotMigrationInfo {
 /// server refused (a server without them).
 pub fn follow_slot_migrations(ctx: &Context, handler: fn(&Context, &SlotMigrationEvent)) -> bool {
     let _ = SLOT_MIGRATION_HANDLER.set(handler);
-    // SAFETY: ctx is the load context; the callback lives as long as the module.
-    let status = unsafe {
-        raw::RedisModule_SubscribeToServerEvent.expect("SubscribeToServerEvent")(
-            ctx.get_raw(),
-            raw::RedisModuleEvent {
-                id: EVENT_ATOMIC_SLOT_MIGRATION,
-                dataver: 1,
-            },
-            Some(on_slot_migration),
-        )
-    };
-    status == raw::REDISMODULE_OK as c_int
+    subscribe(ctx, EVENT_ATOMIC_SLOT_MIGRATION, on_slot_migration)
 }
 
 extern "C" fn on_slot_migration(
