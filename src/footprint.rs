@@ -8,7 +8,7 @@
 //! class, or glibc's usable size on a libc build, as Valkey's wheels are, plus the
 //! 8-byte chunk header glibc keeps in front of each block). That makes `MEMORY USAGE` of a lock
 //! off by what a string key's is off by, no more: a lock's figure minus a string key's is
-//! what memory really grows by (`tests/keyspace.rs` checks it on every server CI runs).
+//! what memory really grows by (`tests/server/keyspace.rs` checks it on every server CI runs).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -107,7 +107,7 @@ impl Server {
     /// each) on Redis 7 and Valkey 8.0; on Redis 8, which counts both, the 8 bytes by
     /// which it counts a string key's object above a module key's; the cell on Valkey
     /// 8.1 and 9, whose objects hold the key and its expiry. Measured, and
-    /// checked by `tests/keyspace.rs` on Redis 7.0.15 and 8.2.3 and Valkey 8.1.8 and
+    /// checked by `tests/server/keyspace.rs` on Redis 7.0.15 and 8.2.3 and Valkey 8.1.8 and
     /// 9.1.2.
     pub fn memory_usage_leaves_out(&self) -> usize {
         match self.family {

@@ -1,5 +1,5 @@
 //! The one real-server test harness of the workspace, shared by the integration tests of
-//! every crate (the module's `tests/` and the client's `client/tests/`): each `TestServer`
+//! every crate (the module's `tests/` and the client's `clients/rust/tests/`): each `TestServer`
 //! is a `redis-server` process on a free loopback port, with its own directory, the
 //! freshly built module loaded, and a guard that kills it (and removes its directory)
 //! when the test ends, panics included. Also the generic helpers around it: polling to a

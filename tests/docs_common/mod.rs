@@ -29,7 +29,7 @@ pub fn root() -> PathBuf {
     if crate_dir.join("docs").is_dir() {
         crate_dir.to_path_buf()
     } else {
-        crate_dir.join("..")
+        crate_dir.join("../..")
     }
 }
 

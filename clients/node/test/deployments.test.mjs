@@ -1,7 +1,7 @@
 // The package through the client shapes people deploy with, and node-redlock's API:
 // ioredis key prefixes, command timeouts and Cluster; node-redis pools and clusters;
 // shared locks and semaphores; Redlock on one client and on three masters. Against the
-// servers client/tests/node_package.rs starts (REDIS_LOCK_PORT, REDIS_LOCK_REDLOCK_PORTS,
+// servers clients/rust/tests/packages/node_package.rs starts (REDIS_LOCK_PORT, REDIS_LOCK_REDLOCK_PORTS,
 // REDIS_LOCK_CLUSTER_PORT, REDIS_LOCK_SENTINEL_PORT: a Sentinel watching the master as
 // `mymaster`).
 import { test, describe } from 'node:test';

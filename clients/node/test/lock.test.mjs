@@ -1,5 +1,5 @@
 // The package against a real server (REDIS_LOCK_PORT, started by
-// client/tests/node_package.rs), once with ioredis and once with node-redis.
+// clients/rust/tests/packages/node_package.rs), once with ioredis and once with node-redis.
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';

@@ -8,7 +8,7 @@
 //   php flash_sale.php PORT buy BUYER       one buyer tries once; prints "bought" or "sold out"
 //   php flash_sale.php PORT report          prints "stock=N orders=M"
 //
-// clients/php/tests/run.php (run by client/tests/other_languages.rs) starts 50 buyers
+// clients/php/tests/run.php (run by clients/rust/tests/packages/other_languages.rs) starts 50 buyers
 // at once against 20 items.
 
 declare(strict_types=1);

@@ -4,7 +4,7 @@
 // module, a cluster of servers with it and a Sentinel watching the first server as
 // `mymaster`:   php run.php PORT CLUSTER_PORT SENTINEL_PORT
 // Prints one line per check; exits non-zero on the first failure.
-// client/tests/other_languages.rs starts the server and runs this.
+// clients/rust/tests/packages/other_languages.rs starts the server and runs this.
 
 declare(strict_types=1);
 

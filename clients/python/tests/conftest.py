@@ -1,4 +1,4 @@
-"""Fixtures on the servers that `client/tests/python_package.rs` starts (real servers
+"""Fixtures on the servers that `clients/rust/tests/packages/python_package.rs` starts (real servers
 with the module; it removes them whatever happens here):
 
 - REDIS_LOCK_PORT: a master, REDIS_LOCK_REPLICA_PORT: its replica;
@@ -21,7 +21,7 @@ def _port(name):
     value = os.environ.get(name)
     if not value:
         pytest.exit(f"{name} is not set: run these tests with `make test` "
-                    "(cargo test -p redis-lock-client --test python_package)", returncode=2)
+                    "(cargo test -p redis-lock-client --test packages python_package)", returncode=2)
     return int(value)
 
 

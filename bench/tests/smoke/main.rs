@@ -1,0 +1,2 @@
+mod benchmark;
+mod soak;

@@ -1,0 +1,171 @@
+//! The blocking `Locker` where people run it: its connections are reused across locks
+//! rather than opened for each, and on a Redis Cluster it routes by key, waits on the
+//! key's node and releases there.
+
+use std::thread;
+use std::time::Duration;
+
+use crate::common::*;
+use redis_lock_client::{LockOptions, Locker};
+
+fn connections_received(con: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("stats")
+        .query(con)
+        .expect("INFO stats");
+    info.lines()
+        .find_map(|line| line.strip_prefix("total_connections_received:"))
+        .and_then(|value| value.trim().parse().ok())
+        .expect("total_connections_received")
+}
+
+#[test]
+fn a_locker_reuses_its_connections_from_lock_to_lock() {
+    let server = TestServer::start();
+    let mut observer = server.connection();
+    let locker = Locker::new(server.client());
+    let options = LockOptions::new(Duration::from_secs(10));
+    let before = connections_received(&mut observer);
+    for round in 0..20 {
+        let lock = locker
+            .acquire(format!("orders:{}", round % 3), &options)
+            .unwrap()
+            .expect("free");
+        assert!(lock.release().unwrap());
+    }
+    // A busy answer and a dropped guard give their connection back too.
+    let held = locker.acquire("busy", &options).unwrap().expect("free");
+    assert!(locker.acquire("busy", &options).unwrap().is_none());
+    drop(held);
+    let opened = connections_received(&mut observer) - before;
+    assert!(opened <= 2, "20 locks in a row opened {opened} connections");
+    // Two locks held at once still have a connection each.
+    let a = locker.acquire("a", &options).unwrap().expect("free");
+    let b = locker.acquire("b", &options).unwrap().expect("free");
+    assert!(connections_received(&mut observer) - before <= 3);
+    assert!(a.release().unwrap() && b.release().unwrap());
+}
+
+#[test]
+fn a_cluster_locker_routes_waits_on_the_keys_node_and_releases() {
+    let cluster = MiniCluster::start(3);
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|node| format!("redis://127.0.0.1:{}/", node.port))
+        .collect();
+    let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+    let locker = Locker::cluster(client);
+    let options = LockOptions::new(Duration::from_secs(30));
+    // Keys on different nodes, each served where it lives.
+    let keys = ["orders:1", "orders:2", "orders:3", "orders:4"];
+    let ports: std::collections::BTreeSet<u16> = keys.iter().map(|k| cluster.port_of(k)).collect();
+    assert!(ports.len() > 1, "the keys spread over the nodes");
+    for key in keys {
+        let lock = locker.acquire(key, &options).unwrap().expect("free");
+        let mut node = redis::Client::open(format!("redis://127.0.0.1:{}/", cluster.port_of(key)))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        assert!(exists(&mut node, key), "{key} is on its node");
+        assert!(lock.release().unwrap());
+    }
+    // A waiter on the key's node is granted when the holder lets go.
+    let holder = locker.acquire("orders:9", &options).unwrap().expect("free");
+    let holder_fence = holder.fence();
+    let waiting = {
+        let locker = locker.clone();
+        thread::spawn(move || {
+            let options = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(10));
+            locker.acquire("orders:9", &options).unwrap()
+        })
+    };
+    let mut node = redis::Client::open(format!(
+        "redis://127.0.0.1:{}/",
+        cluster.port_of("orders:9")
+    ))
+    .unwrap()
+    .get_connection()
+    .unwrap();
+    poll_until(Duration::from_secs(10), "the waiter to queue", || {
+        let waiters: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
+            .arg("orders:9")
+            .query(&mut node)
+            .unwrap();
+        waiters.is_some_and(|fields| {
+            fields
+                .chunks(2)
+                .any(|pair| matches!((&pair[0], &pair[1]), (redis::Value::BulkString(n), redis::Value::Int(1)) if n == b"waiters"))
+        })
+    });
+    assert!(holder.release().unwrap());
+    let lock = waiting.join().unwrap().expect("granted after the wait");
+    assert!(lock.fence() > holder_fence);
+    assert!(lock.release().unwrap());
+}
+
+#[test]
+fn a_sentinel_locker_locks_on_the_master_the_sentinel_names() {
+    let master = TestServer::start();
+    let sentinel = Sentinel::watch(&master);
+    let client = redis::sentinel::SentinelClient::build(
+        vec![format!("redis://127.0.0.1:{}/", sentinel.port)],
+        Sentinel::MASTER_NAME.to_string(),
+        None,
+        redis::sentinel::SentinelServerType::Master,
+    )
+    .expect("sentinel client");
+    let locker = Locker::sentinel(client);
+    let options = LockOptions::new(Duration::from_secs(30));
+    let holder = locker.acquire("orders:1", &options).unwrap().expect("free");
+    assert!(
+        exists(&mut master.connection(), "orders:1"),
+        "on the master"
+    );
+    let waiting = {
+        let locker = locker.clone();
+        thread::spawn(move || {
+            let options = LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(10));
+            locker.acquire("orders:1", &options).unwrap()
+        })
+    };
+    let mut con = master.connection();
+    poll_until(Duration::from_secs(10), "the waiter to queue", || {
+        let info: String = redis::cmd("INFO").arg("lock").query(&mut con).unwrap();
+        info.contains("lock_waiters:1")
+    });
+    assert!(holder.release().unwrap());
+    let lock = waiting.join().unwrap().expect("granted after the wait");
+    assert!(lock.release().unwrap());
+}
+
+#[test]
+fn a_pooled_locker_borrows_from_the_programs_r2d2_pool_and_gives_back() {
+    let server = TestServer::start();
+    let mut observer = server.connection();
+    let pool = r2d2::Pool::builder()
+        .max_size(2)
+        .build(server.client())
+        .expect("an r2d2 pool");
+    let before = connections_received(&mut observer);
+    let locker = Locker::pooled(pool.clone());
+    let options = LockOptions::new(Duration::from_secs(10));
+    for round in 0..20 {
+        let lock = locker
+            .acquire(format!("jobs:{round}"), &options)
+            .unwrap()
+            .expect("free");
+        assert!(lock.release().unwrap());
+    }
+    // Two held at once take both of the pool's connections; released, they go back.
+    let a = locker.acquire("a", &options).unwrap().expect("free");
+    let b = locker.acquire("b", &options).unwrap().expect("free");
+    assert_eq!(pool.state().idle_connections, 0, "both lent out");
+    drop(a);
+    drop(b);
+    assert_eq!(pool.state().idle_connections, 2, "both given back");
+    assert!(
+        connections_received(&mut observer) - before <= 2,
+        "only the pool's two connections were ever opened"
+    );
+}

@@ -1,0 +1,7 @@
+mod async_guard;
+#[path = "../common/mod.rs"]
+mod common;
+mod deployments;
+mod guard;
+mod redlock;
+mod shared_guards;

@@ -1,0 +1,9 @@
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../../../../tests/docs_common/mod.rs"]
+mod docs_common;
+mod docs_snippets;
+mod node_package;
+mod other_languages;
+mod python_package;
+mod redis_py_lock_suite;

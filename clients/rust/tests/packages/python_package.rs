@@ -1,0 +1,152 @@
+//! The Python package (`clients/python`): installed with pip into a directory of its
+//! own, then its pytest suite runs against real servers started here, so they are
+//! cleaned up whatever the tests do: a master with a replica, three independent masters
+//! for Redlock, and a port where nothing listens. A missing interpreter, redis-py or
+//! pytest fails the test (`make deps-test` installs them).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use crate::common::python::{install_package, package_dir, python, run, tempdir};
+use crate::common::{MiniCluster, Sentinel, TestServer, free_port, start_replica};
+
+/// The servers conftest.py reads: a master, its replica, the Redlock masters, a Sentinel
+/// watching the master, a node of a 3-master cluster.
+struct Ports {
+    master: u16,
+    replica: u16,
+    redlock: Vec<u16>,
+    sentinel: u16,
+    cluster: u16,
+}
+
+/// `python -m pytest <target>` with the package importable from `package` (an installed
+/// copy or `src`) and the ports in the environment conftest.py reads.
+fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Output {
+    let tests = package_dir().join("tests");
+    let redlock: Vec<String> = ports.redlock.iter().map(u16::to_string).collect();
+    Command::new(python())
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .args(extra)
+        .arg(target)
+        .current_dir(package_dir())
+        // `tests` for its helpers module
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", package.display(), tests.display()),
+        )
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("REDIS_LOCK_PORT", ports.master.to_string())
+        .env("REDIS_LOCK_REPLICA_PORT", ports.replica.to_string())
+        .env("REDIS_LOCK_REDLOCK_PORTS", redlock.join(","))
+        .env("REDIS_LOCK_SENTINEL_PORT", ports.sentinel.to_string())
+        .env("REDIS_LOCK_CLUSTER_PORT", ports.cluster.to_string())
+        .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"))
+}
+
+#[test]
+fn the_python_package_installs_and_passes_its_pytest_suite() {
+    let installed = tempdir("python");
+    install_package(&installed);
+
+    let master = TestServer::start();
+    let replica = start_replica(&master, &[]);
+    let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
+    let sentinel = Sentinel::watch(&master);
+    let cluster = MiniCluster::start(3);
+    let ports = Ports {
+        master: master.port,
+        replica: replica.port,
+        redlock: redlock.iter().map(|s| s.port).collect(),
+        sentinel: sentinel.port,
+        cluster: cluster.nodes[0].port,
+    };
+
+    // the installed copy, not the source tree
+    let output = pytest(&package_dir().join("tests"), &installed, &ports, &["-rs"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "pytest failed ({}):\n{stdout}\n{}\nmaster's log:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr),
+        master.log()
+    );
+    assert!(
+        !stdout.contains("skipped"),
+        "pytest skipped tests:\n{stdout}"
+    );
+    let _ = std::fs::remove_dir_all(&installed);
+}
+
+#[test]
+fn the_python_package_type_checks_strictly() {
+    run(
+        Command::new(python())
+            .args([
+                "-m",
+                "mypy",
+                "--strict",
+                "--cache-dir=/dev/null",
+                "src/redis_lock_module",
+            ])
+            .current_dir(package_dir()),
+        "mypy --strict (the package ships py.typed)",
+    );
+}
+
+#[test]
+fn the_python_tests_fail_without_the_module() {
+    let server = TestServer::without_module();
+    let ports = Ports {
+        master: server.port,
+        replica: server.port,
+        redlock: vec![server.port],
+        sentinel: free_port(),
+        cluster: free_port(),
+    };
+    let output = pytest(
+        &package_dir().join("tests/test_lock.py"),
+        &package_dir().join("src"),
+        &ports,
+        &["-x"],
+    );
+    assert!(!output.status.success(), "passed without the module");
+}
+
+/// python-redis-lock imports as `redis_lock`: installed beside it (fetched from PyPI at
+/// test time), this package must leave it whole and stay importable itself.
+#[test]
+fn the_python_package_installs_beside_python_redis_lock() {
+    let installed = tempdir("python-beside");
+    install_package(&installed);
+    run(
+        Command::new(python())
+            .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
+            .arg(&installed)
+            .arg("python-redis-lock"),
+        "pip install python-redis-lock",
+    );
+    let program = "\
+import redis_lock, redis_lock_module\n\
+from redis_lock_module import Lock\n\
+assert redis_lock.Lock is not Lock, 'two different Lock classes'\n\
+assert redis_lock.Lock.__module__ == 'redis_lock', redis_lock.Lock.__module__\n\
+assert hasattr(redis_lock, 'reset_all'), 'python-redis-lock is whole'\n\
+assert Lock.__module__.startswith('redis_lock_module')\n\
+print('both import')\n";
+    let output = run(
+        Command::new(python())
+            .args(["-c", program])
+            .env("PYTHONPATH", &installed)
+            .env("PYTHONDONTWRITEBYTECODE", "1"),
+        "import both packages",
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "both import"
+    );
+    let _ = std::fs::remove_dir_all(&installed);
+}

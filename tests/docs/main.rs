@@ -1,0 +1,8 @@
+#[path = "../cluster_common/mod.rs"]
+mod cluster_common;
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../docs_common/mod.rs"]
+mod docs_common;
+mod pages;
+mod setup;

@@ -1,0 +1,338 @@
+//! Checking the server against the model: the grants it expects (each waiter's reply
+//! read, its fence above every fence before on the key), every reply of a step, the
+//! state of every key after it (`LOCK.INFO`), and `INFO lock`'s counters; short TTLs let
+//! run out before the next step.
+
+use std::collections::HashMap;
+use std::thread;
+use std::time::Duration;
+
+use redis::Value;
+
+use super::conn::{REPLY_LIMIT, error_text, grant_of};
+use super::model::{Binding, Holder, Kind, Value as Held};
+use super::{Expect, Fuzz, KEYS, Pending, SHORT_MS, Source, Via, key_name, words};
+
+impl Fuzz {
+    /// Records a grant the server must make now to `token` (`None`: a token it makes);
+    /// its fence is learnt from `source`'s reply.
+    pub(crate) fn expect_grant(
+        &mut self,
+        k: usize,
+        source: Source,
+        token: Option<Vec<u8>>,
+        holder: Holder,
+    ) -> i64 {
+        self.placeholders += 1;
+        let placeholder = -self.placeholders;
+        let mut holder = holder;
+        holder.fence = placeholder;
+        if token.is_none() {
+            holder.token = format!("\0pending{placeholder}").into_bytes();
+        }
+        self.model.keys[k].grant(holder);
+        self.model.grants += 1;
+        self.pending.push(Pending {
+            key: k,
+            placeholder,
+            source,
+            token,
+        });
+        placeholder
+    }
+
+    /// Grants `k`'s waiters whose turn has come, as the model says.
+    pub(crate) fn admit(&mut self, k: usize) {
+        while let Some(w) = self.model.keys[k].admit_next() {
+            self.slots[w.slot].blocked = None;
+            let holder = Holder {
+                token: w.token.clone().unwrap_or_default(),
+                fence: 0,
+                kind: w.kind,
+                session: w.grace_ms.map(|grace_ms| Binding {
+                    client: w.client,
+                    grace_ms,
+                    followed: true,
+                }),
+                expires_soon: w.expires_soon,
+            };
+            self.note(format!("  -> waiter in slot {} granted fz:{k}", w.slot));
+            *self.seen.entry("grants to waiters").or_default() += 1;
+            self.expect_grant(k, Source::Waiter(w.slot), w.token, holder);
+        }
+    }
+
+    pub(crate) fn admit_all(&mut self) {
+        for k in 0..KEYS {
+            self.admit(k);
+        }
+    }
+
+    /// Reads every pending grant's reply, checks its token and that its fence is above
+    /// every fence before on the key, in the order the grants were made, and puts the
+    /// fences in the model. Returns the fence each placeholder stands for.
+    pub(crate) fn resolve(&mut self, replies: &[Value]) -> Result<HashMap<i64, i64>, String> {
+        let mut fences = HashMap::new();
+        for p in std::mem::take(&mut self.pending) {
+            let reply = match p.source {
+                Source::Reply(i) => replies.get(i).cloned().ok_or("a reply is missing")?,
+                Source::Waiter(slot) => self.slots[slot].conn.read(REPLY_LIMIT).map_err(|e| {
+                    format!(
+                        "the waiter in slot {slot} was not granted fz:{}: {e}",
+                        p.key
+                    )
+                })?,
+            };
+            let (token, fence) = grant_of(&reply)
+                .ok_or_else(|| format!("a grant on fz:{} answered {reply:?}", p.key))?;
+            match &p.token {
+                Some(expected) if *expected != token => {
+                    return Err(format!("granted with token {token:?}, not {expected:?}"));
+                }
+                None if token.len() != 32
+                    || !token
+                        .iter()
+                        .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c)) =>
+                {
+                    return Err(format!(
+                        "a server-made token is not 32 hex digits: {token:?}"
+                    ));
+                }
+                _ => {}
+            }
+            let key = &mut self.model.keys[p.key];
+            if fence <= key.last_fence || fence >= 1 << 53 {
+                return Err(format!(
+                    "fz:{} granted fence {fence} after fence {}",
+                    p.key, key.last_fence
+                ));
+            }
+            key.last_fence = fence;
+            if let Some(Held::Lock(holders)) = &mut key.value
+                && let Some(h) = holders.iter_mut().find(|h| h.fence == p.placeholder)
+            {
+                h.fence = fence;
+                h.token = token.clone();
+            }
+            fences.insert(p.placeholder, fence);
+            self.known.push(token);
+        }
+        Ok(fences)
+    }
+
+    /// Checks each reply against what the model expected.
+    pub(crate) fn check(
+        &mut self,
+        expects: &[Expect],
+        replies: &[Value],
+        fences: &HashMap<i64, i64>,
+        via: Via,
+    ) -> Result<(), String> {
+        for (i, expect) in expects.iter().enumerate() {
+            let seen = match expect {
+                Expect::Grant(_) => "grants",
+                Expect::Renew(..) => "renews",
+                Expect::Nil => "nil replies",
+                Expect::Int(1) => "1 replies",
+                Expect::Int(_) => "0 replies",
+                Expect::Error(_) => "errors",
+                Expect::Ok => "OK replies",
+                Expect::Blocked => "waits",
+            };
+            *self.seen.entry(seen).or_default() += 1;
+            if matches!(expect, Expect::Blocked) {
+                continue;
+            }
+            let got = replies.get(i).ok_or("a reply is missing")?;
+            let ok = match expect {
+                Expect::Grant(placeholder) => {
+                    grant_of(got).map(|(_, fence)| fence) == fences.get(placeholder).copied()
+                }
+                Expect::Renew(token, fence) => {
+                    let fence = if *fence < 0 {
+                        fences.get(fence).copied().unwrap_or(0)
+                    } else {
+                        *fence
+                    };
+                    grant_of(got) == Some((token.clone(), fence))
+                }
+                Expect::Nil => *got == Value::Nil,
+                Expect::Int(n) => *got == Value::Int(*n),
+                Expect::Ok => *got == Value::Okay,
+                Expect::Error(code) => error_text(got).is_some_and(|text| match via {
+                    Via::Script => text.contains(code),
+                    _ => text.starts_with(code),
+                }),
+                Expect::Blocked => true,
+            };
+            if !ok {
+                return Err(format!("reply {i}: expected {expect:?}, got {got:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets the short TTLs and expiries of the step run out, and grants the waiters
+    /// whose turn that brings (whose own TTL may be short again).
+    pub(crate) fn settle(&mut self) -> Result<(), String> {
+        loop {
+            let soon = self
+                .model
+                .keys
+                .iter()
+                .any(|k| k.holders().iter().any(|h| h.expires_soon));
+            if !soon && self.expiring.is_empty() {
+                return Ok(());
+            }
+            thread::sleep(Duration::from_millis(SHORT_MS as u64 + 30));
+            self.note("  (short TTLs run out)".into());
+            for k in std::mem::take(&mut self.expiring) {
+                self.model.keys[k].value = None;
+            }
+            for key in &mut self.model.keys {
+                key.drop_holders(|h| h.expires_soon);
+            }
+            self.admit_all();
+            self.asynchronous = true;
+            self.resolve(&[])?;
+        }
+    }
+
+    /// The server's state against the model: every key's `LOCK.INFO`, and no reply
+    /// waiting on any client.
+    pub(crate) fn check_state(&mut self) -> Result<(), String> {
+        for (s, slot) in self.slots.iter().enumerate() {
+            if slot.conn.has_input() {
+                return Err(format!(
+                    "a reply nobody expected arrived for slot {s} (waiting for {:?})",
+                    slot.blocked.map(|k| format!("fz:{k}"))
+                ));
+            }
+        }
+        let alive: Vec<i64> = self.slots.iter().map(|s| s.conn.id).collect();
+        for k in 0..KEYS {
+            let name = key_name(k);
+            let got = self.admin.query(&[b"LOCK.INFO".to_vec(), name])?;
+            let key = &self.model.keys[k];
+            match &key.value {
+                None if got == Value::Nil => {}
+                Some(Held::Str) if error_text(&got).is_some_and(|t| t.starts_with("WRONGTYPE")) => {
+                }
+                Some(Held::Lock(holders)) => {
+                    let fields = info_fields(&got).ok_or_else(|| {
+                        format!("LOCK.INFO fz:{k} answered {got:?}, expected a lock")
+                    })?;
+                    let field = |name: &str| fields.get(name).cloned().unwrap_or_default();
+                    let exclusive = holders[0].kind == Kind::Exclusive;
+                    let (session, connected) = match holders[0].session {
+                        Some(b) if exclusive => (b.grace_ms, i64::from(alive.contains(&b.client))),
+                        _ => (-1, -1),
+                    };
+                    let limit = match holders[0].kind {
+                        Kind::Shared(Some(n)) => i64::from(n),
+                        _ => -1,
+                    };
+                    let newest = holders.iter().map(|h| h.fence).max().unwrap_or(0);
+                    let want = [
+                        ("waiters", key.queue.len() as i64),
+                        ("holders", holders.len() as i64),
+                        ("limit", limit),
+                        ("fence", newest),
+                        ("session", session),
+                        ("connected", connected),
+                    ];
+                    for (name, value) in want {
+                        if field(name) != Field::Int(value) {
+                            return Err(format!(
+                                "LOCK.INFO fz:{k} {name} is {:?}, the model says {value} ({fields:?})",
+                                field(name)
+                            ));
+                        }
+                    }
+                    let mode = if exclusive { "exclusive" } else { "shared" };
+                    if field("mode") != Field::Word(mode.into()) {
+                        return Err(format!(
+                            "LOCK.INFO fz:{k} mode is {:?}, not {mode}",
+                            field("mode")
+                        ));
+                    }
+                    if !matches!(field("ttl"), Field::Int(ttl) if ttl > 0) {
+                        return Err(format!("LOCK.INFO fz:{k} ttl is {:?}", field("ttl")));
+                    }
+                }
+                expected => {
+                    return Err(format!(
+                        "LOCK.INFO fz:{k} answered {got:?}; the model holds {expected:?}"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `INFO lock`'s grants and waiters against the model's.
+    pub(crate) fn check_counters(&mut self) -> Result<(), String> {
+        let info = match self.admin.query(&words(&["INFO", "lock"]))? {
+            Value::BulkString(text) => String::from_utf8_lossy(&text).into_owned(),
+            Value::VerbatimString { text, .. } => text,
+            other => return Err(format!("INFO lock answered {other:?}")),
+        };
+        let stat = |name: &str| {
+            info.lines().find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse::<i64>()
+                    .ok()
+            })
+        };
+        let waiting = self
+            .model
+            .keys
+            .iter()
+            .map(|k| k.queue.len() as i64)
+            .sum::<i64>();
+        for (name, want) in [
+            ("lock_grants", self.model.grants),
+            ("lock_waiters", waiting),
+        ] {
+            if stat(name) != Some(want) {
+                return Err(format!(
+                    "INFO lock {name} is {:?}, the model says {want}",
+                    stat(name)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A `LOCK.INFO` field's value.
+#[derive(Debug, Clone, Default, PartialEq)]
+enum Field {
+    #[default]
+    Missing,
+    Int(i64),
+    Word(String),
+}
+
+/// The fields of a `LOCK.INFO` reply (RESP2: a flat field/value array).
+fn info_fields(value: &Value) -> Option<HashMap<String, Field>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let mut fields = HashMap::new();
+    for pair in items.chunks(2) {
+        let [Value::BulkString(name), value] = pair else {
+            return None;
+        };
+        let value = match value {
+            Value::Int(n) => Field::Int(*n),
+            Value::BulkString(word) => Field::Word(String::from_utf8_lossy(word).into_owned()),
+            Value::SimpleString(word) => Field::Word(word.clone()),
+            _ => return None,
+        };
+        fields.insert(String::from_utf8_lossy(name).into_owned(), value);
+    }
+    Some(fields)
+}
