@@ -3,6 +3,10 @@
 CARGO ?= cargo
 PORT ?= 7379
 MODULE := target/release/libredis_lock.so
+# What the module is built from: `make run` rebuilds it only when one of these is newer,
+# so a module the test build made (same code, the tests' dependency features) is served
+# as it is instead of being rebuilt under the running tests.
+MODULE_SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 
 .PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean
 
@@ -21,29 +25,33 @@ servers: ## fetch the other servers the suite runs on (Redis 8.2, Valkey 8.1 and
 build: deps ## build the module in release mode (target/release/libredis_lock.so)
 	$(CARGO) build --release
 
-run: build ## build, then start redis-server with the module (port 7379, or PORT=...; REDIS_SERVER=path for another server)
+$(MODULE): $(MODULE_SOURCES) | deps
+	$(CARGO) build --release
+	@touch $@
+
+run: $(MODULE) ## build (when the sources changed), then start redis-server with the module (port 7379, or PORT=...; REDIS_SERVER=path for another server)
 	@mkdir -p target/run
 	$${REDIS_SERVER:-redis-server} redis.conf --port $(PORT)
 
-test: build deps-test ## run every test on every server CI tests (REDIS_SERVER=path: on that one only)
+test: deps deps-test ## build once, run every test on every server CI tests (REDIS_SERVER=path: on that one only)
 	@scripts/test-servers.sh
 
-chaos: build ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server
-	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(CARGO) test --release --test chaos -- --nocapture
+chaos: deps ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server
+	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(CARGO) test --release --test server chaos:: -- --nocapture
 
-fuzz: build ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE payloads (RESTORE_FUZZ_CASES, default 100000) and model-checked command sequences (MODEL_FUZZ_STEPS, default 50000), long
+fuzz: deps ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE payloads (RESTORE_FUZZ_CASES, default 100000) and model-checked command sequences (MODEL_FUZZ_STEPS, default 50000), long
 	PROPTEST_CASES=$${PROPTEST_CASES:-100000} $(CARGO) test --release --lib -- properties bindings
-	RESTORE_FUZZ_CASES=$${RESTORE_FUZZ_CASES:-100000} $(CARGO) test --release --test restore_fuzz -- --nocapture
-	MODEL_FUZZ_STEPS=$${MODEL_FUZZ_STEPS:-50000} $(CARGO) test --release --test model_fuzz -- --nocapture
+	RESTORE_FUZZ_CASES=$${RESTORE_FUZZ_CASES:-100000} $(CARGO) test --release --test fuzz restore_fuzz:: -- --nocapture
+	MODEL_FUZZ_STEPS=$${MODEL_FUZZ_STEPS:-50000} $(CARGO) test --release --test fuzz model_fuzz:: -- --nocapture
 
-test-cluster: build ## run only the Redis Cluster and failover tests (real 6-node clusters)
-	$(CARGO) test --release --test cluster_routing --test cluster_resharding --test cluster_failover
+test-cluster: deps ## run only the Redis Cluster and failover tests (real 6-node clusters)
+	$(CARGO) test --release --test cluster
 
 .PHONY: bench bench-smoke soak
 # valgrind (instructions per call) and gnuplot (the contention chart) are installed here
 # when missing; if that fails, the benchmark runs without those two parts.
 # `make bench BENCH_ARGS="--only contention"` runs some scenarios (`--help` lists them).
-bench: build ## benchmark module vs SET NX + Lua recipe (minutes; target/bench/results.md)
+bench: $(MODULE) ## benchmark module vs SET NX + Lua recipe (minutes; target/bench/results.md)
 	@if ! command -v valgrind >/dev/null || ! command -v gnuplot >/dev/null; then \
 	  echo "installing valgrind and gnuplot-nox for the benchmark"; \
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
@@ -53,14 +61,14 @@ bench: build ## benchmark module vs SET NX + Lua recipe (minutes; target/bench/r
 	fi
 	$(CARGO) run --release -p redis-lock-bench -- $(BENCH_ARGS)
 
-soak: build ## a million locks and ten thousand waiters on one server, side by side with plain keys (minutes; target/soak/report.md, soak.png)
+soak: $(MODULE) ## a million locks and ten thousand waiters on one server, side by side with plain keys (minutes; target/soak/report.md, soak.png)
 	@command -v gnuplot >/dev/null || { echo "installing gnuplot-nox for the plot"; \
 	  SUDO=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
 	  ($$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq \
 	    --no-install-recommends gnuplot-nox) || echo "could not install it: no plot"; }
 	$(CARGO) run --release -p redis-lock-bench --bin soak -- $(SOAK_ARGS)
 
-bench-smoke: build ## the benchmark in seconds with tiny sizes (as `make test` runs it)
+bench-smoke: $(MODULE) ## the benchmark in seconds with tiny sizes (as `make test` runs it)
 	$(CARGO) run --release -p redis-lock-bench -- --smoke --out target/bench-smoke
 
 lint: ## rustfmt check and clippy with warnings as errors

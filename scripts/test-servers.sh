@@ -1,50 +1,125 @@
 #!/usr/bin/env bash
-# Runs the whole suite (`cargo test --release --workspace`) once per server: on the one
-# REDIS_SERVER names if it is set, else on every server scripts/fetch-servers.sh provides
-# (Redis 7.0.15 from Debian, Redis 8.2.3, Valkey 8.1.8 and 9.1.2). Each run is headed with
-# the server's name and version; the summary names every server whose run failed.
+# Runs the whole suite, `make test`:
+#   1. builds every test binary once (`cargo test --release --workspace --no-run`);
+#   2. runs the doc tests and the unit tests of every crate once: they need no server;
+#   3. runs every integration test binary (the module's server, cluster, fuzz and docs
+#      suites, the clients' and the bench's) once per server: on the one REDIS_SERVER
+#      names if it is set, else on every server scripts/fetch-servers.sh provides (Redis
+#      7.0.15 from Debian, Redis 8.2.3, Valkey 8.1.8 and 9.1.2).
+# The binaries run directly, not through `cargo test` (which holds the build directory's
+# lock while its tests run), TEST_JOBS (default 4) at once, each with TEST_THREADS
+# (default 4) tests at once: the tests mostly wait on servers, so on two cores this is what
+# makes the suite take minutes. Each binary's output is printed whole when it ends, headed
+# with the server it ran on; the summary names every run that failed.
+# TEST_FILTER (a test-name filter, as `cargo test` takes) narrows every binary's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 if [ -n "${REDIS_SERVER:-}" ]; then
-  runs=("custom $REDIS_SERVER")
+  servers=("$REDIS_SERVER")
 else
   listing=$(scripts/fetch-servers.sh) || exit 1
-  mapfile -t runs < <(grep -v '^unsupported-' <<<"$listing")
+  mapfile -t servers < <(grep -v '^unsupported-' <<<"$listing" | cut -d' ' -f2-)
   unsupported=$(grep '^unsupported-' <<<"$listing" | head -1 | cut -d' ' -f2-)
   [ -n "$unsupported" ] && export UNSUPPORTED_SERVER="$unsupported"
 fi
+jobs=${TEST_JOBS:-4}
+threads=${TEST_THREADS:-4}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+echo "==== building every test once"
+cargo test --release --workspace --no-run --message-format=json-render-diagnostics \
+  >"$work/artifacts.json" || exit 1
+# One line per test binary: kind (unit or suite), the directory cargo would run it in
+# (its crate's), the executable. Suites first, longest first, so the pool ends together.
+python3 - "$work/artifacts.json" >"$work/binaries" <<'EOF'
+import json, os, sys
+order = ["packages", "server", "smoke", "cluster", "client", "docs", "fuzz"]
+rows = []
+for line in open(sys.argv[1]):
+    art = json.loads(line)
+    if art.get("reason") != "compiler-artifact" or not art.get("executable"):
+        continue
+    if not art["profile"]["test"]:
+        continue
+    target = art["target"]
+    kind = "suite" if target["kind"] == ["test"] else "unit"
+    rank = order.index(target["name"]) if target["name"] in order else len(order)
+    rows.append((kind == "unit", rank, kind, os.path.dirname(art["manifest_path"]), art["executable"]))
+for row in sorted(rows):
+    print(*row[2:])
+EOF
+
+echo "==== the doc tests"
+cargo test --release --workspace --doc ${TEST_FILTER:+"$TEST_FILTER"} >"$work/doc.log" 2>&1
+echo $? >"$work/doc.status"
+
+# One run: a binary on a server (or none). Writes <id>.log and <id>.status.
+run_one() {
+  local id=$1 dir=$2 executable=$3 server=$4 name
+  name=$(basename "$executable" | sed 's/-[0-9a-f]*$//')
+  {
+    echo
+    echo "==== $name on ${server:-no server} ($(basename "$(dirname "$dir")")/$(basename "$dir"))"
+    (cd "$dir" && REDIS_SERVER="$server" "$executable" --test-threads="$threads" \
+      ${TEST_FILTER:+"$TEST_FILTER"})
+    echo $? >"$work/$id.status"
+  } >"$work/$id.log" 2>&1
+}
+
+ids=()
+labels=()
+running=0
+next=0
+while read -r kind dir executable; do
+  if [ "$kind" = unit ]; then
+    targets=("")
+  else
+    targets=("${servers[@]}")
+  fi
+  for server in "${targets[@]}"; do
+    if [ "$running" -ge "$jobs" ]; then
+      wait -n
+      running=$((running - 1))
+    fi
+    id=$next
+    next=$((next + 1))
+    ids+=("$id")
+    labels+=("$(basename "$executable" | sed 's/-[0-9a-f]*$//') on ${server:-no server}")
+    run_one "$id" "$dir" "$executable" "$server" &
+    running=$((running + 1))
+  done
+done <"$work/binaries"
+wait
 
 failed=()
 passed_total=0
 failed_total=0
-for run in "${runs[@]}"; do
-  binary=${run#* }
-  version=$("$binary" --version 2>/dev/null | cut -d' ' -f1,3 | sed 's/ v=/ /')
-  echo
-  echo "==== the suite on ${version:-$binary} ($binary)"
-  log=$(mktemp)
-  REDIS_SERVER="$binary" cargo test --release --workspace ${CARGO_TEST_ARGS:-} 2>&1 | tee "$log"
-  status=${PIPESTATUS[0]}
+# report: log, status file, label
+report() {
+  local log=$1 status_file=$2 label=$3 status passed failures
+  cat "$log"
+  status=$(cat "$status_file" 2>/dev/null || echo 1)
   passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
   failures=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
-  rm -f "$log"
   passed_total=$((passed_total + passed))
   failed_total=$((failed_total + failures))
   if [ "$status" -ne 0 ]; then
-    failed+=("${version:-$binary}")
+    failed+=("$label")
     [ "$failures" -gt 0 ] || failed_total=$((failed_total + 1))
-    echo "==== FAILED on ${version:-$binary} ($binary)"
-  else
-    echo "==== passed on ${version:-$binary}: $passed tests"
   fi
+}
+report "$work/doc.log" "$work/doc.status" "the doc tests"
+for index in "${!ids[@]}"; do
+  report "$work/${ids[$index]}.log" "$work/${ids[$index]}.status" "${labels[$index]}"
 done
 
 echo
 if [ "${#failed[@]}" -gt 0 ]; then
-  echo "the suite FAILED on: ${failed[*]}"
+  printf 'FAILED: %s\n' "${failed[@]}"
 else
-  echo "the suite passed on every server: ${#runs[@]} runs"
+  echo "the suite passed: ${#ids[@]} runs of the test binaries, on ${#servers[@]} servers"
 fi
 echo "total: $passed_total passed, $failed_total failed"
 [ "${#failed[@]}" -eq 0 ]
