@@ -212,12 +212,14 @@ def main(port, replica_port):
         released.set()
         release(r, "jobs:4", holder.token)
 
-    threading.Thread(target=release_later).start()
+    releaser = threading.Thread(target=release_later)
+    releaser.start()
     waiter = redis.Redis(host="127.0.0.1", port=port)
     manager = lock(waiter, "jobs:4", 10_000, wait_ms=10_000)
     with manager as held:
         check("the waiter gets the lock when the holder releases",
               released.is_set() and held.fence > holder.fence)
+    releaser.join(10)
     check("and the context manager released it, held to the end",
           manager.held_to_end is True and info(r, "jobs:4") is None)
 

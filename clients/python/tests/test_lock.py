@@ -344,11 +344,14 @@ def test_waiting_does_not_poll_and_is_first_come_first_served(r, port, key):
 def test_a_wait_longer_than_the_socket_timeout(r, port, key):
     holder = make(r, key, timeout=30, thread_local=False)  # released by the timer thread
     assert holder.acquire(blocking=False)
-    threading.Timer(0.6, holder.release).start()
+    releaser = threading.Timer(0.6, holder.release)
+    releaser.start()
     short = redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.2)
     lock = make(short, key, timeout=10, session=5)
     started = time.monotonic()
     assert lock.acquire(blocking_timeout=20)  # on a connection of its own
+    # the grant may reach this client before the release's own reply reaches the timer
+    releaser.join(10)
     assert time.monotonic() - started < 15, "granted at the release, not at the expiry"
     fields = lock_info(r, key)
     # the session binding moved to the client's pool before that connection closed
