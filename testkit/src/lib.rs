@@ -51,7 +51,17 @@ pub fn module_path() -> PathBuf {
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| workspace_root().join("target"));
-    target.join(profile).join("libredis_lock.so")
+    // `cargo build` puts the module in the profile's directory; `cargo test` builds it
+    // (with the tests' dependency features) in `deps/` only. The newer is the one the
+    // code under test made.
+    let built = target.join(profile).join("libredis_lock.so");
+    let tested = target.join(profile).join("deps").join("libredis_lock.so");
+    let modified = |path: &Path| fs::metadata(path).and_then(|m| m.modified()).ok();
+    match (modified(&built), modified(&tested)) {
+        (Some(b), Some(t)) if t > b => tested,
+        (None, Some(_)) => tested,
+        _ => built,
+    }
 }
 
 /// The server binary under test: `REDIS_SERVER`, else `redis-server` on `PATH`.

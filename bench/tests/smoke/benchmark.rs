@@ -4,12 +4,12 @@
 
 use std::fs;
 
-use redis_lock_bench::{Config, config};
+use redis_lock_bench::Config;
 
 #[test]
 fn a_smoke_run_measures_every_scenario_on_both_sides_and_writes_the_results() {
     let out = std::env::temp_dir().join(format!("redis-lock-bench-smoke-{}", std::process::id()));
-    let cfg = Config::smoke(config::default_module(), out.clone());
+    let cfg = Config::smoke(redis_lock_testkit::module_path(), out.clone());
     let report = redis_lock_bench::run(&cfg).expect("smoke run of the benchmark");
 
     for scenario in ["1.", "2.", "3.", "4.", "5.", "6.", "7.", "8."] {

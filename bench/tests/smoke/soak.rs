@@ -3,13 +3,12 @@
 //! every lock expires, every waiter is answered as it asked, and the report is written.
 //! Memory and pauses are judged by the full run (`make soak`) only.
 
-use redis_lock_bench::config;
 use redis_lock_bench::soak::{self, Config, Kind, report};
 
 #[test]
 fn a_smoke_soak_expires_every_lock_and_answers_every_waiter() {
     let out = std::env::temp_dir().join(format!("redis-lock-soak-smoke-{}", std::process::id()));
-    let cfg = Config::smoke(config::default_module(), out);
+    let cfg = Config::smoke(redis_lock_testkit::module_path(), out);
     let locks = soak::run_side(&cfg, Kind::Locks).expect("the soak's locks side");
     let strings = soak::run_side(&cfg, Kind::Strings).expect("the soak's strings side");
 
