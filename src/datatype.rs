@@ -12,22 +12,19 @@
 //! than guess. The fencing clock's high-water mark travels as auxiliary data
 //! before the keys, so that a restart or full sync never hands out a smaller fence.
 
-use std::os::raw::{c_int, c_void};
-use std::ptr;
+use redis_module::{RedisError, native_types::RedisType};
 
-use redis_module::{RedisError, RedisString, native_types::RedisType, raw};
-
-use crate::bindings;
-use crate::events;
-use crate::fence;
+use crate::ffi::value_type::{self, AofOut, Digest, RdbIn, RdbOut, ValueType};
 use crate::ffi::{self, Key, cell};
-use crate::footprint;
-use crate::guard;
-use crate::holders::{Holder, Holders};
-use crate::limits::{MAX_LIMIT, MAX_TTL_MS};
-use crate::lock::{self, BoundLock, LockState, Session};
-use crate::stats;
-use crate::value::LockValue;
+use crate::state::bindings;
+use crate::state::events;
+use crate::state::fence;
+use crate::state::footprint;
+use crate::state::holders::{Holder, Holders};
+use crate::state::limits::{MAX_LIMIT, MAX_TTL_MS};
+use crate::state::lock::{self, BoundLock, LockState, Session};
+use crate::state::stats;
+use crate::state::value::LockValue;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
@@ -47,27 +44,7 @@ const NO_SESSION: i64 = -1;
 pub static LOCK_TYPE: RedisType = RedisType::new(
     TYPE_NAME,
     ENCODING_VERSION,
-    raw::RedisModuleTypeMethods {
-        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
-        rdb_load: Some(rdb_load),
-        rdb_save: Some(rdb_save),
-        aof_rewrite: Some(aof_rewrite),
-        mem_usage: Some(mem_usage),
-        digest: Some(digest),
-        free: Some(free),
-        aux_load: Some(aux_load),
-        aux_save: Some(aux_save),
-        aux_save_triggers: raw::Aux::Before as c_int,
-        free_effort: None,
-        unlink: None,
-        copy: None,
-        defrag: None,
-        mem_usage2: None,
-        free_effort2: None,
-        unlink2: Some(unlink2),
-        copy2: Some(copy2),
-        aux_save2: None,
-    },
+    value_type::methods::<LockType>(),
 );
 
 /// Hands the registered type down to the FFI layer, whose keys then read and write its
@@ -109,21 +86,11 @@ impl LockKey for Key<'_> {
     }
 }
 
-/// Borrows the value behind a pointer the server hands to a callback.
-///
-/// # Safety
-/// `value` must be a pointer this module gave the server for a key of `LOCK_TYPE`.
-unsafe fn state<'a>(value: *mut c_void) -> &'a LockValue {
-    // SAFETY: every value of LOCK_TYPE starts with a LockValue, boxed or in a cell (see
-    // the function contract and ffi/cell.rs).
-    unsafe { &*value.cast::<LockValue>() }
-}
-
 /// Loads the fields every version has: token, fence, grant time.
-fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
-    let token = raw::load_string_buffer(rdb).ok()?.as_ref().to_vec();
-    let fence = raw::load_unsigned(rdb).ok()?;
-    let acquired_ms = raw::load_signed(rdb).ok()?;
+fn load_v1(rdb: &mut RdbIn) -> Option<LockState> {
+    let token = rdb.bytes()?;
+    let fence = rdb.unsigned()?;
+    let acquired_ms = rdb.signed()?;
     if !lock::in_contract(&token, fence, acquired_ms) {
         return None;
     }
@@ -134,17 +101,17 @@ fn load_v1(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
 /// for a session-bound lock, the connection id and the id of the server process that
 /// wrote them. The connection is kept only by a `RESTORE` on that same running server
 /// while the connection is open; loading a file, or another server, sees none.
-fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
+fn load_v2(rdb: &mut RdbIn) -> Option<LockState> {
     let mut lock = load_v1(rdb)?;
-    let grace_ms = raw::load_signed(rdb).ok()?;
+    let grace_ms = rdb.signed()?;
     if grace_ms == NO_SESSION {
         return Some(lock);
     }
     if !(0..=MAX_TTL_MS).contains(&grace_ms) {
         return None;
     }
-    let client = raw::load_unsigned(rdb).ok()?;
-    let instance = raw::load_unsigned(rdb).ok()?;
+    let client = rdb.unsigned()?;
+    let instance = rdb.unsigned()?;
     let same_server = instance == bindings::instance() && !ffi::is_loading();
     let client = if same_server && ffi::client_connected(client) {
         client
@@ -159,11 +126,11 @@ fn load_v2(rdb: *mut raw::RedisModuleIO) -> Option<LockState> {
 /// holders: the limit (`NO_LIMIT` for none), the count, and each holder as version 2
 /// stores a lock followed by its expiry. A value out of the contract (no holder, a
 /// limit out of range, more holders than it, a token twice) is refused.
-fn load_v3(rdb: *mut raw::RedisModuleIO) -> Option<LockValue> {
-    match raw::load_unsigned(rdb).ok()? {
+fn load_v3(rdb: &mut RdbIn) -> Option<LockValue> {
+    match rdb.unsigned()? {
         EXCLUSIVE => load_v2(rdb).map(LockValue::Exclusive),
         SHARED => {
-            let limit = match raw::load_signed(rdb).ok()? {
+            let limit = match rdb.signed()? {
                 NO_LIMIT => None,
                 n => Some(
                     u32::try_from(n)
@@ -171,14 +138,14 @@ fn load_v3(rdb: *mut raw::RedisModuleIO) -> Option<LockValue> {
                         .filter(|n| (1..=MAX_LIMIT).contains(n))?,
                 ),
             };
-            let count = raw::load_unsigned(rdb).ok()?;
+            let count = rdb.unsigned()?;
             if count == 0 || limit.is_some_and(|limit| count > u64::from(limit)) {
                 return None;
             }
             let mut holders = Holders::new(limit);
             for _ in 0..count {
                 let lock = load_v2(rdb)?;
-                let expire_at = raw::load_signed(rdb).ok()?;
+                let expire_at = rdb.signed()?;
                 if expire_at < 0 {
                     return None;
                 }
@@ -191,272 +158,152 @@ fn load_v3(rdb: *mut raw::RedisModuleIO) -> Option<LockValue> {
 }
 
 /// Saves `lock` as version 2 saved a lock (version 3's exclusive body and holders).
-fn save_lock(rdb: *mut raw::RedisModuleIO, lock: &LockState) {
-    raw::save_slice(rdb, &lock.token());
-    raw::save_unsigned(rdb, lock.fence());
-    raw::save_signed(rdb, lock.acquired_ms());
+fn save_lock(rdb: &mut RdbOut, lock: &LockState) {
+    rdb.bytes(&lock.token());
+    rdb.unsigned(lock.fence());
+    rdb.signed(lock.acquired_ms());
     match lock.session() {
-        None => raw::save_signed(rdb, NO_SESSION),
+        None => rdb.signed(NO_SESSION),
         Some(session) => {
-            raw::save_signed(rdb, session.grace_ms);
-            raw::save_unsigned(rdb, session.client);
-            raw::save_unsigned(rdb, bindings::instance());
+            rdb.signed(session.grace_ms);
+            rdb.unsigned(session.client);
+            rdb.unsigned(bindings::instance());
         }
     }
 }
 
-/// The database and name of the key being loaded, when the server tells them.
-fn loading_key(rdb: *mut raw::RedisModuleIO) -> Option<(i32, Vec<u8>)> {
-    // SAFETY: rdb is the live I/O context of this load; the name, if any, is the server's
-    // and is copied before the callback returns.
-    unsafe {
-        let name = raw::RedisModule_GetKeyNameFromIO?(rdb);
-        let db = raw::RedisModule_GetDbIdFromIO?(rdb);
-        if name.is_null() {
-            return None;
-        }
-        Some((db, RedisString::string_as_slice(name.cast_mut()).to_vec()))
+/// A lock value arrived at a key (loaded, restored, copied): its session-bound holders
+/// are watched from now on, and shared holders get their expiry timer.
+fn arrived(value: &LockValue, db: i32, key: &[u8]) {
+    for session in value.sessions() {
+        events::session_arrived(db, key, session);
+    }
+    if matches!(value, LockValue::Shared(_)) {
+        events::shared_arrived(db, key);
     }
 }
 
-extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
-    guard::callback(ptr::null_mut(), || {
+/// The lock type's methods (`ffi/value_type.rs` calls them from the server's callbacks).
+struct LockType;
+
+impl ValueType for LockType {
+    fn load(rdb: &mut RdbIn, encver: i32) -> Option<LockValue> {
         let loaded = match encver {
             1 => load_v1(rdb).map(LockValue::Exclusive),
             2 => load_v2(rdb).map(LockValue::Exclusive),
             3 => load_v3(rdb),
             _ => {
-                raw::redis_log(
-                    ptr::null_mut(),
-                    &format!(
-                        "lock: cannot load a lock of encoding version {encver}: this module knows 1 to {ENCODING_VERSION}"
-                    ),
-                );
+                ffi::log_warning(&format!(
+                    "lock: cannot load a lock of encoding version {encver}: this module knows 1 to {ENCODING_VERSION}"
+                ));
                 None
             }
-        };
-        match loaded {
-            Some(value) => {
-                fence::clock().observe(value.newest_fence());
-                arrived(&value, loading_key(rdb));
-                cell::into_server(value).into_raw().cast()
-            }
-            None => ptr::null_mut(),
+        }?;
+        fence::clock().observe(loaded.newest_fence());
+        if let Some((db, key)) = rdb.key() {
+            arrived(&loaded, db, &key);
         }
-    })
-}
+        Some(loaded)
+    }
 
-extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
-    guard::callback((), || {
-        // SAFETY: the server passes a value of LOCK_TYPE.
-        match unsafe { state(value) } {
+    fn save(rdb: &mut RdbOut, value: &LockValue) {
+        match value {
             LockValue::Exclusive(lock) => {
-                raw::save_unsigned(rdb, EXCLUSIVE);
+                rdb.unsigned(EXCLUSIVE);
                 save_lock(rdb, lock);
             }
             LockValue::Shared(holders) => {
-                raw::save_unsigned(rdb, SHARED);
-                raw::save_signed(rdb, holders.limit().map_or(NO_LIMIT, i64::from));
-                raw::save_unsigned(rdb, holders.len() as u64);
+                rdb.unsigned(SHARED);
+                rdb.signed(holders.limit().map_or(NO_LIMIT, i64::from));
+                rdb.unsigned(holders.len() as u64);
                 for holder in holders.iter() {
                     save_lock(rdb, &holder.lock);
-                    raw::save_signed(rdb, holder.expire_at);
+                    rdb.signed(holder.expire_at);
                 }
             }
         }
-    })
-}
+    }
 
-extern "C" fn aof_rewrite(
-    aof: *mut raw::RedisModuleIO,
-    key: *mut raw::RedisModuleString,
-    value: *mut c_void,
-) {
-    guard::callback((), || {
-        // SAFETY: reading a function pointer from the API table filled at load time.
-        let emit = unsafe { raw::RedisModule_EmitAOF }.expect("RedisModule_EmitAOF");
-        // SAFETY: the server passes a value of LOCK_TYPE.
-        match unsafe { state(value) } {
+    fn rewrite(aof: &mut AofOut, value: &LockValue) {
+        match value {
             LockValue::Exclusive(lock) => {
                 // The expiry is left out (-1): the server appends PEXPIREAT for the key
-                // itself. A session-bound lock adds its grace; for a plain one the format
-                // stops before it, and the server reads no further argument.
-                let (format, grace_ms) = match lock.grace_ms() {
-                    None => (c"sblll", 0),
-                    Some(grace_ms) => (c"sbllll", grace_ms),
-                };
-                // SAFETY: the format matches the arguments: s = RedisModuleString*, b =
-                // pointer and length, l = long long; aof and key are live for this call.
-                unsafe {
-                    emit(
-                        aof,
-                        c"LOCK._SET".as_ptr(),
-                        format.as_ptr(),
-                        key,
-                        lock.token().as_ptr(),
-                        lock.token().len(),
-                        lock.fence() as i64,
-                        lock.acquired_ms(),
-                        -1i64,
-                        grace_ms,
-                    );
-                }
+                // itself. A session-bound lock adds its grace; for a plain one the
+                // command stops before it.
+                let mut numbers = vec![lock.fence() as i64, lock.acquired_ms(), -1];
+                numbers.extend(lock.grace_ms());
+                aof.emit(c"LOCK._SET", &lock.token(), &numbers);
             }
             LockValue::Shared(holders) => {
                 let limit = holders.limit().map_or(NO_LIMIT, i64::from);
                 for holder in holders.iter() {
                     let lock = &holder.lock;
-                    // SAFETY: as above, format `sblllll`.
-                    unsafe {
-                        emit(
-                            aof,
-                            c"LOCK._HOLD".as_ptr(),
-                            c"sblllll".as_ptr(),
-                            key,
-                            lock.token().as_ptr(),
-                            lock.token().len(),
+                    aof.emit(
+                        c"LOCK._HOLD",
+                        &lock.token(),
+                        &[
                             lock.fence() as i64,
                             lock.acquired_ms(),
                             holder.expire_at,
                             limit,
                             lock.grace_ms().unwrap_or(NO_SESSION),
-                        );
-                    }
+                        ],
+                    );
                 }
             }
         }
-    })
-}
+    }
 
-extern "C" fn mem_usage(value: *const c_void) -> usize {
-    guard::callback(0, || {
-        // SAFETY: the server passes a value of LOCK_TYPE.
-        let lock_value = unsafe { state(value.cast_mut()) };
-        // SAFETY: every value of LOCK_TYPE is the start of a live block of the module's
-        // allocator (a Box<LockValue> or a cell, whose lock is in that block).
-        let own = footprint::block(
-            unsafe { ffi::alloc::block_size(value.cast()) }
-                .unwrap_or(std::mem::size_of::<LockValue>()),
-        );
+    fn mem_usage(value: &LockValue, own_block: Option<usize>, heap_block: Option<usize>) -> usize {
+        let own = footprint::block(own_block.unwrap_or(std::mem::size_of::<LockValue>()));
         // An exclusive lock keeps at most one allocation beside its value (a token of
         // another form, a binding, a grant time its fence does not name), measured as
         // the allocator keeps it; shared holders' maps are an estimate already.
-        let heap = match lock_value {
+        let heap = match value {
             LockValue::Exclusive(lock) => match lock.heap_start() {
-                // SAFETY: `heap_start` is the start of the lock's own heap block, live
-                // while the lock is borrowed.
-                Some(start) => footprint::block(
-                    unsafe { ffi::alloc::block_size(start) }.unwrap_or(lock.heap_bytes()),
-                ),
+                Some(_) => footprint::block(heap_block.unwrap_or(lock.heap_bytes())),
                 None => 0,
             },
-            LockValue::Shared(_) => lock_value.heap_bytes(),
+            LockValue::Shared(_) => value.heap_bytes(),
         };
         footprint::server_cells() + own + heap
-    })
-}
+    }
 
-extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
-    guard::callback((), || {
-        // SAFETY: reading function pointers from the API table filled at load time.
-        let (add_buffer, add_number, end) = unsafe {
-            (
-                raw::RedisModule_DigestAddStringBuffer.expect("DigestAddStringBuffer"),
-                raw::RedisModule_DigestAddLongLong.expect("DigestAddLongLong"),
-                raw::RedisModule_DigestEndSequence.expect("DigestEndSequence"),
-            )
-        };
-        // SAFETY: the server passes a value of LOCK_TYPE and a live digest; the token is
-        // only read during the call.
-        let add_lock = |lock: &LockState| unsafe {
-            add_buffer(md, lock.token().as_ptr().cast(), lock.token().len());
-            add_number(md, lock.fence() as i64);
-            add_number(md, lock.acquired_ms());
+    fn digest(digest: &mut Digest, value: &LockValue) {
+        let add_lock = |digest: &mut Digest, lock: &LockState| {
+            digest.bytes(&lock.token());
+            digest.number(lock.fence() as i64);
+            digest.number(lock.acquired_ms());
             // The grace, not the connection: a replica's copy has none.
             if let Some(grace_ms) = lock.grace_ms() {
-                add_number(md, grace_ms);
+                digest.number(grace_ms);
             }
         };
-        // SAFETY: as above.
-        match unsafe { state(value) } {
-            LockValue::Exclusive(lock) => add_lock(lock),
+        match value {
+            LockValue::Exclusive(lock) => add_lock(digest, lock),
             LockValue::Shared(holders) => {
                 // In token order, so that equal sets digest alike whatever their slots.
                 let mut all: Vec<&Holder> = holders.iter().collect();
                 all.sort_unstable_by(|a, b| a.lock.token().cmp(&b.lock.token()));
-                // SAFETY: as above.
-                unsafe { add_number(md, holders.limit().map_or(NO_LIMIT, i64::from)) };
+                digest.number(holders.limit().map_or(NO_LIMIT, i64::from));
                 for holder in all {
-                    add_lock(&holder.lock);
-                    // SAFETY: as above.
-                    unsafe { add_number(md, holder.expire_at) };
+                    add_lock(digest, &holder.lock);
+                    digest.number(holder.expire_at);
                 }
             }
         }
-        // SAFETY: as above.
-        unsafe { end(md) };
-    })
-}
-
-extern "C" fn free(value: *mut c_void) {
-    guard::callback((), || {
-        // SAFETY: the server gives back a value it took from this module, exactly once.
-        unsafe { cell::free(value) };
-    })
-}
-
-/// A lock value arrived at a key (loaded, restored, copied): its session-bound holders
-/// are watched from now on, and shared holders get their expiry timer.
-fn arrived(value: &LockValue, at: Option<(i32, Vec<u8>)>) {
-    let Some((db, key)) = at else {
-        return;
-    };
-    for session in value.sessions() {
-        events::session_arrived(db, &key, session);
+        digest.end();
     }
-    if matches!(value, LockValue::Shared(_)) {
-        events::shared_arrived(db, &key);
+
+    /// `COPY`: the copy is the same lock, bound to the same connections if it is bound.
+    fn copied(value: &LockValue, db: i32, to: &[u8]) {
+        arrived(value, db, to);
     }
-}
 
-/// `COPY`: the copy is the same lock, bound to the same connections if it is bound.
-extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
-    guard::callback(ptr::null_mut(), || {
-        // SAFETY: the server passes a value of LOCK_TYPE.
-        let value = unsafe { state(value.cast_mut()) };
-        // SAFETY: ctx is the live key context of this callback; the name is the
-        // server's and is copied here.
-        let to = unsafe {
-            (
-                raw::RedisModule_GetToDbIdFromOptCtx.expect("GetToDbIdFromOptCtx")(ctx),
-                RedisString::string_as_slice(raw::RedisModule_GetToKeyNameFromOptCtx
-                    .expect("GetToKeyNameFromOptCtx")(
-                    ctx
-                ))
-                .to_vec(),
-            )
-        };
-        arrived(value, Some(to));
-        cell::into_server(value.clone()).into_raw().cast()
-    })
-}
-
-/// The server is removing a lock key from its keyspace, for whatever reason (release,
-/// `DEL`, expiry, eviction, `RENAME`/`MOVE` away, overwrite). Called for lock keys only,
-/// so the module hears of freed locks without listening to every key's events.
-extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    guard::callback((), || {
-        // SAFETY: ctx is the live key context of this callback; the name it returns is
-        // the server's and is only read here.
-        let (db, name) = unsafe {
-            (
-                raw::RedisModule_GetDbIdFromOptCtx.expect("GetDbIdFromOptCtx")(ctx),
-                raw::RedisModule_GetKeyNameFromOptCtx.expect("GetKeyNameFromOptCtx")(ctx),
-            )
-        };
-        let key = RedisString::string_as_slice(name);
-        // SAFETY: the server passes the value of the lock key being removed.
-        let value = unsafe { state(value.cast_mut()) };
+    /// The server is removing a lock key from its keyspace, for whatever reason (release,
+    /// `DEL`, expiry, eviction, `RENAME`/`MOVE` away, overwrite). Called for lock keys
+    /// only, so the module hears of freed locks without listening to every key's events.
+    fn unlinked(db: i32, key: &[u8], value: &LockValue) {
         let sessions = value.sessions();
         for session in &sessions {
             events::session_gone(db, key, *session);
@@ -476,28 +323,23 @@ extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void)
             ffi::after_this_command(|_| stats::forget_unlinked_lock());
         }
         events::lock_gone(db, key);
-    })
-}
+    }
 
-extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    guard::callback((), || {
-        raw::save_unsigned(rdb, fence::clock().high_water());
-    })
-}
+    fn aux_save(rdb: &mut RdbOut) {
+        rdb.unsigned(fence::clock().high_water());
+    }
 
-extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    let failed = raw::REDISMODULE_ERR as c_int;
-    guard::callback(failed, || {
+    fn aux_load(rdb: &mut RdbIn, encver: i32) -> bool {
         // The auxiliary data (the fencing clock) is the same in every version.
         if !(1..=ENCODING_VERSION).contains(&encver) {
-            return failed;
+            return false;
         }
-        match raw::load_unsigned(rdb) {
-            Ok(high_water) => {
+        match rdb.unsigned() {
+            Some(high_water) => {
                 fence::clock().observe(high_water.min(fence::MAX_FENCE));
-                raw::REDISMODULE_OK as c_int
+                true
             }
-            Err(_) => failed,
+            None => false,
         }
-    })
+    }
 }

@@ -2,45 +2,34 @@
 //!
 //! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND` and `LOCK.INFO` run atomically inside
 //! the server, with fencing tokens, blocking first-come-first-served waits, replication,
-//! persistence and cluster routing. This file registers the module; the rules live in
-//! `rules.rs` (who may be granted), `lock.rs` (a lock's state) and `fence.rs`, the
-//! commands in `commands.rs`, the handoff of a freed lock
-//! to its waiters in `handoff.rs` and `blocking.rs`, session-bound locks in `session.rs`
-//! and `bindings.rs`, the server's identity in `server.rs`.
+//! persistence and cluster routing. This file registers the module. The layers, each
+//! using only those below it:
+//!
+//! - `commands/`: the commands (`public.rs`, the internal effect commands in
+//!   `internal.rs`), their arguments and the `INFO lock` section;
+//! - `server/`: the server's identity (which server and version, what it supports) and
+//!   the server events the module follows;
+//! - `keyspace/`: writes to lock keys (`store.rs`), the handoff of a freed lock to its
+//!   waiters (`handoff.rs`, `blocking.rs`), session-bound locks' graces and releases
+//!   (`session.rs`), slots being imported (`slot_import.rs`);
+//! - `datatype.rs`: the data type: saving, loading, rewriting, measuring a lock value;
+//! - `state/`: pure state and rules, tested without a server: a lock, its holders, who may
+//!   be granted it, the queues, fences, tokens, the session registry, the error texts;
+//! - `ffi/`: the server's C API, the only home of `unsafe`. Its leaf primitives
+//!   (`cell_ref.rs`, `main_thread.rs`, `alloc.rs`) import nothing from the crate, so the
+//!   state may name them; the rest of it reads and writes lock values for the layers above.
 
-mod args;
-mod bindings;
-mod blocking;
-mod client_locks;
-mod cluster;
+#![deny(unsafe_code)]
+
 mod commands;
 mod datatype;
-mod decimal;
-mod error;
-mod events;
-mod fence;
+#[allow(unsafe_code)] // the one home of unsafe code: the server's C API
 mod ffi;
-mod footprint;
-mod guard;
-mod handoff;
-mod holders;
-mod info;
-mod internal;
-mod limits;
-mod lock;
+mod keyspace;
 #[cfg(test)]
 mod properties;
-mod queue;
-mod room;
-mod rules;
 mod server;
-mod server_events;
-mod session;
-mod slot_import;
-mod stats;
-mod store;
-mod token;
-mod value;
+mod state;
 
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisString, Status, redis_module};
@@ -84,7 +73,7 @@ struct CommandSpec {
 const COMMANDS: [CommandSpec; 8] = [
     CommandSpec {
         name: c"lock.acquire",
-        entry: command_entry!(commands::acquire),
+        entry: command_entry!(commands::public::acquire),
         flags: c"write deny-oom",
         keys: (1, 1, 1),
         arity: -3,
@@ -92,7 +81,7 @@ const COMMANDS: [CommandSpec; 8] = [
     },
     CommandSpec {
         name: c"lock.release",
-        entry: command_entry!(commands::release),
+        entry: command_entry!(commands::public::release),
         flags: c"write fast",
         keys: (1, 1, 1),
         arity: 3,
@@ -100,7 +89,7 @@ const COMMANDS: [CommandSpec; 8] = [
     },
     CommandSpec {
         name: c"lock.extend",
-        entry: command_entry!(commands::extend),
+        entry: command_entry!(commands::public::extend),
         flags: c"write fast",
         keys: (1, 1, 1),
         arity: 4,
@@ -108,7 +97,7 @@ const COMMANDS: [CommandSpec; 8] = [
     },
     CommandSpec {
         name: c"lock.info",
-        entry: command_entry!(commands::info),
+        entry: command_entry!(commands::public::info),
         flags: c"readonly fast",
         keys: (1, 1, 1),
         arity: 2,
@@ -116,7 +105,7 @@ const COMMANDS: [CommandSpec; 8] = [
     },
     CommandSpec {
         name: c"lock._set",
-        entry: command_entry!(internal::set),
+        entry: command_entry!(commands::internal::set),
         flags: c"write",
         keys: (1, 1, 1),
         arity: -6,
@@ -124,7 +113,7 @@ const COMMANDS: [CommandSpec; 8] = [
     },
     CommandSpec {
         name: c"lock._hold",
-        entry: command_entry!(internal::hold),
+        entry: command_entry!(commands::internal::hold),
         flags: c"write",
         keys: (1, 1, 1),
         arity: 8,
@@ -132,7 +121,7 @@ const COMMANDS: [CommandSpec; 8] = [
     },
     CommandSpec {
         name: c"lock._drop",
-        entry: command_entry!(internal::drop_holder),
+        entry: command_entry!(commands::internal::drop_holder),
         flags: c"write",
         keys: (1, 1, 1),
         arity: 3,
@@ -140,7 +129,7 @@ const COMMANDS: [CommandSpec; 8] = [
     },
     CommandSpec {
         name: c"lock.debug",
-        entry: command_entry!(commands::debug),
+        entry: command_entry!(commands::public::debug),
         flags: c"admin",
         keys: (0, 0, 0),
         arity: 2,
@@ -164,9 +153,10 @@ fn register_commands(ctx: &Context) -> bool {
 }
 
 /// Names the server in the log, and refuses one older than the module supports.
-fn check_server(ctx: &Context) -> Option<server::Server> {
+fn check_server(ctx: &Context) -> Option<server::identity::Server> {
     let (redis_version, valkey_version) = ffi::server_versions(ctx);
-    let Some(found) = server::Server::identify(redis_version.as_deref(), valkey_version.as_deref())
+    let Some(found) =
+        server::identity::Server::identify(redis_version.as_deref(), valkey_version.as_deref())
     else {
         ctx.log_warning("lock: cannot tell which server this is (no version in INFO server)");
         return None;
@@ -219,26 +209,26 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     ffi::set_module_options(ctx, options);
     // Replaces the binding's default INFO handler with the `lock_stats` section.
-    redis_module::raw::register_info_function(ctx.get_raw(), Some(info::section));
-    blocking::init(found.unblock_is_safe());
-    footprint::set_server_cells(found.memory_usage_leaves_out());
-    footprint::set_allocator(&ffi::server_allocator(ctx));
-    handoff::init();
-    session::init();
-    bindings::instance();
-    if !ffi::init_detached(ctx) || !server_events::init(ctx) {
+    redis_module::raw::register_info_function(ctx.get_raw(), Some(commands::info::section));
+    keyspace::blocking::init(found.unblock_is_safe());
+    state::footprint::set_server_cells(found.memory_usage_leaves_out());
+    state::footprint::set_allocator(&ffi::server_allocator(ctx));
+    keyspace::handoff::init();
+    keyspace::session::init();
+    state::bindings::instance();
+    if !ffi::init_detached(ctx) || !server::events::init(ctx) {
         ctx.log_warning(
             "lock: could not set up waits and sessions (detached context, server events)",
         );
         return Status::Err;
     }
-    if found.has_atomic_slot_migration() && !server_events::follow_slot_migrations(ctx) {
+    if found.has_atomic_slot_migration() && !server::events::follow_slot_migrations(ctx) {
         ctx.log_warning("lock: could not subscribe to the atomic slot migration events");
         return Status::Err;
     }
     // Finds a session-bound lock again where a RENAME or MOVE puts it, where subscribing
     // to those events does no harm to other commands.
-    if found.key_moves_can_be_followed() && !server_events::follow_key_moves(ctx) {
+    if found.key_moves_can_be_followed() && !server::events::follow_key_moves(ctx) {
         ctx.log_warning("lock: could not subscribe to the generic keyspace events");
         return Status::Err;
     }
@@ -254,6 +244,6 @@ redis_module! {
     event_handlers: [
         // Counts held locks that expire. (Freed locks are noticed by the type's unlink
         // callback, which runs for lock keys only.)
-        [@EXPIRED: server_events::on_keyspace_event],
+        [@EXPIRED: server::events::on_keyspace_event],
     ],
 }

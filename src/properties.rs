@@ -5,13 +5,13 @@
 
 use proptest::prelude::*;
 
-use crate::args;
-use crate::fence::MAX_FENCE;
-use crate::holders::{Holder, Holders};
-use crate::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
-use crate::lock::{self, LockState, MAX_TIME_MS, Session};
-use crate::queue::{Queues, Waiter};
-use crate::rules::{self, Decision, Holding, Kind, Refusal};
+use crate::commands::args;
+use crate::state::fence::MAX_FENCE;
+use crate::state::holders::{Holder, Holders};
+use crate::state::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::state::lock::{self, LockState, MAX_TIME_MS, Session};
+use crate::state::queue::{Queues, Waiter};
+use crate::state::rules::{self, Decision, Holding, Kind, Refusal};
 
 /// An argument as clients send them: mostly option names and numbers, any bytes too.
 fn argument() -> impl Strategy<Value = Vec<u8>> {
@@ -215,7 +215,7 @@ proptest! {
             prop::option::of((0..=MAX_TTL_MS, any::<u64>())), 1..5),
     ) {
         let acquired = if on_wall_clock {
-            (fence >> crate::fence::LOGICAL_BITS) as i64
+            (fence >> crate::state::fence::LOGICAL_BITS) as i64
         } else {
             acquired
         };
@@ -232,10 +232,10 @@ proptest! {
             // and its grant time is its fence's wall-clock part; else every lock keeps
             // one allocation: a 16-byte header, the token (packed or as given), the
             // binding.
-            let packed = crate::token::packed(&token).is_some();
+            let packed = crate::state::token::packed(&token).is_some();
             let compact = packed
                 && session.is_none()
-                && u64::try_from(acquired) == Ok(fence >> crate::fence::LOGICAL_BITS);
+                && u64::try_from(acquired) == Ok(fence >> crate::state::fence::LOGICAL_BITS);
             let kept = if packed { 16 } else { token.len() };
             let heap = if compact {
                 0
@@ -269,7 +269,7 @@ proptest! {
                         wake_timer: None,
                         ttl_ms: 1,
                         session: None,
-                        kind: crate::rules::Kind::Exclusive,
+                        kind: crate::state::rules::Kind::Exclusive,
                     });
                     model[slot].push((id, next_handle));
                     next_handle += 1;

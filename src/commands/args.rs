@@ -5,9 +5,9 @@
 
 use redis_module::RedisError;
 
-use crate::error;
-use crate::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
-use crate::rules::Kind;
+use crate::state::error;
+use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::state::rules::Kind;
 
 /// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]
 /// [SESSION grace-ms] [SHARED] [LIMIT n]`.

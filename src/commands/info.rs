@@ -4,10 +4,10 @@
 
 use redis_module::{InfoContext, RedisResult, raw};
 
-use crate::blocking;
 use crate::ffi;
-use crate::guard;
-use crate::stats;
+use crate::ffi::guard;
+use crate::keyspace::blocking;
+use crate::state::stats;
 
 /// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
 pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {

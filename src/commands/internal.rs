@@ -7,18 +7,18 @@
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
-use crate::args;
+use crate::commands::args;
 use crate::datatype::LockKey;
-use crate::error;
-use crate::events;
-use crate::fence;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
-use crate::holders::{Holder, Holders};
-use crate::limits::MAX_LIMIT;
-use crate::lock::{self, LockState, Session};
-use crate::session;
-use crate::value::LockValue;
+use crate::keyspace::session;
+use crate::state::error;
+use crate::state::events;
+use crate::state::fence;
+use crate::state::holders::{Holder, Holders};
+use crate::state::limits::MAX_LIMIT;
+use crate::state::lock::{self, LockState, Session};
+use crate::state::value::LockValue;
 
 /// Refuses a client; hides the token (argument 2) from `SLOWLOG` and `MONITOR`.
 fn only_from_master(ctx: &Context, args: &Args, name: &str) -> Result<(), RedisError> {

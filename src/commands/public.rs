@@ -9,21 +9,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
-use crate::args;
-use crate::blocking;
-use crate::blocking::Request;
+use crate::commands::args;
 use crate::datatype::LockKey;
-use crate::error;
-use crate::events;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Field, Key};
-use crate::handoff;
-use crate::lock::{self, Session};
-use crate::rules::{self, Decision, Kind};
-use crate::session;
-use crate::stats;
-use crate::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
-use crate::value::LockValue;
+use crate::keyspace::blocking;
+use crate::keyspace::blocking::Request;
+use crate::keyspace::handoff;
+use crate::keyspace::session;
+use crate::keyspace::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
+use crate::state::error;
+use crate::state::events;
+use crate::state::lock::{self, Session};
+use crate::state::rules::{self, Decision, Kind};
+use crate::state::stats;
+use crate::state::value::LockValue;
 
 /// Hides every `TOKEN` value of an acquire from `SLOWLOG` and `MONITOR`, before any
 /// validation: even a rejected command must not leak the token it carried, wherever a

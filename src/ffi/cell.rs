@@ -14,38 +14,18 @@
 //! and never outlives it, and the cell is freed, once, by `free`.
 
 use std::alloc::{self, Layout};
-use std::fmt;
 use std::os::raw::c_void;
 use std::ptr::NonNull;
 
-use crate::lock::{BoundLock, LockState};
-use crate::value::LockValue;
+use super::cell_ref::CellRef;
+use crate::state::lock::{BoundLock, LockState};
+use crate::state::value::LockValue;
 
 /// The block of a cell: a value whose lock is `lock`, beside it.
 #[repr(C)]
 struct Cell {
     value: LockValue,
     lock: BoundLock,
-}
-
-/// The lock a cell keeps, as its value points at it: a pointer into the cell, which it
-/// does not own (the server frees the cell, through `free`).
-pub struct CellRef(NonNull<BoundLock>);
-
-impl CellRef {
-    /// The lock.
-    pub fn get(&self) -> &BoundLock {
-        // SAFETY: a CellRef is made only by `place`, inside the value of the cell whose
-        // `lock` it points at, and is reached only through a shared borrow of that value
-        // (see the module's notes): the cell is alive, and unchanged, while it is read.
-        unsafe { self.0.as_ref() }
-    }
-}
-
-impl fmt::Debug for CellRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.get().fmt(f)
-    }
 }
 
 /// A value made for the server and not yet handed over: freed if dropped.
@@ -90,7 +70,7 @@ pub fn place(lock: BoundLock) -> ServerValue {
     unsafe {
         let at = &raw mut (*cell.as_ptr()).lock;
         at.write(lock);
-        let lock = LockState::in_cell(CellRef(NonNull::new_unchecked(at)));
+        let lock = LockState::in_cell(CellRef::new(NonNull::new_unchecked(at)));
         (&raw mut (*cell.as_ptr()).value).write(LockValue::Exclusive(lock));
     }
     ServerValue(cell.cast())
@@ -133,8 +113,8 @@ pub unsafe fn free(value: *mut c_void) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lock::{NewToken, Session};
-    use crate::token;
+    use crate::state::lock::{NewToken, Session};
+    use crate::state::token;
 
     fn bound() -> BoundLock {
         let now: i64 = 1_763_000_000_000;

@@ -13,7 +13,7 @@ use std::os::raw::c_int;
 
 use redis_module::{Context, RedisResult, RedisString, raw};
 
-use crate::guard;
+use crate::ffi::guard;
 
 /// How many arguments are read without a heap allocation (a valid `LOCK.ACQUIRE` has
 /// at most nine).
@@ -132,6 +132,9 @@ pub unsafe fn dispatch(
 #[macro_export]
 macro_rules! command_entry {
     ($handler:path) => {{
+        // The unsafe call is this layer's, written here; the entry is expanded where the
+        // command is registered, outside `ffi/`.
+        #[allow(unsafe_code)]
         extern "C" fn entry(
             ctx: *mut redis_module::raw::RedisModuleCtx,
             argv: *mut *mut redis_module::raw::RedisModuleString,

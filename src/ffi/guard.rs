@@ -9,7 +9,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use redis_module::{Context, RedisResult};
 
-use crate::error;
+use crate::state::error;
 
 /// Runs a command handler on its arguments; a panic becomes an `ERR` reply.
 pub fn command<A>(ctx: &Context, args: A, handler: fn(&Context, A) -> RedisResult) -> RedisResult {

@@ -78,7 +78,7 @@ extern "C" fn on_server_event(
     subevent: u64,
     data: *mut c_void,
 ) {
-    crate::guard::callback((), || {
+    crate::ffi::guard::callback((), || {
         let what = match event.id {
             raw::REDISMODULE_EVENT_CLIENT_CHANGE
                 if subevent == raw::REDISMODULE_SUBEVENT_CLIENT_CHANGE_DISCONNECTED =>
@@ -139,7 +139,7 @@ extern "C" fn on_generic_event(
     event: *const c_char,
     key: *mut raw::RedisModuleString,
 ) -> c_int {
-    crate::guard::callback((), || {
+    crate::ffi::guard::callback((), || {
         // SAFETY: the server passes a NUL-terminated event name and the key's name, both
         // live for this callback and only read here.
         let (event, key) = unsafe {
@@ -220,7 +220,7 @@ extern "C" fn on_slot_migration(
     subevent: u64,
     data: *mut c_void,
 ) {
-    crate::guard::callback((), || {
+    crate::ffi::guard::callback((), || {
         let what = match subevent {
             0 => SlotMigration::ImportStarted,
             1 => SlotMigration::ExportStarted,

@@ -1,4 +1,5 @@
-//! Blocking waits: the only home of the server's blocked-client calls.
+//! Blocking waits: who waits for which key, and how each wait ends (the server's
+//! blocked-client calls themselves are in `ffi/blocked.rs`).
 //!
 //! `LOCK.ACQUIRE ... WAIT` on a busy lock blocks the client (`BlockClient`) and puts it
 //! in its key's first-come-first-served queue (`queue.rs`). A waiter leaves the queue in
@@ -21,19 +22,16 @@
 //! answer already given (Redis 7.2 crashes on that race).
 
 use std::cell::{Cell, RefCell};
-use std::os::raw::{c_int, c_void};
-use std::ptr;
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue, raw};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::error;
-use crate::events;
-use crate::ffi;
-use crate::guard;
-use crate::lock::Session;
-use crate::queue::{KeyId, Queues, Waiter};
-use crate::rules::{Holding, Kind};
-use crate::stats;
+use crate::ffi::{self, blocked};
+use crate::state::error;
+use crate::state::events;
+use crate::state::lock::Session;
+use crate::state::queue::{KeyId, Queues, Waiter};
+use crate::state::rules::{Holding, Kind};
+use crate::state::stats;
 
 /// What a waiter is told when it leaves its queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,36 +130,12 @@ pub struct Request {
 /// Blocks the calling client until it is answered: granted the lock on `key` as
 /// `request` asks, or `timeout_ms` passes (`0`: no limit).
 pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i64) -> RedisResult {
-    let on_admin_unblock: Option<BlockedCallback> = if ADMIN_UNBLOCK.with(Cell::get) {
-        Some(on_admin_unblock as BlockedCallback)
-    } else {
-        None
-    };
-    // SAFETY: ctx is the live context of a command that may block (the caller checked
-    // DENY_BLOCKING); the callbacks match the server's signatures and live as long as the
-    // module. No server timeout (0): the module times waits out itself.
-    let bc = unsafe {
-        raw::RedisModule_BlockClient.expect("RedisModule_BlockClient")(
-            ctx.get_raw(),
-            Some(on_reply),
-            on_admin_unblock,
-            Some(free_answer),
-            0,
-        )
-    };
-    if bc.is_null() {
+    let Some(handle) = blocked::block::<LockWaits>(ctx, ADMIN_UNBLOCK.with(Cell::get)) else {
         return Err(error::client_not_blocked());
-    }
-    // SAFETY: bc was just returned by BlockClient and is live until UnblockClient.
-    unsafe {
-        raw::RedisModule_SetDisconnectCallback.expect("RedisModule_SetDisconnectCallback")(
-            bc,
-            Some(on_disconnect),
-        )
     };
     let id = with_queues(|q| {
         q.push(Waiter {
-            handle: bc as usize,
+            handle: handle.id(),
             key: key_id(db, key),
             token: request.token,
             wake_timer: None,
@@ -171,8 +145,7 @@ pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i6
         })
     });
     if timeout_ms > 0 {
-        // The waiter's id, not a pointer: nothing to free if the timer is stopped.
-        let timer = ffi::create_timer(ctx, timeout_ms, on_wait_timeout, id as usize);
+        let timer = ffi::start_timer_with(ctx, timeout_ms, on_wait_timeout, id);
         with_queues(|q| q.set_wake_timer(id, timer));
     }
     stats::WAITS.bump();
@@ -183,10 +156,7 @@ pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i6
 /// callback. Exactly once per waiter.
 pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
     stop_wake_timer(ctx, &waiter);
-    unblock(
-        waiter.handle as *mut raw::RedisModuleBlockedClient,
-        Some(answer),
-    );
+    blocked::unblock::<LockWaits>(blocked::Handle::from_id(waiter.handle), Some(answer));
 }
 
 /// Answers every waiter of the server with what `answer_of` says (the server became a
@@ -201,65 +171,7 @@ pub fn answer_all(ctx: &Context, answer_of: impl Fn(&Waiter) -> Answer) {
 /// The waiter left its queue: the timer that would end its wait has nothing left to do.
 fn stop_wake_timer(ctx: &Context, waiter: &Waiter) {
     if let Some(timer) = waiter.wake_timer {
-        // The data is the waiter's id, not an allocation: nothing to free.
-        let _ = ffi::stop_timer(ctx, timer);
-    }
-}
-
-/// `UnblockClient`: every blocked client is unblocked once by the module, or its handle
-/// leaks. With an answer, the reply callback sends it; without one (the client is gone,
-/// or was answered by the timeout callback), the server only frees the handle.
-fn unblock(bc: *mut raw::RedisModuleBlockedClient, answer: Option<Answer>) {
-    let data = answer.map_or(ptr::null_mut(), |a| {
-        Box::into_raw(Box::new(a)).cast::<c_void>()
-    });
-    // SAFETY: bc is a blocked client of this module that has just left its queue, so it
-    // is unblocked exactly once, here; the server owns data from now on and gives it back
-    // to free_answer.
-    unsafe { raw::RedisModule_UnblockClient.expect("RedisModule_UnblockClient")(bc, data) };
-}
-
-type BlockedCallback = unsafe extern "C" fn(
-    *mut raw::RedisModuleCtx,
-    *mut *mut raw::RedisModuleString,
-    c_int,
-) -> c_int;
-
-/// Sends the answer the module handed to `UnblockClient`.
-extern "C" fn on_reply(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let context = Context::new(ctx);
-    guard::callback((), || {
-        // SAFETY: ctx is the reply context of a client this module blocked; the private
-        // data is an Answer it handed to UnblockClient, or null.
-        let answer = unsafe {
-            raw::RedisModule_GetBlockedClientPrivateData
-                .expect("RedisModule_GetBlockedClientPrivateData")(ctx)
-            .cast::<Answer>()
-            .as_ref()
-        };
-        match answer {
-            Some(Answer::Granted { token, fence }) => ffi::reply_granted(&context, token, *fence),
-            Some(Answer::Error(message)) => {
-                context.reply(Err(RedisError::String(message.clone())));
-            }
-            Some(Answer::Nil) | None => {
-                context.reply(Ok(RedisValue::Null));
-            }
-        }
-    });
-    raw::REDISMODULE_OK as c_int
-}
-
-/// Frees an answer once the server is done with it (sent, or its client gone).
-extern "C" fn free_answer(_ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    if !data.is_null() {
-        // SAFETY: data is the Box<Answer> that unblock handed to the server; the server
-        // gives it back exactly once.
-        guard::callback((), || drop(unsafe { Box::from_raw(data.cast::<Answer>()) }));
+        let _ = ffi::stop_timer_with::<u64>(ctx, timer);
     }
 }
 
@@ -278,55 +190,54 @@ fn leave(id: u64) -> Option<Waiter> {
     Some(waiter)
 }
 
-/// The waiter's `WAIT` timeout passed.
-extern "C" fn on_wait_timeout(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    guard::callback((), || {
-        let id = data as usize as u64;
-        // Already granted or gone if it is not in its queue any more.
-        if let Some(mut waiter) = leave(id) {
-            waiter.wake_timer = None; // it has just fired
-            stats::WAIT_TIMEOUTS.bump();
-            answer(&Context::new(ctx), waiter, Answer::Nil);
-        }
-    })
+/// Waiter `id`'s `WAIT` timeout passed.
+fn on_wait_timeout(ctx: &Context, id: u64) {
+    // Already granted or gone if it is not in its queue any more.
+    if let Some(mut waiter) = leave(id) {
+        waiter.wake_timer = None; // it has just fired
+        stats::WAIT_TIMEOUTS.bump();
+        answer(ctx, waiter, Answer::Nil);
+    }
 }
 
-/// `CLIENT UNBLOCK` by an admin (registered only where the server makes it safe): the
-/// wait ends with nil, or with the server's `UNBLOCKED` error for `CLIENT UNBLOCK ERROR`
-/// (which reaches `on_disconnect` instead).
-extern "C" fn on_admin_unblock(
-    ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
-) -> c_int {
-    let context = Context::new(ctx);
-    guard::callback((), || {
-        // SAFETY: ctx is the timeout context of a client this module blocked.
-        let bc = unsafe {
-            raw::RedisModule_GetBlockedClientHandle.expect("RedisModule_GetBlockedClientHandle")(
-                ctx,
-            )
-        };
-        let waiter = with_queues(|q| q.id_of(bc as usize)).and_then(leave);
-        if let Some(waiter) = waiter {
-            stop_wake_timer(&context, &waiter);
-            stats::WAIT_TIMEOUTS.bump();
-            // The reply goes out here; the handle is freed without a second one.
-            unblock(bc, None);
-        }
-    });
-    context.reply(Ok(RedisValue::Null));
-    raw::REDISMODULE_OK as c_int
-}
+/// What the server's calls about a blocked lock waiter do.
+struct LockWaits;
 
-/// The client disconnected, was killed, or the server unblocked it with an error (a
-/// role change, `CLIENT UNBLOCK ERROR`): it leaves its queue.
-extern "C" fn on_disconnect(ctx: *mut raw::RedisModuleCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    guard::callback((), || {
-        let waiter = with_queues(|q| q.id_of(bc as usize)).and_then(leave);
-        if let Some(waiter) = waiter {
-            stop_wake_timer(&Context::new(ctx), &waiter);
-            unblock(bc, None);
+impl blocked::Waits for LockWaits {
+    type Answer = Answer;
+
+    fn reply(ctx: &Context, answer: Option<&Answer>) {
+        match answer {
+            Some(Answer::Granted { token, fence }) => ffi::reply_granted(ctx, token, *fence),
+            Some(Answer::Error(message)) => {
+                ctx.reply(Err(RedisError::String(message.clone())));
+            }
+            Some(Answer::Nil) | None => {
+                ctx.reply(Ok(RedisValue::Null));
+            }
         }
-    })
+    }
+
+    /// The client disconnected, was killed, or the server unblocked it with an error (a
+    /// role change, `CLIENT UNBLOCK ERROR`): it leaves its queue.
+    fn disconnected(ctx: &Context, handle: blocked::Handle) {
+        let waiter = with_queues(|q| q.id_of(handle.id())).and_then(leave);
+        if let Some(waiter) = waiter {
+            stop_wake_timer(ctx, &waiter);
+            blocked::unblock::<LockWaits>(handle, None);
+        }
+    }
+
+    /// `CLIENT UNBLOCK` by an admin (registered only where the server makes it safe):
+    /// the wait ends with nil (the server's `UNBLOCKED` error for `CLIENT UNBLOCK ERROR`
+    /// reaches `disconnected` instead).
+    fn admin_unblocked(ctx: &Context, handle: blocked::Handle) {
+        let waiter = with_queues(|q| q.id_of(handle.id())).and_then(leave);
+        if let Some(waiter) = waiter {
+            stop_wake_timer(ctx, &waiter);
+            stats::WAIT_TIMEOUTS.bump();
+            // The nil goes out from the callback; the handle is freed without a reply.
+            blocked::unblock::<LockWaits>(handle, None);
+        }
+    }
 }

@@ -31,19 +31,19 @@ use std::collections::{HashMap, HashSet};
 
 use redis_module::Context;
 
-use crate::blocking::{self, Answer};
-use crate::cluster;
 use crate::datatype::LockKey;
-use crate::error;
-use crate::events;
 use crate::ffi::{self, Key, KeyKind};
-use crate::lock::NewToken;
-use crate::queue::{KeyId, Waiter};
-use crate::room;
-use crate::rules::Holding;
-use crate::slot_import;
-use crate::store;
-use crate::value::LockValue;
+use crate::keyspace::blocking::{self, Answer};
+use crate::keyspace::slot_import;
+use crate::keyspace::store;
+use crate::state::cluster;
+use crate::state::error;
+use crate::state::events;
+use crate::state::lock::NewToken;
+use crate::state::queue::{KeyId, Waiter};
+use crate::state::room;
+use crate::state::rules::Holding;
+use crate::state::value::LockValue;
 
 /// How often a held key with waiters is looked at, besides at its deadline.
 const RECHECK_MS: i64 = 100;

@@ -23,18 +23,18 @@ use std::os::raw::c_void;
 
 use redis_module::{Context, raw};
 
-use crate::bindings::{self, Binding, Start};
 use crate::datatype::LockKey;
-use crate::events::{self, SessionListeners};
+use crate::ffi::guard;
 use crate::ffi::{self, Key};
-use crate::guard;
-use crate::handoff;
-use crate::lock::Session;
-use crate::queue::KeyId;
-use crate::slot_import;
-use crate::stats;
-use crate::store::{self, EVENT_RELEASE};
-use crate::value::LockValue;
+use crate::keyspace::handoff;
+use crate::keyspace::slot_import;
+use crate::keyspace::store::{self, EVENT_RELEASE};
+use crate::state::bindings::{self, Binding, Start};
+use crate::state::events::{self, SessionListeners};
+use crate::state::lock::Session;
+use crate::state::queue::KeyId;
+use crate::state::stats;
+use crate::state::value::LockValue;
 
 /// How soon a grace that ended while the server held writes back is looked at again.
 const PAUSED_RETRY_MS: i64 = 10;

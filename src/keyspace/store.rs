@@ -7,17 +7,17 @@ use std::ffi::CStr;
 
 use redis_module::{Context, RedisError};
 
-use crate::bindings;
 use crate::datatype::LockKey;
-use crate::error;
-use crate::events;
-use crate::fence;
 use crate::ffi::{self, Key, LockSet};
-use crate::holders::{Holder, Holders};
-use crate::lock::{BoundLock, LockState, NewToken, Session};
-use crate::rules::Kind;
-use crate::stats;
-use crate::value::LockValue;
+use crate::state::bindings;
+use crate::state::error;
+use crate::state::events;
+use crate::state::fence;
+use crate::state::holders::{Holder, Holders};
+use crate::state::lock::{BoundLock, LockState, NewToken, Session};
+use crate::state::rules::Kind;
+use crate::state::stats;
+use crate::state::value::LockValue;
 
 /// Keyspace events, in the module class (`notify-keyspace-events` with `d`): a grant.
 pub const EVENT_ACQUIRE: &CStr = c"lock.acquire";

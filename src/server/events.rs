@@ -8,12 +8,12 @@
 use redis_module::Context;
 
 use crate::ffi;
+use crate::ffi::guard;
 use crate::ffi::server_events::{ServerEvent, SlotMigration, SlotMigrationEvent};
-use crate::guard;
-use crate::handoff;
-use crate::session;
-use crate::slot_import;
-use crate::stats;
+use crate::keyspace::handoff;
+use crate::keyspace::session;
+use crate::keyspace::slot_import;
+use crate::state::stats;
 
 /// Follows every event below; false if the server refused one. The client-change event
 /// is subscribed only while a session-bound lock waits on a connection

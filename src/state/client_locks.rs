@@ -13,7 +13,7 @@
 //! small size are what the allocator reuses from its own free lists, so a list that
 //! grows, empties and grows again touches no new page.
 
-use crate::queue::KeyId;
+use crate::state::queue::KeyId;
 
 /// Bytes per chunk: jemalloc's 768-byte class, and glibc's small bins (under 1,008
 /// bytes), where a larger request first consolidates glibc's fast bins (which cost a

@@ -10,7 +10,7 @@
 
 use redis_module::{Context, ContextFlags, RedisValue};
 
-use crate::error;
+use crate::state::error;
 
 /// Where the key of a waiter is served now.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,8 +5,8 @@
 
 use redis_module::RedisError;
 
-use crate::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
-use crate::rules::Refusal;
+use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::state::rules::Refusal;
 
 /// `ttl-ms` was not an integer from 1 to 2^47 - 1.
 pub fn invalid_ttl() -> RedisError {

@@ -6,7 +6,7 @@
 
 use std::cell::Cell;
 
-use crate::lock::Session;
+use crate::state::lock::Session;
 
 /// Who is told that a lock key left the keyspace: database and key name.
 pub type Listener = fn(i32, &[u8]);

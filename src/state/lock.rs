@@ -4,10 +4,10 @@
 //! token that proves ownership, the fence granted with it, when it was granted and, for a
 //! session-bound lock, the connection it is bound to.
 
-use crate::fence::{LOGICAL_BITS, MAX_FENCE};
-use crate::ffi::cell::CellRef;
-use crate::limits::MAX_TOKEN_LEN;
-use crate::token::{self, TokenText};
+use crate::ffi::cell_ref::CellRef;
+use crate::state::fence::{LOGICAL_BITS, MAX_FENCE};
+use crate::state::limits::MAX_TOKEN_LEN;
+use crate::state::token::{self, TokenText};
 
 /// The value of a lock key: 24 bytes. The common lock (a server-made token, or any token
 /// of 32 lowercase hexadecimal digits, not session-bound, granted in the millisecond its
@@ -42,7 +42,7 @@ enum Store {
     /// A session-bound lock in the keyspace, kept beside its value in one block (a cell).
     /// Only a cell makes this form, and only a shared borrow reaches it: a copy of it is
     /// boxed.
-    Cell(CellRef),
+    Cell(CellRef<BoundLock>),
 }
 
 /// The common session-bound lock, as a cell keeps it beside its value: a packed token,
@@ -168,7 +168,7 @@ impl Eq for LockState {}
 
 impl LockState {
     /// The lock a cell keeps beside its value, in `cell` (see `ffi/cell.rs`).
-    pub(crate) fn in_cell(cell: CellRef) -> Self {
+    pub(crate) fn in_cell(cell: CellRef<BoundLock>) -> Self {
         LockState {
             store: Store::Cell(cell),
         }

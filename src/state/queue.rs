@@ -7,9 +7,9 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::lock::Session;
-use crate::room;
-use crate::rules::{self, Holding, Kind};
+use crate::state::lock::Session;
+use crate::state::room;
+use crate::state::rules::{self, Holding, Kind};
 
 /// A key in a database: waiters of different databases never meet.
 pub type KeyId = (i32, Vec<u8>);

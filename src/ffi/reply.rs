@@ -1,0 +1,38 @@
+//! Replies the binding has no shape for.
+
+use std::os::raw::c_long;
+
+use redis_module::{Context, raw};
+
+/// Replies `[token, fence]`, the answer to a granted acquire.
+pub fn reply_granted(ctx: &Context, token: &[u8], fence: u64) {
+    let ctx = ctx.get_raw();
+    raw::reply_with_array(ctx, 2);
+    raw::reply_with_string_buffer(ctx, token.as_ptr().cast(), token.len());
+    raw::reply_with_long_long(ctx, fence as i64);
+}
+
+/// A field's value in a map reply.
+#[derive(Debug, Clone, Copy)]
+pub enum Field {
+    /// An integer.
+    Integer(i64),
+    /// A word, sent as a bulk string.
+    Word(&'static str),
+}
+
+/// Replies with a map of fields: a map in RESP3, a flat field/value array in RESP2.
+/// Field names are bulk strings, as in `XINFO`.
+pub fn reply_map(ctx: &Context, fields: &[(&str, Field)]) {
+    let ctx = ctx.get_raw();
+    raw::reply_with_map(ctx, fields.len() as c_long);
+    for (name, value) in fields {
+        raw::reply_with_string_buffer(ctx, name.as_ptr().cast(), name.len());
+        match value {
+            Field::Integer(n) => raw::reply_with_long_long(ctx, *n),
+            Field::Word(word) => {
+                raw::reply_with_string_buffer(ctx, word.as_ptr().cast(), word.len())
+            }
+        };
+    }
+}

@@ -1,0 +1,9 @@
+//! Writes to lock keys and what follows them: the store (grants, releases, replication of
+//! their effects), the handoff of a freed lock to its waiters and the waits themselves,
+//! session-bound locks' graces and releases, slots being imported.
+
+pub mod blocking;
+pub mod handoff;
+pub mod session;
+pub mod slot_import;
+pub mod store;

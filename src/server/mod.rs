@@ -1,0 +1,5 @@
+//! The server the module runs in: which it is and what it supports (`identity.rs`), and
+//! the server events the module follows (`events.rs`).
+
+pub mod events;
+pub mod identity;
