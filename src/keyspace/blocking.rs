@@ -12,7 +12,7 @@
 //!   replica (an error reply, handed as data like a grant);
 //! - it goes away (disconnect, `CLIENT KILL`, the server's own unblocking on a role
 //!   change): the disconnect callback drops it;
-//! - `CLIENT UNBLOCK` by an admin, on servers where that is safe (`server.rs`): the
+//! - `CLIENT UNBLOCK` by an admin, on servers where that is safe (`server/identity.rs`): the
 //!   timeout callback answers nil.
 //!
 //! Every answer goes through `UnblockClient` with the reply as private data; the server
@@ -53,7 +53,7 @@ thread_local! {
     /// Every waiter of the server. The server calls the module only from its main
     /// thread, so a thread-local is all the synchronisation needed.
     static QUEUES: RefCell<Queues> = RefCell::new(Queues::default());
-    /// Whether admins may end a wait with `CLIENT UNBLOCK` (see `server.rs`).
+    /// Whether admins may end a wait with `CLIENT UNBLOCK` (see `server/identity.rs`).
     static ADMIN_UNBLOCK: Cell<bool> = const { Cell::new(false) };
 }
 

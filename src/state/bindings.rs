@@ -1,4 +1,5 @@
-//! Who holds session-bound locks where: pure Rust, no FFI.
+//! Who holds session-bound locks where: no server calls (the registry is kept in
+//! `ffi/main_thread.rs`, a cell for the main thread that imports nothing).
 //!
 //! A session-bound lock (`SESSION grace-ms`) is in exactly one of three states, and this
 //! registry knows which, so that nothing has to scan the keyspace:

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// (set at load for the server the module runs on).
 static SERVER_CELLS: AtomicUsize = AtomicUsize::new(32);
 
-/// Sets what the server leaves out of `MEMORY USAGE` for a module value (`server.rs`).
+/// Sets what the server leaves out of `MEMORY USAGE` for a module value (`server/identity.rs`).
 pub fn set_server_cells(bytes: usize) {
     SERVER_CELLS.store(bytes, Ordering::Relaxed);
 }
