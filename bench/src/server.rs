@@ -1,18 +1,19 @@
 //! A `redis-server` with the module loaded, on a free loopback port, in its own
-//! temporary directory, stopped (and its directory removed) when the guard drops.
+//! temporary directory, stopped (and its directory removed) when the guard drops. Started
+//! with the workspace's one launcher (`redis_lock_testkit::launch`), as the tests' servers
+//! are; what is the benchmark's own is callgrind, and dying with the benchmark.
 
 use std::fs;
 use std::io;
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use redis_lock_testkit::launch;
 
 use crate::cleanup;
-use crate::resp::{Conn, Reply};
+use crate::resp::Conn;
 
 /// How long a server (possibly under valgrind) may take to answer its first PING.
 const START_TIMEOUT: Duration = Duration::from_secs(90);
@@ -38,24 +39,7 @@ pub struct Launch<'a> {
 
 /// A free TCP port on loopback, never 6379.
 pub fn free_port() -> io::Result<u16> {
-    loop {
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        if port != 6379 {
-            return Ok(port);
-        }
-    }
-}
-
-fn fresh_dir() -> io::Result<PathBuf> {
-    static SEQ: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "redis-lock-bench-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = fs::remove_dir_all(&dir);
-    fs::create_dir_all(&dir)?;
-    Ok(dir)
+    Ok(redis_lock_testkit::free_port())
 }
 
 /// The server binary to benchmark: `REDIS_SERVER` (as for `make test`), else
@@ -74,7 +58,13 @@ impl Server {
             )));
         }
         let port = free_port()?;
-        let dir = fresh_dir()?;
+        let dir = redis_lock_testkit::fresh_dir("bench");
+        let args = launch::Launch {
+            port,
+            dir: &dir,
+            module: launch.module,
+        }
+        .args();
         let mut command = if launch.callgrind {
             let mut c = Command::new("valgrind");
             c.arg("--tool=callgrind")
@@ -88,18 +78,7 @@ impl Server {
             Command::new(binary())
         };
         command
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--logfile", "redis.log", "--daemonize", "no"])
-            .args(["--save", "", "--appendonly", "no"])
-            .args(
-                launch
-                    .module
-                    .map(|m| ["--loadmodule".as_ref(), m.as_os_str()])
-                    .into_iter()
-                    .flatten(),
-            )
+            .args(&args)
             .args(launch.extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -132,29 +111,8 @@ impl Server {
     }
 
     fn wait_ready(&mut self) -> io::Result<()> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = self.child.try_wait()? {
-                return Err(io::Error::other(format!(
-                    "{} exited at start ({status}); log:\n{}",
-                    binary(),
-                    self.log()
-                )));
-            }
-            if let Ok(mut conn) = self.conn()
-                && let Ok(Reply::Status(_)) = conn.call(&[b"PING"])
-            {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(io::Error::other(format!(
-                    "{} did not answer in time; log:\n{}",
-                    binary(),
-                    self.log()
-                )));
-            }
-            thread::sleep(Duration::from_millis(20));
-        }
+        launch::wait_ready(&mut self.child, self.port, &self.dir, START_TIMEOUT)
+            .map_err(|reason| io::Error::other(format!("{}: {reason}", binary())))
     }
 
     /// The server's log so far.

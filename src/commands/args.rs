@@ -56,25 +56,26 @@ pub fn integer(arg: &[u8]) -> Option<i64> {
     }
 }
 
+/// A duration in ms: an integer from `least` to [`MAX_TTL_MS`], else `invalid()`.
+fn millis(arg: &[u8], least: i64, invalid: fn() -> RedisError) -> Result<i64, RedisError> {
+    integer(arg)
+        .filter(|ms| (least..=MAX_TTL_MS).contains(ms))
+        .ok_or_else(invalid)
+}
+
 /// `ttl-ms`: an integer from 1 to [`MAX_TTL_MS`].
 pub fn ttl(arg: &[u8]) -> Result<i64, RedisError> {
-    integer(arg)
-        .filter(|ms| (1..=MAX_TTL_MS).contains(ms))
-        .ok_or_else(error::invalid_ttl)
+    millis(arg, 1, error::invalid_ttl)
 }
 
 /// `timeout-ms`: an integer from 0 to [`MAX_TTL_MS`].
 pub fn timeout(arg: &[u8]) -> Result<i64, RedisError> {
-    integer(arg)
-        .filter(|ms| (0..=MAX_TTL_MS).contains(ms))
-        .ok_or_else(error::invalid_timeout)
+    millis(arg, 0, error::invalid_timeout)
 }
 
 /// `grace-ms`: an integer from 0 to [`MAX_TTL_MS`].
 pub fn grace(arg: &[u8]) -> Result<i64, RedisError> {
-    integer(arg)
-        .filter(|ms| (0..=MAX_TTL_MS).contains(ms))
-        .ok_or_else(error::invalid_grace)
+    millis(arg, 0, error::invalid_grace)
 }
 
 /// `LIMIT n`: an integer from 1 to [`MAX_LIMIT`].

@@ -1,14 +1,17 @@
-//! The one real-server test harness of the workspace, shared by the integration tests of
-//! every crate (the module's `tests/` and the client's `clients/rust/tests/`): each `TestServer`
-//! is a `redis-server` process on a free loopback port, with its own directory, the
-//! freshly built module loaded, and a guard that kills it (and removes its directory)
-//! when the test ends, panics included. Also the generic helpers around it: polling to a
-//! deadline, replicas, and a few plain Redis reads.
+//! The one real-server harness of the workspace, shared by the integration tests of
+//! every crate (the module's `tests/`, the clients' `clients/rust/tests/`) and the
+//! benchmark, which starts its servers with `launch.rs`. Each `TestServer` is a
+//! `redis-server` process on a free loopback port, with its own directory, the freshly
+//! built module loaded, and a guard that kills it (and removes its directory) when the
+//! test ends, panics included. Also the generic helpers around it: polling to a deadline,
+//! replicas, Sentinels, small clusters, and a few plain Redis reads.
 //!
-//! The module is `target/<profile>/libredis_lock.so` of the workspace, built by `cargo
-//! test` (or `make test`) itself; set `LOCK_MODULE` to test another build, `REDIS_SERVER`
-//! to use another server binary (`make test` runs the suite once per server it
-//! installs: Redis 7.0 and 8.2, Valkey 8.1 and 9.1).
+//! The module is the workspace's `target/<profile>/libredis_lock.so`, or the one `cargo
+//! test` builds in `deps/` when that is newer; set `LOCK_MODULE` to test another build,
+//! `REDIS_SERVER` to use another server binary (`make test` runs the suite once per server
+//! it installs: Redis 7.0 and 8.2, Valkey 8.1 and 9.1).
+
+pub mod launch;
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};
@@ -159,7 +162,8 @@ pub fn free_port() -> u16 {
     }
 }
 
-fn fresh_dir(tag: &str) -> PathBuf {
+/// A new empty directory of its own for a server (`tag` in its name).
+pub fn fresh_dir(tag: &str) -> PathBuf {
     static SEQ: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "redis-lock-test-{}-{}-{}",
@@ -232,49 +236,40 @@ impl TestServer {
 
     fn try_spawn(&mut self) -> Result<(), String> {
         let _ = fs::remove_file(self.dir.join("redis.log"));
-        let mut args: Vec<String> = vec![
-            "--port".into(),
-            self.port.to_string(),
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--dir".into(),
-            self.dir.display().to_string(),
-            "--logfile".into(),
-            "redis.log".into(),
-            "--daemonize".into(),
-            "no".into(),
-            "--enable-debug-command".into(),
-            "yes".into(),
-            "--save".into(),
-            "".into(),
-            "--appendonly".into(),
-            "no".into(),
-            // A full sync to a new replica starts at once instead of after 5 s.
-            "--repl-diskless-sync-delay".into(),
-            "0".into(),
-        ];
-        let mut with_module = true;
-        for arg in &self.extra {
-            if arg == "--no-module" {
-                with_module = false;
-            } else if arg == FREE_PORT {
-                // Picked anew at every attempt, like the server's own port.
-                args.push(free_port().to_string());
-            } else {
-                args.push(arg.clone());
-            }
-        }
+        let with_module = !self.extra.iter().any(|arg| arg == "--no-module");
+        let module = module_path();
         if with_module {
-            let module = module_path();
             assert!(
                 module.exists(),
                 "module not built at {} (run `cargo build --release`)",
                 module.display()
             );
-            args.push("--loadmodule".into());
-            args.push(module.display().to_string());
         }
-        let child = Command::new(server_binary())
+        let launch = launch::Launch {
+            port: self.port,
+            dir: &self.dir,
+            module: with_module.then_some(module.as_path()),
+        };
+        let mut args = launch.args();
+        args.extend(
+            [
+                "--enable-debug-command",
+                "yes",
+                // A full sync to a new replica starts at once instead of after 5 s.
+                "--repl-diskless-sync-delay",
+                "0",
+            ]
+            .map(Into::into),
+        );
+        for arg in self.extra.iter().filter(|arg| *arg != "--no-module") {
+            if arg == FREE_PORT {
+                // Picked anew at every attempt, like the server's own port.
+                args.push(free_port().to_string().into());
+            } else {
+                args.push(arg.into());
+            }
+        }
+        let mut child = Command::new(server_binary())
             .args(&args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -286,50 +281,17 @@ impl TestServer {
                     server_binary()
                 )
             });
-        self.child = Some(child);
-        self.wait_ready()
-    }
-
-    /// Waits until the server answers `PING`; its log if it exits or never answers.
-    fn wait_ready(&mut self) -> Result<(), String> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                self.child = None;
-                return Err(format!("exited at start ({status})\n{}", self.log()));
+        match launch::wait_ready(&mut child, self.port, &self.dir, START_TIMEOUT) {
+            Ok(()) => {
+                self.child = Some(child);
+                Ok(())
             }
-            // PING answers once the data is loaded (LOADING before).
-            if let Ok(mut con) = self.try_connection()
-                && redis::cmd("PING").query::<String>(&mut con).is_ok()
-                && self.is_own_process(&mut con)
-            {
-                return Ok(());
+            Err(reason) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(reason)
             }
-            if Instant::now() > deadline {
-                self.kill();
-                return Err(format!("did not answer in time\n{}", self.log()));
-            }
-            thread::sleep(Duration::from_millis(10));
         }
-    }
-
-    /// Whether the server answering on the port is the process this harness started:
-    /// two tests may pick the same free port at once, and the one whose server loses the
-    /// race must not take the other's server, still answering there, for its own.
-    fn is_own_process(&self, con: &mut redis::Connection) -> bool {
-        let Some(pid) = self.child.as_ref().map(Child::id) else {
-            return false;
-        };
-        let info: redis::RedisResult<String> = redis::cmd("INFO").arg("server").query(con);
-        info.is_ok_and(|info| {
-            info.lines()
-                .filter_map(|line| line.strip_prefix("process_id:"))
-                .any(|id| id.trim() == pid.to_string())
-        })
     }
 
     /// The server's log so far.

@@ -188,6 +188,17 @@ impl Drop for Group {
     }
 }
 
+/// Whether the server on `con` was started with the repository's `redis.conf`.
+fn runs_from_the_repositorys_conf(con: &mut redis::Connection) -> bool {
+    let conf = fs::canonicalize(root().join("redis.conf")).ok();
+    let info: redis::RedisResult<String> = redis::cmd("INFO").arg("server").query(con);
+    info.is_ok_and(|info| {
+        info.lines()
+            .filter_map(|line| line.strip_prefix("config_file:"))
+            .any(|file| fs::canonicalize(file.trim()).ok() == conf)
+    })
+}
+
 /// `make run` (with the page's other words) on a free port: it answers with the module
 /// loaded and grants a lock. A start that finds the port taken is retried on another.
 fn make_run_serves_the_module(vars: &[String]) {
@@ -212,8 +223,11 @@ fn make_run_serves_the_module(vars: &[String]) {
         let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
         let mut con = loop {
+            // Another test's server may hold the port when make run's could not bind it:
+            // only the server started from the repository's redis.conf is make run's.
             if let Ok(mut con) = client.get_connection()
                 && redis::cmd("PING").query::<String>(&mut con).is_ok()
+                && runs_from_the_repositorys_conf(&mut con)
             {
                 break Some(con);
             }

@@ -100,7 +100,7 @@ fn the_python_snippet_runs() {
          redis.Redis(port={}).set(f'paid:{{order}}', fence)\n",
         server.port
     );
-    let mut python = Command::new(std::env::var("PYTHON").unwrap_or_else(|_| "python3".into()));
+    let mut python = Command::new(crate::common::python::python());
     python
         .arg("-")
         .env("PYTHONPATH", root().join("clients/python/src"))
