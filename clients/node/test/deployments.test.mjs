@@ -53,10 +53,10 @@ describe('ioredis', { timeout: 60_000 }, () => {
   });
 
   test('a wait longer than the command timeout is not cut short', async () => {
-    const client = new IORedis({ port, commandTimeout: 300 });
+    const client = new IORedis({ port, commandTimeout: 2_000 });
     const locker = new Locker(client);
     const k = key('timeout');
-    const { lock: held, released } = await holdFor(locker, k, 1_000);
+    const { lock: held, released } = await holdFor(locker, k, 3_000);
     const lock = await locker.acquire(k, 10_000, { wait: 5_000 });
     assert.ok(lock.fence > held.fence);
     await released;
@@ -65,10 +65,10 @@ describe('ioredis', { timeout: 60_000 }, () => {
   });
 
   test('a Sentinel-managed ioredis client locks and waits on the master', async () => {
-    const client = new IORedis({ sentinels: [{ host: '127.0.0.1', port: sentinelPort }], name: 'mymaster', commandTimeout: 300 });
+    const client = new IORedis({ sentinels: [{ host: '127.0.0.1', port: sentinelPort }], name: 'mymaster', commandTimeout: 2_000 });
     const locker = new Locker(client);
     const k = key('iosentinel');
-    const { lock: held, released } = await holdFor(locker, k, 800);
+    const { lock: held, released } = await holdFor(locker, k, 3_000);
     const lock = await locker.acquire(k, 10_000, { wait: 5_000 });
     assert.ok(lock.fence > held.fence);
     await released;
@@ -78,11 +78,11 @@ describe('ioredis', { timeout: 60_000 }, () => {
 
   test('an ioredis Cluster routes, waits and prefixes', async () => {
     const cluster = new IORedis.Cluster([{ host: '127.0.0.1', port: clusterPort }], {
-      keyPrefix: 'c:', redisOptions: { commandTimeout: 300 },
+      keyPrefix: 'c:', redisOptions: { commandTimeout: 2_000 },
     });
     const locker = new Locker(cluster);
     const k = key('iocluster');
-    const { lock: held, released } = await holdFor(locker, k, 800);
+    const { lock: held, released } = await holdFor(locker, k, 3_000);
     const lock = await locker.acquire(k, 10_000, { wait: 5_000 });
     assert.ok(lock.fence > held.fence);
     assert.equal(await cluster.exists(k), 1, 'ioredis prefixes EXISTS the same way');
