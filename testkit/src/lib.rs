@@ -542,6 +542,24 @@ impl Drop for Sentinel {
     }
 }
 
+/// A server with the module, ready to join a cluster: cluster mode, its own bus port (the
+/// default, port + 10000, may be taken or above 65535; a free one, picked again if a start
+/// finds it taken), a node timeout of 2 s; then `extra` arguments.
+pub fn cluster_node(extra: &[&str]) -> TestServer {
+    let mut args = vec![
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        FREE_PORT,
+        "--cluster-node-timeout",
+        "2000",
+    ];
+    args.extend_from_slice(extra);
+    TestServer::with_args(&args)
+}
+
 /// A small Redis Cluster of masters only (no replicas), each a `TestServer` with the
 /// module, made with `redis-cli --cluster create`; every node is killed on drop. For
 /// client tests that need a cluster client to route and follow redirections (the
@@ -554,20 +572,7 @@ impl MiniCluster {
     /// Starts `masters` nodes, makes them a cluster, and returns once every node reports
     /// `cluster_state:ok` with all slots served and every node known.
     pub fn start(masters: usize) -> Self {
-        let nodes: Vec<TestServer> = (0..masters)
-            .map(|_| {
-                TestServer::with_args(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-port",
-                    FREE_PORT,
-                    "--cluster-node-timeout",
-                    "2000",
-                ])
-            })
-            .collect();
+        let nodes: Vec<TestServer> = (0..masters).map(|_| cluster_node(&[])).collect();
         let mut args = vec!["--cluster".to_string(), "create".to_string()];
         args.extend(nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)));
         args.push("--cluster-yes".to_string());

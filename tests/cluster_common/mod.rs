@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{FREE_PORT, TestServer, poll_until};
+use crate::common::{TestServer, cluster_node, poll_until};
 
 /// How long the cluster may take to form, or to heal after a change, before a test fails.
 pub const HEAL_TIMEOUT: Duration = Duration::from_secs(30);
@@ -94,17 +94,7 @@ impl Cluster {
     pub fn start(masters: usize) -> Self {
         let mut nodes = Vec::new();
         for _ in 0..masters * 2 {
-            // The bus port defaults to port + 10000, which may be taken or above 65535:
-            // give each node a free one of its own, picked again if a start finds it taken.
-            nodes.push(TestServer::with_args(&[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-                "--cluster-port",
-                FREE_PORT,
-                "--cluster-node-timeout",
-                "2000",
+            nodes.push(cluster_node(&[
                 // Any replica may take over, however long it was cut off.
                 "--cluster-replica-validity-factor",
                 "0",
