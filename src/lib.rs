@@ -11,13 +11,15 @@
 //!   the server events the module follows;
 //! - `keyspace/`: writes to lock keys (`store.rs`), the handoff of a freed lock to its
 //!   waiters (`handoff.rs`, `blocking.rs`), session-bound locks' graces and releases
-//!   (`session.rs`), slots being imported (`slot_import.rs`);
+//!   (`session.rs`, the running server's registry in `registry.rs`), slots being
+//!   imported (`slot_import.rs`);
 //! - `datatype.rs`: the data type: saving, loading, rewriting, measuring a lock value;
 //! - `state/`: pure state and rules, tested without a server: a lock, its holders, who may
 //!   be granted it, the queues, fences, tokens, the session registry, the error texts;
-//! - `ffi/`: the server's C API, the only home of `unsafe`. Its leaf primitives
-//!   (`cell_ref.rs`, `main_thread.rs`, `alloc.rs`) import nothing from the crate, so the
-//!   state may name them; the rest of it reads and writes lock values for the layers above.
+//! - `ffi/`: the server's C API, the only home of `unsafe`; it reads and writes lock values
+//!   for the layers above. The state names one thing in it: `CellRef` (`cell_ref.rs`), a
+//!   generic pointer that imports nothing from the crate, through which a lock kept in a
+//!   cell is read.
 
 #![deny(unsafe_code)]
 

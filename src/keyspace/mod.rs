@@ -4,6 +4,7 @@
 
 pub mod blocking;
 pub mod handoff;
+pub mod registry;
 pub mod session;
 pub mod slot_import;
 pub mod store;

@@ -27,6 +27,7 @@ use crate::datatype::LockKey;
 use crate::ffi::guard;
 use crate::ffi::{self, Key};
 use crate::keyspace::handoff;
+use crate::keyspace::registry;
 use crate::keyspace::slot_import;
 use crate::keyspace::store::{self, EVENT_RELEASE};
 use crate::state::bindings::{self, Binding, Start};
@@ -47,11 +48,11 @@ const SLICE: usize = 512;
 /// from a timer: never from inside the client-change callback, and a lock bound before
 /// then keeps the listener.
 fn unwatch_when_idle() {
-    if bindings::with(|b| b.watches_connections()) {
+    if registry::with(|b| b.watches_connections()) {
         return;
     }
     ffi::after_this_command(|_| {
-        if !bindings::with(|b| b.watches_connections()) {
+        if !registry::with(|b| b.watches_connections()) {
             ffi::watch_connections(false);
         }
     });
@@ -64,7 +65,7 @@ fn unwatch_when_idle() {
 pub fn unbind(db: i32, key: &[u8], session: &Session, forget: bool) {
     let id = (db, key.to_vec());
     if forget {
-        bindings::with(|b| b.forget(&id, session.client));
+        registry::with(|b| b.forget(&id, session.client));
     }
     if !ffi::client_connected(session.client) {
         stats::SESSION_RECLAIMS.bump();
@@ -75,7 +76,7 @@ pub fn unbind(db: i32, key: &[u8], session: &Session, forget: bool) {
 /// every lock bound to it, one per grace length; costs one lookup for a connection that
 /// held none.
 pub fn disconnected(ctx: &Context, client: u64) {
-    for (grace_ms, keys) in bindings::with(|b| b.disconnected(client)) {
+    for (grace_ms, keys) in registry::with(|b| b.disconnected(client)) {
         let binding = Binding { client, grace_ms };
         start_grace(ctx, binding, Start::Close, keys, grace_ms);
     }
@@ -89,10 +90,10 @@ pub fn serving(ctx: &Context) {
         return;
     }
     let mut starts = bindings::Starts::<Binding>::new();
-    for (key, binding) in bindings::with(bindings::Bindings::take_pending) {
+    for (key, binding) in registry::with(bindings::Bindings::take_pending) {
         if slot_import::is_importing(&key.1) {
             // Another import still brings this slot: its grace waits for that one.
-            bindings::with(|b| b.pend(key, binding));
+            registry::with(|b| b.pend(key, binding));
         } else if ffi::client_connected(binding.client) {
             store::bind(key.0, &key.1, binding.client, binding.grace_ms);
         } else {
@@ -106,7 +107,7 @@ pub fn serving(ctx: &Context) {
 
 /// The server follows a master now: it watches no connection and ends no grace.
 pub fn demoted(ctx: &Context) {
-    for timer in bindings::with(bindings::Bindings::demote) {
+    for timer in registry::with(bindings::Bindings::demote) {
         stop_grace_timer(ctx, timer);
     }
     unwatch_when_idle();
@@ -114,7 +115,7 @@ pub fn demoted(ctx: &Context) {
 
 /// Database `db` (all for `None`) was emptied.
 pub fn flushed(ctx: &Context, db: Option<i32>) {
-    for timer in bindings::with(|b| b.flushed(db)) {
+    for timer in registry::with(|b| b.flushed(db)) {
         stop_grace_timer(ctx, timer);
     }
     unwatch_when_idle();
@@ -122,7 +123,7 @@ pub fn flushed(ctx: &Context, db: Option<i32>) {
 
 /// Databases `a` and `b` swapped their contents.
 pub fn swapped(a: i32, b: i32) {
-    bindings::with(|r| r.swapped(a, b));
+    registry::with(|r| r.swapped(a, b));
 }
 
 /// A session-bound lock is now at `key`: granted elsewhere and copied here (replication,
@@ -136,7 +137,7 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     };
     let ctx = ffi::detached();
     if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
-        bindings::with(|b| b.pend((db, key.to_vec()), binding));
+        registry::with(|b| b.pend((db, key.to_vec()), binding));
     } else if ffi::client_connected(session.client) {
         store::bind(db, key, session.client, session.grace_ms);
     } else {
@@ -170,7 +171,7 @@ fn reconcile_left(ctx: &Context) {
     let mut clients = Vec::new();
     for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
         let still_bound = bound_at(ctx, &key, client);
-        bindings::with(|b| b.left(&key, client, still_bound));
+        registry::with(|b| b.left(&key, client, still_bound));
         if !clients.contains(&client) {
             clients.push(client);
         }
@@ -178,14 +179,14 @@ fn reconcile_left(ctx: &Context) {
     // A connection that binds and releases many locks leaves stale entries in its
     // list: once half of it is, keep only the keys still bound to it.
     for client in clients {
-        let Some(keys) = bindings::with(|b| b.to_compact(client)) else {
+        let Some(keys) = registry::with(|b| b.to_compact(client)) else {
             continue;
         };
         let still_bound: Vec<KeyId> = keys
             .into_iter()
             .filter(|key| bound_at(ctx, key, client))
             .collect();
-        bindings::with(|b| b.compact(client, &still_bound));
+        registry::with(|b| b.compact(client, &still_bound));
     }
     unwatch_when_idle();
 }
@@ -231,15 +232,15 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
 /// from now. The timer carries the grace's id, not the keys, which `SWAPDB` may move
 /// meanwhile.
 fn start_grace(ctx: &Context, binding: Binding, start: Start, keys: Vec<KeyId>, delay_ms: i64) {
-    let id = bindings::with(bindings::Bindings::new_grace_id);
+    let id = registry::with(bindings::Bindings::new_grace_id);
     let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, id as usize);
-    bindings::with(|b| b.grace_started(id, timer, binding, start, keys));
+    registry::with(|b| b.grace_started(id, timer, binding, start, keys));
 }
 
 /// Grace `id` runs on: its timer fires again in `delay_ms`.
 fn rearm(ctx: &Context, id: u64, delay_ms: i64) {
     let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, id as usize);
-    bindings::with(|b| b.rearmed(id, timer));
+    registry::with(|b| b.rearmed(id, timer));
 }
 
 fn stop_grace_timer(ctx: &Context, timer: u64) {
@@ -251,18 +252,18 @@ extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
     guard::callback((), || {
         let ctx = Context::new(ctx);
         let id = data as u64;
-        let Some(binding) = bindings::with(|b| b.running(id)) else {
+        let Some(binding) = registry::with(|b| b.running(id)) else {
             return;
         };
         if ffi::is_replica(&ctx) {
-            let (keys, _) = bindings::with(|b| b.take_due(id, usize::MAX));
-            bindings::with(|b| keys.into_iter().for_each(|key| b.pend(key, binding)));
+            let (keys, _) = registry::with(|b| b.take_due(id, usize::MAX));
+            registry::with(|b| keys.into_iter().for_each(|key| b.pend(key, binding)));
         } else if ffi::writes_paused() {
             rearm(&ctx, id, PAUSED_RETRY_MS);
         } else {
             // A timer made now with no delay fires at the event loop's next turn, not in
             // this one: the server serves its clients in between.
-            let (keys, more) = bindings::with(|b| b.take_due(id, SLICE));
+            let (keys, more) = registry::with(|b| b.take_due(id, SLICE));
             for key in &keys {
                 release(&ctx, key, binding);
             }

@@ -9,7 +9,7 @@ use redis_module::{Context, RedisError};
 
 use crate::datatype::LockKey;
 use crate::ffi::{self, Key, LockSet};
-use crate::state::bindings;
+use crate::keyspace::registry;
 use crate::state::error;
 use crate::state::events;
 use crate::state::fence;
@@ -229,7 +229,7 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError>
 /// The lock on key `name` of database `db` is bound to the open connection `client`: the
 /// module hears of closed connections from now on, if it did not already.
 pub fn bind(db: i32, name: &[u8], client: u64, grace_ms: i64) {
-    bindings::with(|b| b.bind(db, name, client, grace_ms));
+    registry::with(|b| b.bind(db, name, client, grace_ms));
     ffi::watch_connections(true);
 }
 

@@ -1,5 +1,5 @@
-//! Who holds session-bound locks where: no server calls (the registry is kept in
-//! `ffi/main_thread.rs`, a cell for the main thread that imports nothing).
+//! Who holds session-bound locks where: pure Rust, no server calls. (The running
+//! server's registry is kept by `keyspace/registry.rs`.)
 //!
 //! A session-bound lock (`SESSION grace-ms`) is in exactly one of three states, and this
 //! registry knows which, so that nothing has to scan the keyspace:
@@ -21,27 +21,11 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::{LazyLock, OnceLock};
+use std::sync::OnceLock;
 
-use crate::ffi::main_thread::MainThread;
 use crate::state::client_locks::ClientLocks;
 use crate::state::queue::KeyId;
 use crate::state::room;
-
-/// The registry of this server, reached from the main thread only: commands, timers,
-/// server events (never a type's `free` callback). A static, not a thread-local, because
-/// every session-bound acquire reaches it and a thread-local costs a call in a loaded
-/// library; no `Mutex`, whose two locked instructions per entry cost more time than the
-/// rest of a bind.
-static REGISTRY: LazyLock<MainThread<Bindings>> =
-    LazyLock::new(|| MainThread::new(Bindings::default()));
-
-/// Runs `f` on this server's registry (never from inside another `with`: that panics).
-/// A panic inside `f` is caught at the module's boundary; the registry may then lag
-/// behind the keyspace, which every user of it allows for.
-pub fn with<T>(f: impl FnOnce(&mut Bindings) -> T) -> T {
-    REGISTRY.with(f)
-}
 
 /// A random id of this server process, nonzero. A lock's binding is written into its
 /// `DUMP` payload with this id, so that a `RESTORE` on the same running server keeps the
