@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// The grace of the tests' locks: long enough for a loaded machine to look at a lock
-/// after a restart before its grace ends.
-const GRACE_MS: i64 = 3_000;
+/// The grace of the tests' locks: long enough for a loaded machine (four suites and a build
+/// at once) to look at a lock after a restart before its grace ends.
+const GRACE_MS: i64 = 8_000;
 
 /// Takes `kept` (token `owner`) and `lost` (token `gone`) with `SESSION grace_ms` on
 /// `holder`: the fences.
