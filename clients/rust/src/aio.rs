@@ -29,11 +29,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, FromRedisValue, RedisError, RedisResult};
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+use crate::async_link::{AsyncLink, AsyncSource};
 use crate::commands::{
     Grant, LockInfo, Mode, acquire_cmd, acquire_mode_cmd, extend_cmd, info_cmd, release_cmd,
 };
@@ -67,9 +67,9 @@ async fn within<T>(
 
 /// A lazily opened, shared multiplexed connection that is reopened after it breaks.
 struct Conn {
-    client: redis::Client,
+    source: AsyncSource,
     connect_timeout: Duration,
-    slot: Mutex<Option<MultiplexedConnection>>,
+    slot: Mutex<Option<AsyncLink>>,
     /// How many connections the slot has held: session-bound locks know which one they
     /// are bound to.
     generation: AtomicU64,
@@ -77,8 +77,12 @@ struct Conn {
 
 impl Conn {
     fn new(client: redis::Client, connect_timeout: Duration) -> Self {
+        Self::on(AsyncSource::Server(client), connect_timeout)
+    }
+
+    fn on(source: AsyncSource, connect_timeout: Duration) -> Self {
         Conn {
-            client,
+            source,
             connect_timeout,
             slot: Mutex::new(None),
             generation: AtomicU64::new(0),
@@ -86,16 +90,11 @@ impl Conn {
     }
 
     /// A new connection without a response timeout: callers bound each command.
-    async fn open(&self) -> RedisResult<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            .set_response_timeout(None);
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
+    async fn open(&self) -> RedisResult<AsyncLink> {
+        self.source.open(self.connect_timeout).await
     }
 
-    async fn get(&self) -> RedisResult<MultiplexedConnection> {
+    async fn get(&self) -> RedisResult<AsyncLink> {
         if let Some(con) = self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone() {
             return Ok(con);
         }
@@ -120,7 +119,8 @@ impl Conn {
     }
 }
 
-/// Takes locks on one Redis server through async connections. Cheap to clone (shared).
+/// Takes locks on one Redis server, or a Redis Cluster, through async connections. Cheap
+/// to clone (shared).
 #[derive(Clone)]
 pub struct Locker {
     conn: Arc<Conn>,
@@ -130,7 +130,7 @@ pub struct Locker {
 impl fmt::Debug for Locker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Locker")
-            .field("client", &self.conn.client)
+            .field("source", &self.conn.source)
             .field("command_timeout", &self.command_timeout)
             .finish()
     }
@@ -150,8 +150,22 @@ impl Locker {
     /// A locker whose connecting and commands may each take `timeout` (default 5 s); a
     /// waiting acquire may take its wait timeout plus this.
     pub fn with_command_timeout(client: redis::Client, timeout: Duration) -> Self {
+        Self::on(AsyncSource::Server(client), timeout)
+    }
+
+    /// A locker on the Redis Cluster `client` reaches, through the `redis` crate's async
+    /// cluster connection: each command goes to the node of its key, following
+    /// `MOVED`/`ASK` as the cluster reshards; a wait gets a cluster connection of its own
+    /// (feature `cluster-async`). Session-bound locks are refused here (see
+    /// [`acquire`](Self::acquire)).
+    #[cfg(feature = "cluster-async")]
+    pub fn cluster(client: redis::cluster::ClusterClient) -> Self {
+        Self::on(AsyncSource::Cluster(Box::new(client)), DEFAULT_COMMAND_TIMEOUT)
+    }
+
+    fn on(source: AsyncSource, timeout: Duration) -> Self {
         Locker {
-            conn: Arc::new(Conn::new(client, timeout)),
+            conn: Arc::new(Conn::on(source, timeout)),
             command_timeout: timeout,
         }
     }
@@ -192,11 +206,28 @@ impl Locker {
     /// Must run inside a tokio runtime (the watchdog and the release on drop are tasks).
     /// If the reply is lost, the lock may have been granted: this releases it, best
     /// effort, before returning the error.
+    ///
+    /// On a cluster locker ([`Locker::cluster`]) a session-bound lock is refused with an
+    /// `InvalidClientConfig` error, before anything is sent: its binding would be to one
+    /// of the shared connection's per-node connections, which reconnect on their own
+    /// without the locker knowing, so it could not be kept bound. Take session-bound locks
+    /// with a [`Locker::new`] on the key's node, or with the blocking
+    /// [`crate::Locker::cluster`], whose locks each keep a connection of their own.
     pub async fn acquire(
         &self,
         key: impl AsRef<[u8]>,
         options: &LockOptions,
     ) -> RedisResult<Option<Lock>> {
+        if options.session_grace().is_some() && self.conn.source.is_cluster() {
+            return Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "a session-bound lock needs a connection the locker can keep it bound to",
+                "an async cluster locker's connection is one per node, each reconnecting on \
+                 its own: use aio::Locker::new on the key's node, or the blocking \
+                 Locker::cluster"
+                    .to_string(),
+            )));
+        }
         let key = key.as_ref().to_vec();
         let token = options.token_to_send();
         let cmd = options.acquire_cmd(&key, &token);

@@ -79,6 +79,8 @@
 
 #[cfg(feature = "tokio")]
 pub mod aio;
+#[cfg(feature = "tokio")]
+mod async_link;
 pub mod commands;
 mod guard;
 mod link;

@@ -26,7 +26,7 @@ pub(crate) enum Source {
     #[cfg(feature = "sentinel")]
     Sentinel(std::sync::Arc<Mutex<redis::sentinel::SentinelClient>>),
     #[cfg(feature = "cluster")]
-    Cluster(redis::cluster::ClusterClient),
+    Cluster(Box<redis::cluster::ClusterClient>),
     #[cfg(feature = "r2d2")]
     Pool(r2d2::Pool<redis::Client>),
 }

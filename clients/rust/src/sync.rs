@@ -54,7 +54,7 @@ impl Locker {
     /// its key, following `MOVED`/`ASK` as the cluster reshards (feature `cluster`).
     #[cfg(feature = "cluster")]
     pub fn cluster(client: redis::cluster::ClusterClient) -> Self {
-        Self::with_source(Source::Cluster(client))
+        Self::with_source(Source::Cluster(Box::new(client)))
     }
 
     fn with_source(source: Source) -> Self {

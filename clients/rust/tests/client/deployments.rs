@@ -1,6 +1,6 @@
-//! The blocking `Locker` where people run it: its connections are reused across locks
-//! rather than opened for each, and on a Redis Cluster it routes by key, waits on the
-//! key's node and releases there.
+//! The lockers where people run them: the blocking one's connections are reused across
+//! locks rather than opened for each; on a Redis Cluster, blocking and async, they route
+//! by key, wait on the key's node and release there.
 
 use std::thread;
 use std::time::Duration;
@@ -102,6 +102,98 @@ fn a_cluster_locker_routes_waits_on_the_keys_node_and_releases() {
     let lock = waiting.join().unwrap().expect("granted after the wait");
     assert!(lock.fence() > holder_fence);
     assert!(lock.release().unwrap());
+}
+
+/// `LOCK.INFO key`'s `waiters` on `node` (0 when the key is gone).
+fn waiters_on(node: &mut redis::Connection, key: &str) -> i64 {
+    let fields: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
+        .arg(key)
+        .query(node)
+        .expect("LOCK.INFO");
+    fields
+        .unwrap_or_default()
+        .chunks(2)
+        .find_map(|pair| match (&pair[0], &pair[1]) {
+            (redis::Value::BulkString(name), redis::Value::Int(n)) if name == b"waiters" => {
+                Some(*n)
+            }
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn an_async_cluster_locker_routes_waits_on_the_keys_node_and_refuses_sessions() {
+    let cluster = MiniCluster::start(3);
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|node| format!("redis://127.0.0.1:{}/", node.port))
+        .collect();
+    let node_of = |key: &str| {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", cluster.port_of(key)))
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+        let locker = redis_lock_client::aio::Locker::cluster(client);
+        let options = LockOptions::new(Duration::from_secs(30));
+        let keys = ["orders:1", "orders:2", "orders:3", "orders:4"];
+        let ports: std::collections::BTreeSet<u16> =
+            keys.iter().map(|k| cluster.port_of(k)).collect();
+        assert!(ports.len() > 1, "the keys spread over the nodes");
+        for key in keys {
+            let lock = locker.acquire(key, &options).await.unwrap().expect("free");
+            assert!(exists(&mut node_of(key), key), "{key} is on its node");
+            assert!(lock.release().await.unwrap());
+        }
+
+        // A waiter, on a cluster connection of its own, is granted when the holder lets
+        // go, while the shared connection keeps answering.
+        let holder = locker
+            .acquire("orders:9", &options)
+            .await
+            .unwrap()
+            .expect("free");
+        let holder_fence = holder.fence();
+        let waiting = {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let options =
+                    LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(10));
+                locker.acquire("orders:9", &options).await.unwrap()
+            })
+        };
+        let mut node = node_of("orders:9");
+        poll_until(Duration::from_secs(10), "the waiter to queue", || {
+            waiters_on(&mut node, "orders:9") == 1
+        });
+        let other = locker.acquire("orders:10", &options).await.unwrap();
+        assert!(
+            other
+                .expect("the shared connection is not held up")
+                .release()
+                .await
+                .unwrap()
+        );
+        assert!(holder.release().await.unwrap());
+        let lock = waiting.await.unwrap().expect("granted after the wait");
+        assert!(lock.fence() > holder_fence);
+        assert!(lock.release().await.unwrap());
+
+        // A session-bound lock cannot be kept bound to a cluster connection: refused
+        // before anything is sent.
+        let session = LockOptions::new(Duration::from_secs(30)).session(Duration::from_secs(1));
+        let err = locker
+            .acquire("orders:11", &session)
+            .await
+            .expect_err("a session-bound lock on an async cluster locker");
+        assert_eq!(err.kind(), redis::ErrorKind::InvalidClientConfig, "{err}");
+        assert!(!exists(&mut node_of("orders:11"), "orders:11"));
+    });
 }
 
 #[test]
