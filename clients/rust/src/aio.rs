@@ -153,6 +153,17 @@ impl Locker {
         Self::on(AsyncSource::Server(client), timeout)
     }
 
+    /// A locker on the master the Sentinels of `client` name: asked again at every
+    /// connect, so after a failover the locker's next connection goes to the new master,
+    /// and its session-bound locks are bound again there (feature `sentinel`).
+    #[cfg(feature = "sentinel")]
+    pub fn sentinel(client: redis::sentinel::SentinelClient) -> Self {
+        Self::on(
+            AsyncSource::Sentinel(Arc::new(tokio::sync::Mutex::new(client))),
+            DEFAULT_COMMAND_TIMEOUT,
+        )
+    }
+
     /// A locker on the Redis Cluster `client` reaches, through the `redis` crate's async
     /// cluster connection: each command goes to the node of its key, following
     /// `MOVED`/`ASK` as the cluster reshards; a wait gets a cluster connection of its own
@@ -160,7 +171,10 @@ impl Locker {
     /// [`acquire`](Self::acquire)).
     #[cfg(feature = "cluster-async")]
     pub fn cluster(client: redis::cluster::ClusterClient) -> Self {
-        Self::on(AsyncSource::Cluster(Box::new(client)), DEFAULT_COMMAND_TIMEOUT)
+        Self::on(
+            AsyncSource::Cluster(Box::new(client)),
+            DEFAULT_COMMAND_TIMEOUT,
+        )
     }
 
     fn on(source: AsyncSource, timeout: Duration) -> Self {

@@ -1,9 +1,12 @@
 //! Where an async locker's connections go: one server ([`redis::Client`], a
-//! [`MultiplexedConnection`]) or a Redis Cluster ([`redis::cluster::ClusterClient`], the
+//! [`MultiplexedConnection`]), the master a Sentinel names (feature `sentinel`) or a Redis
+//! Cluster ([`redis::cluster::ClusterClient`], the
 //! `redis` crate's async cluster connection, which routes each command to the node of its
 //! key and follows `MOVED`/`ASK`; feature `cluster-async`).
 
 use std::fmt;
+#[cfg(feature = "sentinel")]
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
@@ -13,6 +16,9 @@ use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Valu
 #[derive(Clone)]
 pub(crate) enum AsyncSource {
     Server(redis::Client),
+    /// Asked for the master at every connect, so a locker follows a failover.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>),
     #[cfg(feature = "cluster-async")]
     Cluster(Box<redis::cluster::ClusterClient>),
 }
@@ -21,6 +27,8 @@ impl fmt::Debug for AsyncSource {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AsyncSource::Server(client) => client.fmt(f),
+            #[cfg(feature = "sentinel")]
+            AsyncSource::Sentinel(_) => f.write_str("Sentinel"),
             #[cfg(feature = "cluster-async")]
             AsyncSource::Cluster(_) => f.write_str("Cluster"),
         }
@@ -36,19 +44,32 @@ impl AsyncSource {
     /// Whether this is a cluster (where a locker's shared connection is many, one per
     /// node, each reconnecting on its own).
     pub(crate) fn is_cluster(&self) -> bool {
-        !matches!(self, AsyncSource::Server(_))
+        match self {
+            #[cfg(feature = "cluster-async")]
+            AsyncSource::Cluster(_) => true,
+            _ => false,
+        }
     }
 
     /// A new connection, connecting within `connect_timeout`, whose replies the callers
     /// bound themselves.
     pub(crate) async fn open(&self, connect_timeout: Duration) -> RedisResult<AsyncLink> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(None);
         match self {
             AsyncSource::Server(client) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(connect_timeout))
-                    .set_response_timeout(None);
                 let con = client
                     .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(AsyncLink::Server(con))
+            }
+            #[cfg(feature = "sentinel")]
+            AsyncSource::Sentinel(client) => {
+                let con = client
+                    .lock()
+                    .await
+                    .get_async_connection_with_config(&config)
                     .await?;
                 Ok(AsyncLink::Server(con))
             }

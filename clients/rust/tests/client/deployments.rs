@@ -104,22 +104,25 @@ fn a_cluster_locker_routes_waits_on_the_keys_node_and_releases() {
     assert!(lock.release().unwrap());
 }
 
-/// `LOCK.INFO key`'s `waiters` on `node` (0 when the key is gone).
-fn waiters_on(node: &mut redis::Connection, key: &str) -> i64 {
+/// The integer field `field` of `LOCK.INFO key` on `node` (`None` when the key is gone).
+fn info_field(node: &mut redis::Connection, key: &str, field: &str) -> Option<i64> {
     let fields: Option<Vec<redis::Value>> = redis::cmd("LOCK.INFO")
         .arg(key)
         .query(node)
         .expect("LOCK.INFO");
-    fields
-        .unwrap_or_default()
+    fields?
         .chunks(2)
         .find_map(|pair| match (&pair[0], &pair[1]) {
-            (redis::Value::BulkString(name), redis::Value::Int(n)) if name == b"waiters" => {
+            (redis::Value::BulkString(name), redis::Value::Int(n)) if name == field.as_bytes() => {
                 Some(*n)
             }
             _ => None,
         })
-        .unwrap_or(0)
+}
+
+/// `LOCK.INFO key`'s `waiters` on `node` (0 when the key is gone).
+fn waiters_on(node: &mut redis::Connection, key: &str) -> i64 {
+    info_field(node, key, "waiters").unwrap_or(0)
 }
 
 #[test]
@@ -229,6 +232,55 @@ fn a_sentinel_locker_locks_on_the_master_the_sentinel_names() {
     assert!(holder.release().unwrap());
     let lock = waiting.join().unwrap().expect("granted after the wait");
     assert!(lock.release().unwrap());
+}
+
+#[test]
+fn an_async_sentinel_locker_locks_and_waits_on_the_master_the_sentinel_names() {
+    let master = TestServer::start();
+    let sentinel = Sentinel::watch(&master);
+    let client = redis::sentinel::SentinelClient::build(
+        vec![format!("redis://127.0.0.1:{}/", sentinel.port)],
+        Sentinel::MASTER_NAME.to_string(),
+        None,
+        redis::sentinel::SentinelServerType::Master,
+    )
+    .expect("sentinel client");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let locker = redis_lock_client::aio::Locker::sentinel(client);
+        let options = LockOptions::new(Duration::from_secs(30)).session(Duration::from_secs(5));
+        let holder = locker
+            .acquire("orders:1", &options)
+            .await
+            .unwrap()
+            .expect("free");
+        let mut con = master.connection();
+        assert_eq!(
+            (
+                info_field(&mut con, "orders:1", "session"),
+                info_field(&mut con, "orders:1", "connected")
+            ),
+            (Some(5000), Some(1)),
+            "on the master, bound to the locker's connection"
+        );
+        let waiting = {
+            let locker = locker.clone();
+            tokio::spawn(async move {
+                let options =
+                    LockOptions::new(Duration::from_secs(30)).wait(Duration::from_secs(10));
+                locker.acquire("orders:1", &options).await.unwrap()
+            })
+        };
+        poll_until(Duration::from_secs(10), "the waiter to queue", || {
+            let info: String = redis::cmd("INFO").arg("lock").query(&mut con).unwrap();
+            info.contains("lock_waiters:1")
+        });
+        let holder_fence = holder.fence();
+        assert!(holder.release().await.unwrap());
+        let lock = waiting.await.unwrap().expect("granted after the wait");
+        assert!(lock.fence() > holder_fence);
+        assert!(lock.release().await.unwrap());
+    });
 }
 
 #[test]
