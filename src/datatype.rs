@@ -6,8 +6,10 @@
 //! binding (grace, connection id, and the id of the server process that wrote it, so
 //! that only a `RESTORE` on that same running server keeps the connection). Shared
 //! holders are stored as their limit, their count and each holder as an exclusive lock
-//! followed by its own expiry. Version 2 (before shared holders) and version 1 (before
-//! sessions, the first three fields) still load. The expiry is the key's
+//! followed by its own expiry. Version 4 adds, after an exclusive lock, its published
+//! value (`VALUE v`): a flag, 1 with the value following, 0 without. Version 3 (before
+//! values), version 2 (before shared holders) and version 1 (before sessions, the first
+//! three fields) still load. The expiry is the key's
 //! own and the server stores it. `rdb_load` refuses versions it does not know rather
 //! than guess. The fencing clock's high-water mark travels as auxiliary data
 //! before the keys, so that a restart or full sync never hands out a smaller fence.
@@ -21,7 +23,7 @@ use crate::state::events;
 use crate::state::fence;
 use crate::state::footprint;
 use crate::state::holders::{Holder, Holders};
-use crate::state::limits::{MAX_LIMIT, MAX_TTL_MS};
+use crate::state::limits::{MAX_LIMIT, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::state::lock::{self, BoundLock, LockState, Session};
 use crate::state::stats;
 use crate::state::value::LockValue;
@@ -29,13 +31,17 @@ use crate::state::value::LockValue;
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
 /// The current encoding version of a lock value and of the auxiliary data.
-pub const ENCODING_VERSION: i32 = 3;
+pub const ENCODING_VERSION: i32 = 4;
 
 /// Version 3's first field: the value's kind.
 const EXCLUSIVE: u64 = 0;
 const SHARED: u64 = 1;
 /// What version 3 stores for shared holders without a limit.
 const NO_LIMIT: i64 = -1;
+
+/// Version 4's flag after an exclusive lock: whether a published value follows.
+const NO_VALUE: u64 = 0;
+const HAS_VALUE: u64 = 1;
 
 /// What a version 2 value stores for a lock that is not session-bound.
 const NO_SESSION: i64 = -1;
@@ -127,8 +133,34 @@ fn load_v2(rdb: &mut RdbIn) -> Option<LockState> {
 /// stores a lock followed by its expiry. A value out of the contract (no holder, a
 /// limit out of range, more holders than it, a token twice) is refused.
 fn load_v3(rdb: &mut RdbIn) -> Option<LockValue> {
+    load_kind(rdb, false)
+}
+
+/// Version 4: version 3, with an exclusive lock's published value after it.
+fn load_v4(rdb: &mut RdbIn) -> Option<LockValue> {
+    load_kind(rdb, true)
+}
+
+/// A value of version 3 or 4 (`valued`: an exclusive lock's value follows it).
+fn load_kind(rdb: &mut RdbIn, valued: bool) -> Option<LockValue> {
     match rdb.unsigned()? {
-        EXCLUSIVE => load_v2(rdb).map(LockValue::Exclusive),
+        EXCLUSIVE => {
+            let mut lock = load_v2(rdb)?;
+            if valued {
+                match rdb.unsigned()? {
+                    NO_VALUE => {}
+                    HAS_VALUE => {
+                        let value = rdb.bytes()?;
+                        if value.len() > MAX_VALUE_LEN {
+                            return None;
+                        }
+                        lock.set_value(Some(&value));
+                    }
+                    _ => return None,
+                }
+            }
+            Some(LockValue::Exclusive(lock))
+        }
         SHARED => {
             let limit = match rdb.signed()? {
                 NO_LIMIT => None,
@@ -192,6 +224,7 @@ impl ValueType for LockType {
             1 => load_v1(rdb).map(LockValue::Exclusive),
             2 => load_v2(rdb).map(LockValue::Exclusive),
             3 => load_v3(rdb),
+            4 => load_v4(rdb),
             _ => {
                 ffi::log_warning(&format!(
                     "lock: cannot load a lock of encoding version {encver}: this module knows 1 to {ENCODING_VERSION}"
@@ -211,6 +244,13 @@ impl ValueType for LockType {
             LockValue::Exclusive(lock) => {
                 rdb.unsigned(EXCLUSIVE);
                 save_lock(rdb, lock);
+                match lock.value() {
+                    None => rdb.unsigned(NO_VALUE),
+                    Some(value) => {
+                        rdb.unsigned(HAS_VALUE);
+                        rdb.bytes(value);
+                    }
+                }
             }
             LockValue::Shared(holders) => {
                 rdb.unsigned(SHARED);
@@ -229,10 +269,18 @@ impl ValueType for LockType {
             LockValue::Exclusive(lock) => {
                 // The expiry is left out (-1): the server appends PEXPIREAT for the key
                 // itself. A session-bound lock adds its grace; for a plain one the
-                // command stops before it.
+                // command stops before it, unless a published value follows (grace -1).
                 let mut numbers = vec![lock.fence() as i64, lock.acquired_ms(), -1];
-                numbers.extend(lock.grace_ms());
-                aof.emit(c"LOCK._SET", &lock.token(), &numbers);
+                match lock.value() {
+                    None => {
+                        numbers.extend(lock.grace_ms());
+                        aof.emit(c"LOCK._SET", &lock.token(), &numbers, None);
+                    }
+                    Some(value) => {
+                        numbers.push(lock.grace_ms().unwrap_or(NO_SESSION));
+                        aof.emit(c"LOCK._SET", &lock.token(), &numbers, Some(value));
+                    }
+                }
             }
             LockValue::Shared(holders) => {
                 let limit = holders.limit().map_or(NO_LIMIT, i64::from);
@@ -248,6 +296,7 @@ impl ValueType for LockType {
                             limit,
                             lock.grace_ms().unwrap_or(NO_SESSION),
                         ],
+                        None,
                     );
                 }
             }
@@ -277,6 +326,9 @@ impl ValueType for LockType {
             // The grace, not the connection: a replica's copy has none.
             if let Some(grace_ms) = lock.grace_ms() {
                 digest.number(grace_ms);
+            }
+            if let Some(value) = lock.value() {
+                digest.bytes(value);
             }
         };
         match value {

@@ -270,6 +270,7 @@ proptest! {
                         ttl_ms: 1,
                         session: None,
                         kind: crate::state::rules::Kind::Exclusive,
+                        value: None,
                     });
                     model[slot].push((id, next_handle));
                     next_handle += 1;

@@ -76,7 +76,9 @@ export interface LockInfo {
   holders?: number;
   limit?: number;
   mode?: string;
-  [field: string]: number | string | undefined;
+  /** The published value (`VALUE v` on the grant), null when none. */
+  value?: string | null;
+  [field: string]: number | string | null | undefined;
 }
 
 export declare class Locker {

@@ -6,11 +6,11 @@
 use redis_module::RedisError;
 
 use crate::state::error;
-use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::state::rules::Kind;
 
 /// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]
-/// [SESSION grace-ms] [SHARED] [LIMIT n]`.
+/// [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE v]`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct AcquireOptions<'a> {
     /// How long the lock lives once granted, in ms.
@@ -23,6 +23,8 @@ pub struct AcquireOptions<'a> {
     pub grace_ms: Option<i64>,
     /// Exclusive (the default), or shared (`SHARED`, `LIMIT n`, which implies it).
     pub kind: Kind,
+    /// The public value to publish with the grant, if `VALUE` was given.
+    pub value: Option<&'a [u8]>,
 }
 
 /// Parses a decimal integer the way the server does (`string2ll`): an optional `-`,
@@ -126,9 +128,18 @@ const WAIT: u64 = word(b"wait");
 const SESSION: u64 = word(b"session");
 const SHARED: u64 = word(b"shared");
 const LIMIT: u64 = word(b"limit");
+const VALUE: u64 = word(b"value");
 
-/// Parses `ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n]`,
-/// the arguments after the key.
+/// `VALUE v`: 0 to [`MAX_VALUE_LEN`] bytes, binary-safe.
+pub fn value(arg: &[u8]) -> Result<&[u8], RedisError> {
+    if arg.len() > MAX_VALUE_LEN {
+        return Err(error::invalid_value());
+    }
+    Ok(arg)
+}
+
+/// Parses `ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n]
+/// [VALUE v]`, the arguments after the key.
 ///
 /// Returns, with the options, the index within `rest` of the token value (if any) so the
 /// caller can redact it from `SLOWLOG` and `MONITOR`.
@@ -141,6 +152,7 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
         wait_ms: None,
         grace_ms: None,
         kind: Kind::Exclusive,
+        value: None,
     };
     let (mut shared, mut limit_given) = (false, None);
     let mut token_at = None;
@@ -156,13 +168,14 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
             i += 1;
             continue;
         }
-        if ![TOKEN, WAIT, SESSION, LIMIT].contains(&option) {
+        if ![TOKEN, WAIT, SESSION, LIMIT, VALUE].contains(&option) {
             return Err(error::unknown_option(name));
         }
         let given = match option {
             TOKEN => parsed.token.is_some(),
             WAIT => parsed.wait_ms.is_some(),
             SESSION => parsed.grace_ms.is_some(),
+            VALUE => parsed.value.is_some(),
             _ => limit_given.is_some(),
         };
         if given {
@@ -179,11 +192,15 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
             }
             WAIT => parsed.wait_ms = Some(timeout(value)?),
             SESSION => parsed.grace_ms = Some(grace(value)?),
+            VALUE => parsed.value = Some(self::value(value)?),
             _ => limit_given = Some(limit(value)?),
         }
         i += 2;
     }
     if shared || limit_given.is_some() {
+        if parsed.value.is_some() {
+            return Err(error::value_with_shared());
+        }
         parsed.kind = Kind::Shared { limit: limit_given };
     }
     Ok((parsed, token_at))
@@ -263,6 +280,25 @@ mod tests {
     }
 
     #[test]
+    fn value_is_binary_safe_up_to_4096_bytes_and_only_for_an_exclusive_lock() {
+        let (opts, _) = acquire(&[b"100", b"VALUE", b""]).unwrap();
+        assert_eq!(opts.value, Some(&b""[..]));
+        let long = vec![0u8; 4096];
+        let (opts, _) = acquire(&[b"100", b"value", &long, b"TOKEN", b"t"]).unwrap();
+        assert_eq!(opts.value, Some(&long[..]));
+        let over = vec![b'x'; 4097];
+        assert!(msg(acquire(&[b"100", b"VALUE", &over])).contains("VALUE"));
+        assert!(msg(acquire(&[b"100", b"VALUE", b"a", b"VALUE", b"b"])).contains("VALUE"));
+        assert!(msg(acquire(&[b"100", b"VALUE"])).contains("VALUE"));
+        let shared: [&[&[u8]]; 2] = [&[b"SHARED"], &[b"LIMIT", b"2"]];
+        for shared in shared {
+            let mut argv: Vec<&[u8]> = vec![b"100", b"VALUE", b"v"];
+            argv.extend_from_slice(shared);
+            assert!(msg(acquire(&argv)).contains("VALUE"), "{shared:?}");
+        }
+    }
+
+    #[test]
     fn options_come_in_any_order_and_any_case() {
         let (opts, at) = acquire(&[b"100", b"wait", b"5", b"Token", b"t"]).unwrap();
         assert_eq!(
@@ -273,6 +309,7 @@ mod tests {
                 wait_ms: Some(5),
                 grace_ms: None,
                 kind: Kind::Exclusive,
+                value: None,
             }
         );
         assert_eq!(at, Some(4));

@@ -71,17 +71,23 @@ fn lock_state(
     ))
 }
 
-/// LOCK._SET <key> <token> <fence> <acquired-ms> <expire-at-ms | -1> [grace-ms]
+/// LOCK._SET <key> <token> <fence> <acquired-ms> <expire-at-ms | -1> [grace-ms | -1
+/// [value]]
 ///
 /// The replicated effect of an exclusive grant: sets the lock to exactly this state.
 /// With `grace-ms` the lock is session-bound, to no connection here: its grace starts
-/// when this server serves it.
+/// when this server serves it. With `value` it publishes that value.
 pub fn set(ctx: &Context, args: &Args) -> RedisResult {
     only_from_master(ctx, args, "LOCK._SET")?;
-    if !(6..=7).contains(&args.len()) {
+    if !(6..=8).contains(&args.len()) {
         return Err(RedisError::WrongArity);
     }
-    let (lock, expire_at) = lock_state(args, "LOCK._SET", args.bytes().get(6).copied())?;
+    let (mut lock, expire_at) = lock_state(args, "LOCK._SET", args.bytes().get(6).copied())?;
+    if let Some(value) = args.bytes().get(7) {
+        let value =
+            args::value(value).map_err(|_| error::invalid_internal("LOCK._SET", "value"))?;
+        lock.set_value(Some(value));
+    }
     let name = args.string(1).ok_or(RedisError::WrongArity)?;
     let key = Key::open_write(ctx, &name);
     let (fence, session) = (lock.fence(), lock.session());

@@ -111,7 +111,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
                 (db, argv[1]),
                 (token, options.kind),
                 options.ttl_ms,
-                session,
+                (session, options.value),
                 |token, fence| ffi::reply_granted(ctx, token, fence),
             )?;
             handoff::watch_holders(ctx, db, argv[1], &key);
@@ -122,7 +122,13 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
             if matches!(options.kind, Kind::Shared { .. }) {
                 renew_holder(ctx, &mut key, (db, argv[1]), token, session, options.ttl_ms)?;
             } else {
-                renew(ctx, &mut key, (db, argv[1]), session, options.ttl_ms)?;
+                renew(
+                    ctx,
+                    &mut key,
+                    (db, argv[1]),
+                    (session, options.value),
+                    options.ttl_ms,
+                )?;
             }
             let lock = key
                 .lock()?
@@ -147,6 +153,7 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
                         ttl_ms: options.ttl_ms,
                         session,
                         kind: options.kind,
+                        value: options.value.map(Box::from),
                     };
                     blocking::wait(ctx, db, argv[1], request, timeout_ms)?;
                     handoff::waiting_for(ctx, db, argv[1], expire_at);
@@ -158,23 +165,27 @@ pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
     }
 }
 
-/// The idempotent re-acquire of an exclusive lock: its TTL is reset and, if it was or
-/// asks to be session-bound, it is bound anew.
+/// The idempotent re-acquire of an exclusive lock: its TTL is reset; if it was or asks
+/// to be session-bound, it is bound anew; a new `VALUE` replaces the published one
+/// (without `VALUE` it is kept).
 fn renew(
     ctx: &Context,
     key: &mut Key,
     at: (i32, &[u8]),
-    session: Option<Session>,
+    (session, value): (Option<Session>, Option<&[u8]>),
     ttl_ms: i64,
 ) -> Result<(), RedisError> {
-    let was_bound = match key.lock()? {
-        Some(LockValue::Exclusive(lock)) => lock.session(),
-        _ => None,
+    let (was_bound, new_value) = match key.lock()? {
+        Some(LockValue::Exclusive(lock)) => (
+            lock.session(),
+            value.filter(|value| lock.value() != Some(*value)),
+        ),
+        _ => (None, None),
     };
-    if was_bound.is_none() && session.is_none() {
+    if was_bound.is_none() && session.is_none() && new_value.is_none() {
         set_ttl(ctx, key, ttl_ms)
     } else {
-        rebind(ctx, key, at, was_bound, session, ttl_ms)
+        rebind(ctx, key, at, (was_bound, session), new_value, ttl_ms)
     }
 }
 
@@ -203,21 +214,25 @@ fn renew_holder(
     Ok(())
 }
 
-/// The idempotent re-acquire of a session-bound lock, or one that asks to be: the lock
-/// leaves its old binding (ending its grace, if one ran: a reclaim), takes the new one
-/// (or none), and its TTL is reset. The whole state replicates, binding included.
+/// The idempotent re-acquire of a session-bound lock, or one that asks to be, or that
+/// publishes a new value: the lock leaves its old binding (ending its grace, if one ran:
+/// a reclaim), takes the new one (or none), publishes `new_value` if given, and its TTL
+/// is reset. The whole state replicates, binding and value included.
 fn rebind(
     ctx: &Context,
     key: &mut Key,
     (db, name): (i32, &[u8]),
-    was_bound: Option<Session>,
-    session: Option<Session>,
+    (was_bound, session): (Option<Session>, Option<Session>),
+    new_value: Option<&[u8]>,
     ttl_ms: i64,
 ) -> Result<(), RedisError> {
     // The lock changes first: if the key cannot be written, the registry still tells
     // where the binding is.
     if let Some(LockValue::Exclusive(lock)) = key.lock_mut()? {
         lock.set_session(session);
+        if new_value.is_some() {
+            lock.set_value(new_value);
+        }
     }
     if let Some(old) = &was_bound {
         session::unbind(db, name, old, true);
@@ -376,6 +391,10 @@ pub fn info(ctx: &Context, args: &Args) -> RedisResult {
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
     let waiting = blocking::count(ffi::selected_db(ctx), args.get(1));
+    let published = match value {
+        LockValue::Exclusive(lock) => lock.value(),
+        LockValue::Shared(_) => None,
+    };
     let (grace, connected, mode, holders, limit) = match value {
         LockValue::Exclusive(lock) => {
             let (grace, connected) = match lock.session() {
@@ -407,6 +426,7 @@ pub fn info(ctx: &Context, args: &Args) -> RedisResult {
             ("mode", Field::Word(mode)),
             ("holders", Field::Integer(holders)),
             ("limit", Field::Integer(limit)),
+            ("value", Field::Bulk(published)),
         ],
     );
     Ok(RedisValue::NoReply)

@@ -20,10 +20,13 @@ pub struct LockSet<'a> {
     pub expire_at: i64,
     /// The grace of a session-bound lock, `None` for a plain one.
     pub grace_ms: Option<i64>,
+    /// The published value (`VALUE v`), if any (`LOCK._SET` only).
+    pub value: Option<&'a [u8]>,
 }
 
-/// Replicates a grant as `LOCK._SET key token fence acquired-ms expire-at-ms [grace-ms]`
-/// (the grace for a session-bound lock).
+/// Replicates a grant as `LOCK._SET key token fence acquired-ms expire-at-ms [grace-ms
+/// [value]]` (the grace for a session-bound lock; with a published value, the grace -1
+/// for a plain lock, then the value).
 ///
 /// Raw `RedisModule_Replicate` with a typed format: the key goes as the string the
 /// server already has and the token as a buffer. The numbers are written as decimal
@@ -37,6 +40,33 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockSet) {
         Decimal::new(lock.expire_at),
     );
     let (fence, acquired, expire) = (fence.digits(), acquired.digits(), expire.digits());
+    if let Some(value) = lock.value {
+        let grace = Decimal::new(lock.grace_ms.unwrap_or(-1));
+        let grace = grace.digits();
+        // SAFETY: format `sbbbbbb`: s = RedisModuleString*, b = pointer and length; every
+        // argument is live for the call, which copies what it keeps.
+        unsafe {
+            raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
+                ctx.get_raw(),
+                c"LOCK._SET".as_ptr(),
+                c"sbbbbbb".as_ptr(),
+                key.inner,
+                lock.token.as_ptr(),
+                lock.token.len(),
+                fence.as_ptr(),
+                fence.len(),
+                acquired.as_ptr(),
+                acquired.len(),
+                expire.as_ptr(),
+                expire.len(),
+                grace.as_ptr(),
+                grace.len(),
+                value.as_ptr(),
+                value.len(),
+            );
+        }
+        return;
+    }
     // A session-bound lock adds its grace; for a plain one the format stops before it,
     // and the server reads no further argument.
     let (format, grace) = match lock.grace_ms {

@@ -14,11 +14,13 @@ pub fn reply_granted(ctx: &Context, token: &[u8], fence: u64) {
 
 /// A field's value in a map reply.
 #[derive(Debug, Clone, Copy)]
-pub enum Field {
+pub enum Field<'a> {
     /// An integer.
     Integer(i64),
     /// A word, sent as a bulk string.
     Word(&'static str),
+    /// Bytes as a bulk string, or nil (`None`).
+    Bulk(Option<&'a [u8]>),
 }
 
 /// Replies with a map of fields: a map in RESP3, a flat field/value array in RESP2.
@@ -33,6 +35,10 @@ pub fn reply_map(ctx: &Context, fields: &[(&str, Field)]) {
             Field::Word(word) => {
                 raw::reply_with_string_buffer(ctx, word.as_ptr().cast(), word.len())
             }
+            Field::Bulk(Some(bytes)) => {
+                raw::reply_with_string_buffer(ctx, bytes.as_ptr().cast(), bytes.len())
+            }
+            Field::Bulk(None) => raw::reply_with_null(ctx),
         };
     }
 }

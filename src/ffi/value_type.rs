@@ -122,19 +122,37 @@ pub struct AofOut {
 }
 
 impl AofOut {
-    /// Appends `command key bytes numbers...` (three to six numbers).
-    pub fn emit(&mut self, command: &CStr, bytes: &[u8], numbers: &[i64]) {
+    /// Appends `command key bytes numbers... [last]` (three to six numbers, then `last`
+    /// when given).
+    pub fn emit(&mut self, command: &CStr, bytes: &[u8], numbers: &[i64], last: Option<&[u8]>) {
         // SAFETY: reading a function pointer from the API table filled at load time.
         let emit = unsafe { raw::RedisModule_EmitAOF }.expect("RedisModule_EmitAOF");
         let (aof, key, b, len) = (self.aof, self.key, bytes.as_ptr(), bytes.len());
         let command = command.as_ptr();
         // SAFETY: each format matches its arguments: s = RedisModuleString*, b = pointer
-        // and length, l = long long; aof and key are live for this callback.
+        // and length, l = long long; aof and key are live for this callback, `last` is
+        // only read during the call.
         unsafe {
-            match *numbers {
-                [a, b2, c] => emit(aof, command, c"sblll".as_ptr(), key, b, len, a, b2, c),
-                [a, b2, c, d] => emit(aof, command, c"sbllll".as_ptr(), key, b, len, a, b2, c, d),
-                [a, b2, c, d, e] => emit(
+            match (numbers, last) {
+                (&[a, b2, c], None) => emit(aof, command, c"sblll".as_ptr(), key, b, len, a, b2, c),
+                (&[a, b2, c, d], None) => {
+                    emit(aof, command, c"sbllll".as_ptr(), key, b, len, a, b2, c, d)
+                }
+                (&[a, b2, c, d], Some(v)) => emit(
+                    aof,
+                    command,
+                    c"sbllllb".as_ptr(),
+                    key,
+                    b,
+                    len,
+                    a,
+                    b2,
+                    c,
+                    d,
+                    v.as_ptr(),
+                    v.len(),
+                ),
+                (&[a, b2, c, d, e], None) => emit(
                     aof,
                     command,
                     c"sblllll".as_ptr(),
@@ -147,21 +165,7 @@ impl AofOut {
                     d,
                     e,
                 ),
-                [a, b2, c, d, e, f] => emit(
-                    aof,
-                    command,
-                    c"sbllllll".as_ptr(),
-                    key,
-                    b,
-                    len,
-                    a,
-                    b2,
-                    c,
-                    d,
-                    e,
-                    f,
-                ),
-                _ => panic!("AofOut::emit takes three to six numbers"),
+                _ => panic!("AofOut::emit: no format for {} numbers", numbers.len()),
             }
         }
     }

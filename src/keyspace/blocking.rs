@@ -125,6 +125,8 @@ pub struct Request {
     pub session: Option<Session>,
     /// Exclusive or shared.
     pub kind: Kind,
+    /// The value to publish once granted (`VALUE v`), if any.
+    pub value: Option<Box<[u8]>>,
 }
 
 /// Blocks the calling client until it is answered: granted the lock on `key` as
@@ -142,6 +144,7 @@ pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i6
             ttl_ms: request.ttl_ms,
             session: request.session,
             kind: request.kind,
+            value: request.value,
         })
     });
     if timeout_ms > 0 {

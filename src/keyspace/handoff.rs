@@ -185,7 +185,7 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         (waiter.key.0, &waiter.key.1),
         (NewToken::Given(&token), waiter.kind),
         waiter.ttl_ms,
-        waiter.session,
+        (waiter.session, waiter.value.as_deref()),
         |token, fence| Answer::Granted {
             token: token.into(),
             fence,

@@ -42,7 +42,7 @@ pub fn grant<R>(
     (db, name): (i32, &[u8]),
     (token, kind): (NewToken, Kind),
     ttl_ms: i64,
-    session: Option<Session>,
+    (session, value): (Option<Session>, Option<&[u8]>),
     reply: impl FnOnce(&[u8], u64) -> R,
 ) -> Result<(u64, R), RedisError> {
     let now = ffi::now_ms();
@@ -57,17 +57,24 @@ pub fn grant<R>(
         acquired_ms: now,
         expire_at,
         grace_ms: session.map(|s| s.grace_ms),
+        value,
     };
     let replied = match kind {
         Kind::Exclusive => {
             // The token as the lock keeps it reads back as these bytes: replicated and
             // sent from here, with no second look at the key.
             let text = token.text();
-            // A session-bound lock that a cell can keep is written straight into one.
-            match BoundLock::of(&token, fence, now, session) {
+            // A session-bound lock that a cell can keep is written straight into one (a
+            // cell keeps no published value).
+            match BoundLock::of(&token, fence, now, session).filter(|_| value.is_none()) {
                 Some(bound) => key.set_bound_lock(bound, Some(expire_at))?,
                 None => {
-                    let lock = LockState::granted(token, fence, now, session);
+                    let lock = match value {
+                        None => LockState::granted(token, fence, now, session),
+                        Some(value) => {
+                            LockState::with_value(&text, fence, now, session, Some(value))
+                        }
+                    };
                     key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
                 }
             }
@@ -109,13 +116,14 @@ pub fn grant<R>(
 
 /// What `LOCK._SET` or `LOCK._HOLD` carries for `lock`, held by `token` (as read from
 /// it), expiring at `expire_at`.
-fn lock_set<'t>(lock: &LockState, token: &'t [u8], expire_at: i64) -> LockSet<'t> {
+fn lock_set<'t>(lock: &'t LockState, token: &'t [u8], expire_at: i64) -> LockSet<'t> {
     LockSet {
         token,
         fence: lock.fence(),
         acquired_ms: lock.acquired_ms(),
         expire_at,
         grace_ms: lock.grace_ms(),
+        value: lock.value(),
     }
 }
 

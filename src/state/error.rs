@@ -5,7 +5,7 @@
 
 use redis_module::RedisError;
 
-use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS};
+use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::state::rules::Refusal;
 
 /// `ttl-ms` was not an integer from 1 to 2^47 - 1.
@@ -44,6 +44,19 @@ pub fn session_without_connection() -> RedisError {
     )
 }
 
+/// A `VALUE` longer than 4096 bytes.
+pub fn invalid_value() -> RedisError {
+    RedisError::String(format!(
+        "ERR invalid VALUE: expected 0 to {MAX_VALUE_LEN} bytes"
+    ))
+}
+
+/// `VALUE` with `SHARED` or `LIMIT`: a published value belongs to the one holder of an
+/// exclusive lock.
+pub fn value_with_shared() -> RedisError {
+    RedisError::Str("ERR VALUE is for an exclusive lock: not with SHARED or LIMIT")
+}
+
 /// A token was empty or longer than 256 bytes.
 pub fn invalid_token() -> RedisError {
     RedisError::String(format!(
@@ -54,7 +67,7 @@ pub fn invalid_token() -> RedisError {
 /// An option name that the command does not know, quoted as the client gave it.
 pub fn unknown_option(given: &[u8]) -> RedisError {
     RedisError::String(format!(
-        "ERR unknown option '{}': expected TOKEN, WAIT, SESSION, SHARED or LIMIT",
+        "ERR unknown option '{}': expected TOKEN, WAIT, SESSION, SHARED, LIMIT or VALUE",
         printable(given)
     ))
 }

@@ -5,5 +5,7 @@
 pub const MAX_TTL_MS: i64 = (1 << 47) - 1;
 /// Largest token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
+/// Largest `VALUE v`, in bytes: a published value (a leader's address), no secret.
+pub const MAX_VALUE_LEN: usize = 4096;
 /// Largest `LIMIT n`: the most shared holders a semaphore may allow.
 pub const MAX_LIMIT: u32 = 1_000_000;

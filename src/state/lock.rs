@@ -97,6 +97,8 @@ const HEADER: usize = 16;
 const PACKED: u8 = 1;
 /// A binding follows the token.
 const BOUND: u8 = 2;
+/// A published value (`VALUE v`) follows the binding, then its length in two bytes.
+const VALUED: u8 = 4;
 /// Bytes of a binding after the token: the grace, then the connection id.
 const SESSION_BYTES: usize = 16;
 
@@ -163,6 +165,7 @@ impl PartialEq for LockState {
             && self.fence() == other.fence()
             && self.acquired_ms() == other.acquired_ms()
             && self.session() == other.session()
+            && self.value() == other.value()
     }
 }
 
@@ -187,6 +190,8 @@ impl LockState {
         match &self.store {
             Store::Compact { .. } => None,
             Store::Cell(cell) => Some(*cell.get()),
+            // A cell keeps no published value.
+            Store::Boxed(_) if self.value().is_some() => None,
             Store::Boxed(_) => BoundLock::of(
                 &NewToken::Given(&self.token()),
                 self.fence(),
@@ -200,7 +205,26 @@ impl LockState {
     pub fn new(token: &[u8], fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
         match token::packed(token) {
             Some(bytes) => LockState::packed(bytes, fence, acquired_ms, session),
-            None => LockState::boxed(0, token, fence, acquired_ms, session),
+            None => LockState::boxed(0, token, fence, acquired_ms, session, None),
+        }
+    }
+
+    /// As `new`, publishing `value` (`VALUE v`; `None`: no value, which costs nothing).
+    pub fn with_value(
+        token: &[u8],
+        fence: u64,
+        acquired_ms: i64,
+        session: Option<Session>,
+        value: Option<&[u8]>,
+    ) -> Self {
+        let Some(value) = value else {
+            return LockState::new(token, fence, acquired_ms, session);
+        };
+        match token::packed(token) {
+            Some(bytes) => {
+                LockState::boxed(PACKED, &bytes, fence, acquired_ms, session, Some(value))
+            }
+            None => LockState::boxed(0, token, fence, acquired_ms, session, Some(value)),
         }
     }
 
@@ -216,36 +240,49 @@ impl LockState {
                 },
             };
         }
-        LockState::boxed(PACKED, &bytes, fence, acquired_ms, session)
+        LockState::boxed(PACKED, &bytes, fence, acquired_ms, session, None)
     }
 
-    /// A lock in one allocation of its own: header, `token` (as kept), binding.
+    /// A lock in one allocation of its own: header, `token` (as kept), binding, value
+    /// and its length.
     fn boxed(
         flags: u8,
         token: &[u8],
         fence: u64,
         acquired_ms: i64,
         session: Option<Session>,
+        value: Option<&[u8]>,
     ) -> Self {
-        let flags = flags | if session.is_some() { BOUND } else { 0 };
+        let flags = flags
+            | if session.is_some() { BOUND } else { 0 }
+            | if value.is_some() { VALUED } else { 0 };
         let mut header = [0u8; HEADER];
         header[0] = flags;
         header[1..8].copy_from_slice(&seven(acquired_ms.clamp(0, MAX_TIME_MS) as u64));
         header[8..].copy_from_slice(&fence.min(MAX_FENCE).to_le_bytes());
-        let data: Box<[u8]> = match (session, <&[u8; 16]>::try_from(token)) {
+        let data: Box<[u8]> = match (session, <&[u8; 16]>::try_from(token), value) {
             // The common session-bound lock (a packed token), written whole in place:
             // one allocation of its exact size, with no length checked per piece.
-            (Some(session), Ok(token)) => {
+            (Some(session), Ok(token), None) => {
                 let mut data = [0u8; HEADER + 16 + SESSION_BYTES];
                 data[..HEADER].copy_from_slice(&header);
                 data[HEADER..HEADER + 16].copy_from_slice(token);
                 data[HEADER + 16..].copy_from_slice(&binding_bytes(session));
                 Box::new(data)
             }
-            _ => {
+            (_, _, None) => {
                 let binding = session.map(binding_bytes);
                 let binding: &[u8] = binding.as_ref().map_or(&[], |b| &b[..]);
                 [&header[..], token, binding].concat().into_boxed_slice()
+            }
+            (_, _, Some(value)) => {
+                let binding = session.map(binding_bytes);
+                let binding: &[u8] = binding.as_ref().map_or(&[], |b| &b[..]);
+                // At most 4096 bytes (the parser's and the loaders' limit).
+                let len = u16::try_from(value.len()).unwrap_or(u16::MAX).to_le_bytes();
+                [&header[..], token, binding, value, &len]
+                    .concat()
+                    .into_boxed_slice()
             }
         };
         LockState {
@@ -253,11 +290,45 @@ impl LockState {
         }
     }
 
+    /// Where a boxed lock's value starts (its end when it has none), and the value.
+    fn value_split(data: &[u8]) -> (usize, Option<&[u8]>) {
+        let n = data.len();
+        if data[0] & VALUED == 0 {
+            return (n, None);
+        }
+        let len = usize::from(u16::from_le_bytes([data[n - 2], data[n - 1]]));
+        let start = n - 2 - len;
+        (start, Some(&data[start..n - 2]))
+    }
+
     /// The flags, and the kept token, of a boxed lock.
     fn boxed_parts(data: &[u8]) -> (u8, &[u8]) {
         let flags = data[0];
-        let end = data.len() - if flags & BOUND != 0 { SESSION_BYTES } else { 0 };
+        let (end, _) = LockState::value_split(data);
+        let end = end - if flags & BOUND != 0 { SESSION_BYTES } else { 0 };
         (flags, &data[HEADER..end])
+    }
+
+    /// The published value (`VALUE v`), if the grant has one.
+    pub fn value(&self) -> Option<&[u8]> {
+        match &self.store {
+            Store::Boxed(data) => LockState::value_split(data).1,
+            Store::Compact { .. } | Store::Cell(_) => None,
+        }
+    }
+
+    /// Publishes `value` (`None`: removes the published value).
+    pub fn set_value(&mut self, value: Option<&[u8]>) {
+        if self.value() == value {
+            return;
+        }
+        *self = LockState::with_value(
+            &self.token(),
+            self.fence(),
+            self.acquired_ms(),
+            self.session(),
+            value,
+        );
     }
 
     /// The token that holds the lock.
@@ -328,7 +399,8 @@ impl LockState {
         if data[0] & BOUND == 0 {
             return None;
         }
-        let binding = &data[data.len() - SESSION_BYTES..];
+        let (end, _) = LockState::value_split(data);
+        let binding = &data[end - SESSION_BYTES..end];
         let (grace, client) = binding.split_at(8);
         Some(Session {
             grace_ms: i64::from_le_bytes(grace.try_into().ok()?),
@@ -347,7 +419,14 @@ impl LockState {
             // A plain lock stays as it is: no allocation on the common path.
             return;
         }
-        let rebound = LockState::new(&self.token(), self.fence(), self.acquired_ms(), session);
+        let value = self.value().map(<[u8]>::to_vec);
+        let rebound = LockState::with_value(
+            &self.token(),
+            self.fence(),
+            self.acquired_ms(),
+            session,
+            value.as_deref(),
+        );
         *self = rebound;
     }
 

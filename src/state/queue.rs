@@ -31,6 +31,8 @@ pub struct Waiter {
     pub session: Option<Session>,
     /// How it asks to hold the key: exclusive, or shared (with the limit it gave).
     pub kind: Kind,
+    /// The value it will publish once granted (`VALUE v`), if any.
+    pub value: Option<Box<[u8]>>,
 }
 
 /// All waiters of the server.
@@ -175,6 +177,7 @@ mod tests {
             ttl_ms: 1000,
             session: None,
             kind: Kind::Exclusive,
+            value: None,
         }
     }
 

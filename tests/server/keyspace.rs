@@ -618,15 +618,15 @@ fn a_restore_payload_with_a_newer_encoding_version_is_refused_and_changes_nothin
     assert_eq!(payload[0], 7, "RDB_TYPE_MODULE_2");
     assert_eq!(payload[1], 0x81, "64-bit length encoding of the module id");
     let id = u64::from_be_bytes(payload[2..10].try_into().unwrap());
-    assert_eq!(id & 1023, 3, "this module writes encoding version 3");
+    assert_eq!(id & 1023, 4, "this module writes encoding version 4");
     let body = payload.len() - 8;
     assert_eq!(
         crc64(&payload[..body]),
         u64::from_le_bytes(payload[body..].try_into().unwrap())
     );
 
-    // The patching itself is sound: version 3 with a recomputed CRC restores.
-    let same = with_encoding_version(&payload, 3);
+    // The patching itself is sound: version 4 with a recomputed CRC restores.
+    let same = with_encoding_version(&payload, 4);
     assert_eq!(same, payload);
     let () = redis::cmd("RESTORE")
         .arg("control")
@@ -636,7 +636,7 @@ fn a_restore_payload_with_a_newer_encoding_version_is_refused_and_changes_nothin
         .unwrap();
     assert_eq!(info_field(&mut con, "control", "fence"), Some(fence));
 
-    for encver in [4, 5, 1023] {
+    for encver in [5, 6, 1023] {
         let newer = with_encoding_version(&payload, encver);
         let err = error_of(
             redis::cmd("RESTORE")

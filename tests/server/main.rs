@@ -13,6 +13,7 @@ mod keyspace;
 mod mutual_exclusion;
 mod notifications;
 mod persistence;
+mod published_value;
 mod replication;
 mod server_limits;
 mod server_support;

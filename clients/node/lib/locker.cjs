@@ -247,7 +247,10 @@ class Locker {
     return holdWhile(lock, duration, every, routine, (held) => held.extend(duration));
   }
 
-  /** LOCK.INFO as an object of numbers (ttl, fence, acquired, waiters, ...), or null. */
+  /**
+   * LOCK.INFO as an object of numbers (ttl, fence, acquired, waiters, ...), the words
+   * `mode` and `value` (the published value, null when none), or null.
+   */
   async info(resource) {
     const key = this.connection.keyOf(resourceOf(resource));
     const reply = await command((a) => this.connection.send(a), key, ['LOCK.INFO', key]);
@@ -258,7 +261,14 @@ class Locker {
     const fields = {};
     for (let i = 0; i + 1 < pairs.length; i += 2) {
       const value = pairs[i + 1];
-      fields[String(pairs[i])] = /^-?\d+$/.test(String(value)) ? Number(value) : String(value);
+      const name = String(pairs[i]);
+      if (value === null || value === undefined) {
+        fields[name] = null;
+      } else if (name !== 'value' && /^-?\d+$/.test(String(value))) {
+        fields[name] = Number(value);
+      } else {
+        fields[name] = String(value);
+      }
     }
     return fields;
   }

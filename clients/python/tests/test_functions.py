@@ -106,11 +106,12 @@ def check_resp3(port, r):
     check("LOCK.INFO answers a map on RESP3",
           isinstance(reply, tuple) and reply[0] == "map")
     fields = reply[1]
-    check("the RESP3 map has bulk-string names and integer values (the word `mode`"
-          " aside), never the token",
-          set(fields) >= {b"ttl", b"fence", b"acquired", b"waiters", b"mode"}
-          and fields[b"mode"] == b"exclusive"
-          and all(isinstance(v, int) for k, v in fields.items() if k != b"mode")
+    check("the RESP3 map has bulk-string names and integer values (the word `mode` and"
+          " the published `value`, nil here, aside), never the token",
+          set(fields) >= {b"ttl", b"fence", b"acquired", b"waiters", b"mode", b"value"}
+          and fields[b"mode"] == b"exclusive" and fields[b"value"] is None
+          and all(isinstance(v, int) for k, v in fields.items()
+                  if k not in (b"mode", b"value"))
           and held.token not in fields and held.token not in fields.values())
     check("info reads the RESP3 map too",
           info(_Replies(fields), "jobs:3")["fence"] == held.fence)

@@ -144,3 +144,50 @@ fn server_tokens_are_32_lowercase_hex_and_differ() {
     );
     assert_ne!(a, b);
 }
+
+#[test]
+fn a_published_value_is_kept_beside_any_form_and_changes_nothing_else() {
+    let token = new_token();
+    let session = Some(Session {
+        grace_ms: 500,
+        client: 9,
+    });
+    for (token, session) in [
+        (&token[..], None),
+        (&token[..], session),
+        (&b"own token"[..], None),
+        (&b"own token"[..], session),
+    ] {
+        for value in [
+            &b""[..],
+            b"10.0.0.1:6379",
+            &[0u8, 255, 7][..],
+            &[b'v'; 4096][..],
+        ] {
+            let fence = (1_700_000_000_000u64 << LOGICAL_BITS) | 3;
+            let mut lock =
+                LockState::with_value(token, fence, 1_700_000_000_000, session, Some(value));
+            assert_eq!(lock.value(), Some(value));
+            assert!(lock.holds(token));
+            assert_eq!(
+                (lock.fence(), lock.acquired_ms()),
+                (fence, 1_700_000_000_000)
+            );
+            assert_eq!(lock.session(), session);
+            assert_eq!(lock.cell_form(), None, "a cell keeps no value");
+            lock.set_session(None);
+            assert_eq!(lock.value(), Some(value), "rebinding keeps the value");
+            lock.set_value(Some(b"next"));
+            assert_eq!(lock.value(), Some(&b"next"[..]));
+            assert!(lock.holds(token));
+            assert_eq!(lock.clone(), lock);
+            lock.set_value(None);
+            assert_eq!(lock.value(), None);
+            assert_eq!(lock, LockState::new(token, fence, 1_700_000_000_000, None));
+        }
+    }
+    assert_eq!(
+        LockState::new(&token, 1 << LOGICAL_BITS, 1, None).value(),
+        None
+    );
+}

@@ -259,6 +259,10 @@ impl Fuzz {
                     if !matches!(field("ttl"), Field::Int(ttl) if ttl > 0) {
                         return Err(format!("LOCK.INFO fz:{k} ttl is {:?}", field("ttl")));
                     }
+                    // The fuzzer publishes no value.
+                    if field("value") != Field::Nil {
+                        return Err(format!("LOCK.INFO fz:{k} value is {:?}", field("value")));
+                    }
                 }
                 expected => {
                     return Err(format!(
@@ -314,6 +318,7 @@ enum Field {
     Missing,
     Int(i64),
     Word(String),
+    Nil,
 }
 
 /// The fields of a `LOCK.INFO` reply (RESP2: a flat field/value array).
@@ -330,6 +335,7 @@ fn info_fields(value: &Value) -> Option<HashMap<String, Field>> {
             Value::Int(n) => Field::Int(*n),
             Value::BulkString(word) => Field::Word(String::from_utf8_lossy(word).into_owned()),
             Value::SimpleString(word) => Field::Word(word.clone()),
+            Value::Nil => Field::Nil,
             _ => return None,
         };
         fields.insert(String::from_utf8_lossy(name).into_owned(), value);
