@@ -220,8 +220,10 @@ fn the_watchdog_reports_a_lock_deleted_under_it() {
 fn the_watchdog_reports_a_lost_lock_when_the_server_stays_unreachable_for_a_ttl() {
     let mut server = TestServer::start();
     let locker = locker(&server).with_command_timeout(Duration::from_millis(200));
+    // A TTL long enough that a loaded machine kills the server before the lock could
+    // expire unextended (which the watchdog would rightly report as NotHeld).
     let lock = locker
-        .acquire("orders:15", &ttl(600).watchdog())
+        .acquire("orders:15", &ttl(3_000).watchdog())
         .unwrap()
         .expect("granted");
     server.kill();
