@@ -220,18 +220,26 @@ fn the_watchdog_reports_a_lock_deleted_under_it() {
 fn the_watchdog_reports_a_lost_lock_when_the_server_stays_unreachable_for_a_ttl() {
     let mut server = TestServer::start();
     let locker = locker(&server).with_command_timeout(Duration::from_millis(200));
-    // A TTL long enough that a loaded machine kills the server before the lock could
+    // A TTL long enough that a loaded machine stops the server before the lock could
     // expire unextended (which the watchdog would rightly report as NotHeld).
     let lock = locker
         .acquire("orders:15", &ttl(3_000).watchdog())
         .unwrap()
         .expect("granted");
-    server.kill();
+    // Stopped, not killed: the port stays taken, so a reconnecting watchdog cannot reach
+    // another test's server started on it (and be told the lock is not held there).
+    let pid = server.pid().expect("running").to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .expect("kill -STOP");
+    assert!(stopped.success());
     let lost = lock
         .wait_lost(Duration::from_secs(10))
         .expect("presumed lost after a TTL without an extend");
     assert!(matches!(lost.reason, LostReason::Unreachable(_)), "{lost}");
-    assert!(lock.release().is_err(), "nobody to release it on");
+    assert!(lock.release().is_err(), "nobody to answer the release");
+    server.kill();
 }
 
 #[test]
