@@ -40,40 +40,16 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockSet) {
         Decimal::new(lock.expire_at),
     );
     let (fence, acquired, expire) = (fence.digits(), acquired.digits(), expire.digits());
-    if let Some(value) = lock.value {
-        let grace = Decimal::new(lock.grace_ms.unwrap_or(-1));
-        let grace = grace.digits();
-        // SAFETY: format `sbbbbbb`: s = RedisModuleString*, b = pointer and length; every
-        // argument is live for the call, which copies what it keeps.
-        unsafe {
-            raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
-                ctx.get_raw(),
-                c"LOCK._SET".as_ptr(),
-                c"sbbbbbb".as_ptr(),
-                key.inner,
-                lock.token.as_ptr(),
-                lock.token.len(),
-                fence.as_ptr(),
-                fence.len(),
-                acquired.as_ptr(),
-                acquired.len(),
-                expire.as_ptr(),
-                expire.len(),
-                grace.as_ptr(),
-                grace.len(),
-                value.as_ptr(),
-                value.len(),
-            );
-        }
-        return;
-    }
-    // A session-bound lock adds its grace; for a plain one the format stops before it,
-    // and the server reads no further argument.
-    let (format, grace) = match lock.grace_ms {
-        None => (c"sbbbb", std::ptr::null_mut()),
-        Some(grace_ms) => (c"sbbbbs", grace_string(grace_ms)),
+    // A session-bound lock adds its grace, a published value adds the grace (-1 for a
+    // plain lock) and the value; otherwise the format stops before them, and the server
+    // reads no further argument.
+    let (format, grace) = match (lock.grace_ms, lock.value) {
+        (None, None) => (c"sbbbb", std::ptr::null_mut()),
+        (Some(grace_ms), None) => (c"sbbbbs", grace_string(grace_ms)),
+        (grace_ms, Some(_)) => (c"sbbbbsb", grace_string(grace_ms.unwrap_or(-1))),
     };
-    // SAFETY: format `sbbbb[s]`: s = RedisModuleString*, b = pointer and length; every
+    let value = lock.value.unwrap_or_default();
+    // SAFETY: format `sbbbb[s[b]]`: s = RedisModuleString*, b = pointer and length; every
     // argument is live for the call, which copies or takes a reference to what it keeps.
     unsafe {
         raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
@@ -90,6 +66,8 @@ pub fn replicate_lock_set(ctx: &Context, key: &RedisString, lock: &LockSet) {
             expire.as_ptr(),
             expire.len(),
             grace,
+            value.as_ptr(),
+            value.len(),
         );
     }
 }
