@@ -11,6 +11,19 @@ use std::time::{Duration, Instant};
 
 pub use redis_lock_testkit::*;
 
+/// AOF on, every write on disk before its reply (with the default `everysec` a server
+/// may answer before it writes, while a background fsync runs, and a `kill -9` right
+/// after loses the write), without an RDB preamble: every grant is a command in the AOF,
+/// replayed at the restart.
+pub const AOF_ALWAYS: [&str; 6] = [
+    "--appendonly",
+    "yes",
+    "--appendfsync",
+    "always",
+    "--aof-use-rdb-preamble",
+    "no",
+];
+
 /// `LOCK.ACQUIRE key ttl [extra...]`: `Some((token, fence))`, or `None` for nil.
 pub fn acquire(
     con: &mut redis::Connection,

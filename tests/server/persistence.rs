@@ -216,7 +216,7 @@ fn a_rewritten_pure_aof_without_locks_still_restarts_with_higher_fences() {
 
 #[test]
 fn an_aof_with_fsync_always_keeps_the_locks_through_a_crash() {
-    let server = TestServer::with_args(&[&PURE_AOF[..], &["--appendfsync", "always"]].concat());
+    let server = TestServer::with_args(&AOF_ALWAYS);
     assert_locks_survive_a_restart(server, |server, _| server.kill());
 }
 

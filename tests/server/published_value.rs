@@ -203,16 +203,7 @@ fn replicas_and_a_session_bound_reclaim_keep_the_value() {
 
 #[test]
 fn the_rdb_the_aof_dump_restore_and_copy_carry_the_value() {
-    let mut server = TestServer::with_args(&[
-        "--appendonly",
-        "yes",
-        "--aof-use-rdb-preamble",
-        "no",
-        "--appendfsync",
-        "always",
-        "--save",
-        "3600 1",
-    ]);
+    let mut server = TestServer::with_args(&[&AOF_ALWAYS[..], &["--save", "3600 1"]].concat());
     let mut con = server.connection();
     let fence = publish(&mut con, "leader", "me", b"addr:1");
     let check = |con: &mut redis::Connection, key: &str, step: &str| {

@@ -138,16 +138,7 @@ fn after_a_restart_from_rdb_the_grace_starts_and_the_owner_reclaims() {
 
 #[test]
 fn after_a_restart_from_the_aof_the_grace_starts_and_the_owner_reclaims() {
-    // `always`: with the default `everysec` the server may answer before it writes the
-    // AOF (while a background fsync runs), and the kill below would lose the grant.
-    let mut server = TestServer::with_args(&[
-        "--appendonly",
-        "yes",
-        "--aof-use-rdb-preamble",
-        "no",
-        "--appendfsync",
-        "always",
-    ]);
+    let mut server = TestServer::with_args(&AOF_ALWAYS);
     let mut holder = server.connection();
     let fences = two_session_locks(&mut holder, GRACE_MS);
     let aof = String::from_utf8_lossy(&aof_files(&server, "i")).into_owned();

@@ -139,16 +139,7 @@ fn a_restart_from_rdb_keeps_every_holder_and_its_own_expiry() {
 
 #[test]
 fn a_restart_from_the_aof_keeps_every_holder_before_and_after_a_rewrite() {
-    // `always`: with the default `everysec` the server may answer before it writes the
-    // AOF (while a background fsync runs), and the kill below would lose the grant.
-    let mut server = TestServer::with_args(&[
-        "--appendonly",
-        "yes",
-        "--aof-use-rdb-preamble",
-        "no",
-        "--appendfsync",
-        "always",
-    ]);
+    let mut server = TestServer::with_args(&AOF_ALWAYS);
     let mut con = server.connection();
     let fences = two_readers(&mut con, SHORT_MS);
     let since = Instant::now();

@@ -5,17 +5,6 @@
 
 use crate::common::*;
 
-/// AOF on, every write on disk before its reply, without an RDB preamble: every grant
-/// is a `LOCK._SET` command in the AOF, replayed at the restart.
-const AOF_ALWAYS: [&str; 6] = [
-    "--appendonly",
-    "yes",
-    "--appendfsync",
-    "always",
-    "--aof-use-rdb-preamble",
-    "no",
-];
-
 /// A waiter's own token with a CRLF and a space, which the AOF must carry as they are.
 const OWN_TOKEN: &str = "waiter own\r\ntoken";
 

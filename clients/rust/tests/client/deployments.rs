@@ -8,6 +8,27 @@ use std::time::Duration;
 use crate::common::*;
 use redis_lock_client::{LockOptions, Locker};
 
+/// A client of the master `sentinel` watches.
+fn sentinel_client(sentinel: &Sentinel) -> redis::sentinel::SentinelClient {
+    redis::sentinel::SentinelClient::build(
+        vec![format!("redis://127.0.0.1:{}/", sentinel.port)],
+        Sentinel::MASTER_NAME.to_string(),
+        None,
+        redis::sentinel::SentinelServerType::Master,
+    )
+    .expect("sentinel client")
+}
+
+/// A cluster client that knows every node of `cluster`.
+fn cluster_client(cluster: &MiniCluster) -> redis::cluster::ClusterClient {
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|node| format!("redis://127.0.0.1:{}/", node.port))
+        .collect();
+    redis::cluster::ClusterClient::new(urls).expect("cluster client")
+}
+
 fn connections_received(con: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("stats")
@@ -49,12 +70,7 @@ fn a_locker_reuses_its_connections_from_lock_to_lock() {
 #[test]
 fn a_cluster_locker_routes_waits_on_the_keys_node_and_releases() {
     let cluster = MiniCluster::start(3);
-    let urls: Vec<String> = cluster
-        .nodes
-        .iter()
-        .map(|node| format!("redis://127.0.0.1:{}/", node.port))
-        .collect();
-    let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+    let client = cluster_client(&cluster);
     let locker = Locker::cluster(client);
     let options = LockOptions::new(Duration::from_secs(30));
     // Keys on different nodes, each served where it lives.
@@ -128,11 +144,6 @@ fn waiters_on(node: &mut redis::Connection, key: &str) -> i64 {
 #[test]
 fn an_async_cluster_locker_routes_waits_on_the_keys_node_and_refuses_sessions() {
     let cluster = MiniCluster::start(3);
-    let urls: Vec<String> = cluster
-        .nodes
-        .iter()
-        .map(|node| format!("redis://127.0.0.1:{}/", node.port))
-        .collect();
     let node_of = |key: &str| {
         redis::Client::open(format!("redis://127.0.0.1:{}/", cluster.port_of(key)))
             .unwrap()
@@ -141,7 +152,7 @@ fn an_async_cluster_locker_routes_waits_on_the_keys_node_and_refuses_sessions() 
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
-        let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+        let client = cluster_client(&cluster);
         let locker = redis_lock_client::aio::Locker::cluster(client);
         let options = LockOptions::new(Duration::from_secs(30));
         let keys = ["orders:1", "orders:2", "orders:3", "orders:4"];
@@ -203,13 +214,7 @@ fn an_async_cluster_locker_routes_waits_on_the_keys_node_and_refuses_sessions() 
 fn a_sentinel_locker_locks_on_the_master_the_sentinel_names() {
     let master = TestServer::start();
     let sentinel = Sentinel::watch(&master);
-    let client = redis::sentinel::SentinelClient::build(
-        vec![format!("redis://127.0.0.1:{}/", sentinel.port)],
-        Sentinel::MASTER_NAME.to_string(),
-        None,
-        redis::sentinel::SentinelServerType::Master,
-    )
-    .expect("sentinel client");
+    let client = sentinel_client(&sentinel);
     let locker = Locker::sentinel(client);
     let options = LockOptions::new(Duration::from_secs(30));
     let holder = locker.acquire("orders:1", &options).unwrap().expect("free");
@@ -238,13 +243,7 @@ fn a_sentinel_locker_locks_on_the_master_the_sentinel_names() {
 fn an_async_sentinel_locker_locks_and_waits_on_the_master_the_sentinel_names() {
     let master = TestServer::start();
     let sentinel = Sentinel::watch(&master);
-    let client = redis::sentinel::SentinelClient::build(
-        vec![format!("redis://127.0.0.1:{}/", sentinel.port)],
-        Sentinel::MASTER_NAME.to_string(),
-        None,
-        redis::sentinel::SentinelServerType::Master,
-    )
-    .expect("sentinel client");
+    let client = sentinel_client(&sentinel);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         let locker = redis_lock_client::aio::Locker::sentinel(client);
