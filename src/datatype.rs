@@ -204,9 +204,11 @@ fn save_lock(rdb: &mut RdbOut, lock: &LockState) {
     }
 }
 
-/// A lock value arrived at a key (loaded, restored, copied): its session-bound holders
-/// are watched from now on, and shared holders get their expiry timer.
+/// A lock value arrived at a key (loaded, restored, copied): its watchers look again, its
+/// session-bound holders are watched from now on, and shared holders get their expiry
+/// timer.
 fn arrived(value: &LockValue, db: i32, key: &[u8]) {
+    events::lock_changed(db, key);
     for session in value.sessions() {
         events::session_arrived(db, key, session);
     }
@@ -356,6 +358,7 @@ impl ValueType for LockType {
     /// `DEL`, expiry, eviction, `RENAME`/`MOVE` away, overwrite). Called for lock keys
     /// only, so the module hears of freed locks without listening to every key's events.
     fn unlinked(db: i32, key: &[u8], value: &LockValue) {
+        events::lock_changed(db, key);
         let sessions = value.sessions();
         for session in &sessions {
             events::session_gone(db, key, *session);

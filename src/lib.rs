@@ -1,8 +1,8 @@
 //! redis-lock: distributed locks as a native Redis module.
 //!
-//! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND` and `LOCK.INFO` run atomically inside
-//! the server, with fencing tokens, blocking first-come-first-served waits, replication,
-//! persistence and cluster routing. This file registers the module. The layers, each
+//! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.INFO` and `LOCK.WATCH` run
+//! atomically inside the server, with fencing tokens, blocking first-come-first-served
+//! waits, replication, persistence and cluster routing. This file registers the module. The layers, each
 //! using only those below it:
 //!
 //! - `commands/`: the commands (`public.rs`, the internal effect commands in
@@ -10,9 +10,9 @@
 //! - `server/`: the server's identity (which server and version, what it supports) and
 //!   the server events the module follows;
 //! - `keyspace/`: writes to lock keys (`store.rs`), the handoff of a freed lock to its
-//!   waiters (`handoff.rs`, `blocking.rs`), session-bound locks' graces and releases
-//!   (`session.rs`, the running server's registry in `registry.rs`), slots being
-//!   imported (`slot_import.rs`);
+//!   waiters (`handoff.rs`, `blocking.rs`), the watchers of `LOCK.WATCH`
+//!   (`watching.rs`), session-bound locks' graces and releases (`session.rs`, the running
+//!   server's registry in `registry.rs`), slots being imported (`slot_import.rs`);
 //! - `datatype.rs`: the data type: saving, loading, rewriting, measuring a lock value;
 //! - `state/`: pure state and rules, tested without a server: a lock, its holders, who may
 //!   be granted it, the queues, fences, tokens, the session registry, the error texts;
@@ -72,7 +72,7 @@ struct CommandSpec {
 }
 
 /// Every command: handler, flags, keys, arity and key use.
-const COMMANDS: [CommandSpec; 8] = [
+const COMMANDS: [CommandSpec; 9] = [
     CommandSpec {
         name: c"lock.acquire",
         entry: command_entry!(commands::public::acquire),
@@ -103,6 +103,14 @@ const COMMANDS: [CommandSpec; 8] = [
         flags: c"readonly fast",
         keys: (1, 1, 1),
         arity: 2,
+        key_use: Some(KeyUse::Read),
+    },
+    CommandSpec {
+        name: c"lock.watch",
+        entry: command_entry!(commands::watch::watch),
+        flags: c"readonly",
+        keys: (1, 1, 1),
+        arity: 4,
         key_use: Some(KeyUse::Read),
     },
     CommandSpec {
@@ -216,6 +224,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     state::footprint::set_server_cells(found.memory_usage_leaves_out());
     state::footprint::set_allocator(&ffi::server_allocator(ctx));
     keyspace::handoff::init();
+    keyspace::watching::init(found.key_moves_can_be_followed());
     keyspace::session::init();
     state::bindings::instance();
     if !ffi::init_detached(ctx) || !server::events::init(ctx) {

@@ -80,6 +80,13 @@ pub fn grace(arg: &[u8]) -> Result<i64, RedisError> {
     millis(arg, 0, error::invalid_grace)
 }
 
+/// `fence` (of `LOCK.WATCH`): an integer from 0 (nobody holds the key) to 2^63 - 1.
+pub fn fence(arg: &[u8]) -> Result<u64, RedisError> {
+    integer(arg)
+        .and_then(|n| u64::try_from(n).ok())
+        .ok_or_else(error::invalid_fence)
+}
+
 /// `LIMIT n`: an integer from 1 to [`MAX_LIMIT`].
 pub fn limit(arg: &[u8]) -> Result<u32, RedisError> {
     integer(arg)

@@ -7,6 +7,7 @@ use redis_module::{InfoContext, RedisResult, raw};
 use crate::ffi;
 use crate::ffi::guard;
 use crate::keyspace::blocking;
+use crate::keyspace::watching;
 use crate::state::stats;
 
 /// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
@@ -22,6 +23,8 @@ pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: 
             ("waits", stats::WAITS.get()),
             ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
             ("waiters", blocking::total() as u64),
+            ("watchers", watching::total() as u64),
+            ("watch_replies", stats::WATCH_REPLIES.get()),
             ("session_releases", stats::SESSION_RELEASES.get()),
             ("session_reclaims", stats::SESSION_RECLAIMS.get()),
             ("allocated_bytes", ffi::alloc::held_bytes() as u64),

@@ -12,6 +12,7 @@ use crate::datatype::LockKey;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
 use crate::keyspace::session;
+use crate::keyspace::watching;
 use crate::state::error;
 use crate::state::events;
 use crate::state::fence;
@@ -78,6 +79,10 @@ fn lock_state(
 /// With `grace-ms` the lock is session-bound, to no connection here: its grace starts
 /// when this server serves it. With `value` it publishes that value.
 pub fn set(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_set(ctx, args))
+}
+
+fn run_set(ctx: &Context, args: &Args) -> RedisResult {
     only_from_master(ctx, args, "LOCK._SET")?;
     if !(6..=8).contains(&args.len()) {
         return Err(RedisError::WrongArity);
@@ -92,9 +97,11 @@ pub fn set(ctx: &Context, args: &Args) -> RedisResult {
     let key = Key::open_write(ctx, &name);
     let (fence, session) = (lock.fence(), lock.session());
     key.set_lock(LockValue::Exclusive(lock), expire_at)?;
+    let db = ffi::selected_db(ctx);
     if let Some(session) = session {
-        session::arrived(ffi::selected_db(ctx), key.name().as_slice(), session);
+        session::arrived(db, key.name().as_slice(), session);
     }
+    watching::touched(db, key.name().as_slice());
     fence::clock().observe(fence);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -107,6 +114,10 @@ pub fn set(ctx: &Context, args: &Args) -> RedisResult {
 /// it was not there. A key that held anything else (an exclusive lock, holders of another
 /// limit, a key of another type) is replaced, as the master's was.
 pub fn hold(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_hold(ctx, args))
+}
+
+fn run_hold(ctx: &Context, args: &Args) -> RedisResult {
     only_from_master(ctx, args, "LOCK._HOLD")?;
     if args.len() != 8 {
         return Err(RedisError::WrongArity);
@@ -149,6 +160,7 @@ pub fn hold(ctx: &Context, args: &Args) -> RedisResult {
         session::arrived(db, key.name().as_slice(), session);
     }
     events::shared_arrived(db, key.name().as_slice());
+    watching::touched(db, key.name().as_slice());
     fence::clock().observe(fence);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -159,6 +171,10 @@ pub fn hold(ctx: &Context, args: &Args) -> RedisResult {
 /// The replicated effect of one shared holder's release or expiry: the holder goes, and
 /// the key with its last holder; the key's expiry follows the longest-lived one left.
 pub fn drop_holder(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_drop_holder(ctx, args))
+}
+
+fn run_drop_holder(ctx: &Context, args: &Args) -> RedisResult {
     only_from_master(ctx, args, "LOCK._DROP")?;
     if args.len() != 3 {
         return Err(RedisError::WrongArity);
@@ -177,6 +193,7 @@ pub fn drop_holder(ctx: &Context, args: &Args) -> RedisResult {
         }
         Some(last) => key.set_expire_at(Some(last))?,
     }
+    watching::touched(ffi::selected_db(ctx), key.name().as_slice());
     ctx.replicate_verbatim();
     Ok(RedisValue::Integer(i64::from(dropped)))
 }

@@ -1,7 +1,20 @@
 //! The commands: the public `LOCK.*` commands, the internal effect commands that
-//! replicate and persist them, their arguments, and the `INFO lock` section.
+//! replicate and persist them, `LOCK.WATCH`, their arguments, and the `INFO lock`
+//! section.
 
 pub mod args;
 pub mod info;
 pub mod internal;
 pub mod public;
+pub mod watch;
+
+use redis_module::{Context, RedisResult};
+
+use crate::keyspace::watching;
+
+/// The reply of a command that may have changed keys, once the watchers of what it
+/// changed are answered: in the same command.
+fn settled(ctx: &Context, reply: RedisResult) -> RedisResult {
+    watching::settle(ctx);
+    reply
+}

@@ -18,6 +18,7 @@ use crate::keyspace::blocking::Request;
 use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
+use crate::keyspace::watching;
 use crate::state::error;
 use crate::state::events;
 use crate::state::lock::{self, Session};
@@ -74,6 +75,10 @@ fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, R
 /// once or, with `WAIT`, blocks the client in the key's first-come-first-served queue
 /// (`blocking.rs`), where the handoff (`handoff.rs`) grants it when its turn comes.
 pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_acquire(ctx, args))
+}
+
+fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
     let argv = args.bytes();
     redact_acquire_tokens(ctx, argv);
     if argv.len() < 3 {
@@ -291,6 +296,10 @@ fn open_served<'c>(
 /// holder out, and the key with the last one): `1` released, `0` not held by this token.
 /// The next waiters, if any, are granted the lock at once.
 pub fn release(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_release(ctx, args))
+}
+
+fn run_release(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
@@ -307,6 +316,7 @@ pub fn release(ctx: &Context, args: &Args) -> RedisResult {
         Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
             events::releasing(|| key.delete());
             ffi::replicate_del(ctx, key.name());
+            watching::touched(db, args.get(1));
             (true, false)
         }
         Some(LockValue::Shared(_)) => (store::drop_holder(ctx, &mut key, token)?.is_some(), true),
@@ -331,6 +341,10 @@ pub fn release(ctx: &Context, args: &Args) -> RedisResult {
 /// If `token` holds the lock (or a shared place in it), sets its remaining time to
 /// `ttl-ms` from now: `1` extended, `0` not held by this token.
 pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_extend(ctx, args))
+}
+
+fn run_extend(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
@@ -373,7 +387,8 @@ pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
 ///
 /// Nil when the key does not exist; otherwise the fields `ttl` (the key's: its
 /// longest-lived holder's), `fence` (the newest holder's), `acquired` (the oldest
-/// holder's grant), `waiters`, `session` (the grace, -1 when not bound) and `connected`
+/// holder's grant), `waiters`, `watchers` (clients blocked in `LOCK.WATCH` on it),
+/// `session` (the grace, -1 when not bound) and `connected`
 /// (1 while the bound connection is open, 0 while the grace runs, -1 when not bound;
 /// both -1 for shared holders, which are bound each on its own), `mode` (`exclusive` or
 /// `shared`), `holders` and `limit` (-1 when none): a map in RESP3, a flat field/value
@@ -391,6 +406,7 @@ pub fn info(ctx: &Context, args: &Args) -> RedisResult {
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
     let waiting = blocking::count(ffi::selected_db(ctx), args.get(1));
+    let watching = watching::count(ffi::selected_db(ctx), args.get(1));
     let published = match value {
         LockValue::Exclusive(lock) => lock.value(),
         LockValue::Shared(_) => None,
@@ -421,6 +437,7 @@ pub fn info(ctx: &Context, args: &Args) -> RedisResult {
             ("fence", Field::Integer(value.newest_fence() as i64)),
             ("acquired", Field::Integer(value.oldest_grant())),
             ("waiters", Field::Integer(waiting as i64)),
+            ("watchers", Field::Integer(watching as i64)),
             ("session", Field::Integer(grace)),
             ("connected", Field::Integer(connected)),
             ("mode", Field::Word(mode)),

@@ -71,6 +71,11 @@ pub fn init(admin_unblock: bool) {
     ADMIN_UNBLOCK.with(|a| a.set(admin_unblock));
 }
 
+/// Whether `CLIENT UNBLOCK` may end a wait on this server.
+pub fn admin_unblock() -> bool {
+    ADMIN_UNBLOCK.with(Cell::get)
+}
+
 /// Whether clients wait for `key`: a newcomer must stand back for them. (The common
 /// case, nobody waiting anywhere, costs no allocation.)
 pub fn queued(db: i32, key: &[u8]) -> bool {
@@ -132,7 +137,7 @@ pub struct Request {
 /// Blocks the calling client until it is answered: granted the lock on `key` as
 /// `request` asks, or `timeout_ms` passes (`0`: no limit).
 pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i64) -> RedisResult {
-    let Some(handle) = blocked::block::<LockWaits>(ctx, ADMIN_UNBLOCK.with(Cell::get)) else {
+    let Some(handle) = blocked::block::<LockWaits>(ctx, admin_unblock()) else {
         return Err(error::client_not_blocked());
     };
     let id = with_queues(|q| {

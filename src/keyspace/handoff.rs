@@ -36,6 +36,7 @@ use crate::ffi::{self, Key, KeyKind};
 use crate::keyspace::blocking::{self, Answer};
 use crate::keyspace::slot_import;
 use crate::keyspace::store;
+use crate::keyspace::watching;
 use crate::state::cluster;
 use crate::state::error;
 use crate::state::events;
@@ -242,6 +243,7 @@ fn run_soon(id: KeyId) {
 
 fn on_job(ctx: &Context, id: KeyId) {
     settle(ctx, &id);
+    watching::settle(ctx);
 }
 
 /// While waiters remain for a held key, a timer at its deadline hands it over on time,
@@ -279,6 +281,7 @@ fn on_timer(ctx: &Context, id: KeyId) {
         }
     });
     settle(ctx, &id);
+    watching::settle(ctx);
 }
 
 /// A flush or a database swap changed many keys without a callback per key: every key

@@ -1,6 +1,7 @@
 //! Writes to lock keys and what follows them: the store (grants, releases, replication of
 //! their effects), the handoff of a freed lock to its waiters and the waits themselves,
-//! session-bound locks' graces and releases, slots being imported.
+//! session-bound locks' graces and releases, slots being imported, the watchers of
+//! `LOCK.WATCH`.
 
 pub mod blocking;
 pub mod handoff;
@@ -8,3 +9,4 @@ pub mod registry;
 pub mod session;
 pub mod slot_import;
 pub mod store;
+pub mod watching;

@@ -30,6 +30,7 @@ use crate::keyspace::handoff;
 use crate::keyspace::registry;
 use crate::keyspace::slot_import;
 use crate::keyspace::store::{self, EVENT_RELEASE};
+use crate::keyspace::watching;
 use crate::state::bindings::{self, Binding, Start};
 use crate::state::events::{self, SessionListeners};
 use crate::state::lock::Session;
@@ -332,6 +333,7 @@ fn release(ctx: &Context, key: &KeyId, binding: Binding) {
         handoff::watch_holders(ctx, db, name, &opened);
         drop(opened);
         handoff::handoff(ctx, db, name);
+        watching::settle(ctx);
     }
 }
 

@@ -10,6 +10,7 @@ use redis_module::{Context, RedisError};
 use crate::datatype::LockKey;
 use crate::ffi::{self, Key, LockSet};
 use crate::keyspace::registry;
+use crate::keyspace::watching;
 use crate::state::error;
 use crate::state::events;
 use crate::state::fence;
@@ -110,6 +111,7 @@ pub fn grant<R>(
         bind(db, name, session.client, session.grace_ms);
     }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());
+    watching::touched(db, name);
     stats::GRANTS.bump();
     Ok((fence, replied))
 }
@@ -193,6 +195,7 @@ pub fn drop_holder(
             key.set_expire_at(Some(last))?;
         }
     }
+    watching::touched(ffi::selected_db(ctx), key.name().as_slice());
     Ok(Some(holder))
 }
 
@@ -231,6 +234,7 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError>
         }
         Some(last) => key.set_expire_at(Some(last))?,
     }
+    watching::touched(ffi::selected_db(ctx), key.name().as_slice());
     Ok(gone.len())
 }
 

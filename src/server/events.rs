@@ -13,6 +13,7 @@ use crate::ffi::server_events::{ServerEvent, SlotMigration, SlotMigrationEvent};
 use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::slot_import;
+use crate::keyspace::watching;
 use crate::state::stats;
 
 /// Follows every event below; false if the server refused one. The client-change event
@@ -23,9 +24,17 @@ pub fn init(ctx: &Context) -> bool {
 }
 
 /// Follows the generic keyspace events, of which the sessions follow `rename_to` and
-/// `move_to` (see `Server::key_moves_can_be_followed` for where this is safe).
+/// `move_to` and the watchers every one (see `Server::key_moves_can_be_followed` for
+/// where this is safe).
 pub fn follow_key_moves(ctx: &Context) -> bool {
-    ffi::server_events::follow_generic_key_events(ctx, session::key_moved)
+    ffi::server_events::follow_generic_key_events(ctx, on_generic_key_event)
+}
+
+/// A generic keyspace event: the sessions follow `rename_to` and `move_to`; the
+/// watchers of the key look again (a lock moved onto it, its expiry changed).
+fn on_generic_key_event(ctx: &Context, event: &[u8], key: &[u8]) {
+    session::key_moved(ctx, event, key);
+    guard::callback((), || watching::touched(ffi::selected_db(ctx), key));
 }
 
 /// Follows Valkey 9's atomic slot migrations (see `slot_import`); false if the server
@@ -49,7 +58,10 @@ fn on_slot_migration(ctx: &Context, event: &SlotMigrationEvent) {
         // The server trims the slots here, which frees their locks one by one (and so
         // redirects their waiters); every queue is looked at once more all the same, in
         // case a server trims without the type's unlink callback.
-        SlotMigration::ExportCompleted => handoff::many_keys_changed(),
+        SlotMigration::ExportCompleted => {
+            handoff::many_keys_changed();
+            watching::everything_changed();
+        }
         SlotMigration::ExportStarted | SlotMigration::ExportAborted => {}
     }
 }
@@ -60,18 +72,24 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         ServerEvent::Flushed(db) => {
             session::flushed(ctx, db);
             handoff::many_keys_changed();
+            watching::everything_changed();
         }
         ServerEvent::Swapped(a, b) => {
             session::swapped(a, b);
             handoff::many_keys_changed();
+            watching::everything_changed();
         }
         ServerEvent::NowReplica => {
             session::demoted(ctx);
             handoff::demoted(ctx);
+            watching::demoted(ctx);
         }
         ServerEvent::NowMaster | ServerEvent::LoadingEnded => {
             session::serving(ctx);
             handoff::serving(ctx);
+            // What was loaded, or what a promotion now expires, may differ from what the
+            // watchers saw.
+            watching::everything_changed();
         }
     }
 }

@@ -22,6 +22,14 @@ pub fn invalid_timeout() -> RedisError {
     ))
 }
 
+/// `fence` (`LOCK.WATCH`) was not an integer from 0 to 2^63 - 1.
+pub fn invalid_fence() -> RedisError {
+    RedisError::String(format!(
+        "ERR invalid fence: expected an integer from 0 to {}",
+        i64::MAX
+    ))
+}
+
 /// `grace-ms` was not an integer from 0 to 2^47 - 1.
 pub fn invalid_grace() -> RedisError {
     RedisError::String(format!(

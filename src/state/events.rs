@@ -1,5 +1,5 @@
 //! A leaf for what the type's callbacks learn where the module may act on nothing: that
-//! a lock key left the keyspace, that a session-bound lock or shared holders arrived in
+//! a lock key left the keyspace or arrived in it, that a session-bound lock or shared holders arrived in
 //! it or left it; and for what the blocking layer learns when a waiter leaves a queue.
 //! Whoever can act on it (the handoff, the sessions) registers itself here at load; a
 //! type callback only reports the fact and calls nothing above it.
@@ -34,6 +34,8 @@ thread_local! {
     static ON_SESSION: Cell<Option<SessionListeners>> = const { Cell::new(None) };
     /// Told that shared holders arrived at a key (set once, at load).
     static ON_SHARED: Cell<Option<Listener>> = const { Cell::new(None) };
+    /// Told that a lock key left the keyspace or arrived in it, by any means (set once).
+    static ON_LOCK_CHANGED: Cell<Option<Listener>> = const { Cell::new(None) };
     /// Told that the head of a key's queue left it, others still waiting (set once).
     static ON_HEAD_LEFT: Cell<Option<Listener>> = const { Cell::new(None) };
     /// Set when a session-bound lock or shared holders leave a key other than by a
@@ -65,6 +67,19 @@ pub fn on_lock_gone(listener: Listener) {
 /// renamed or moved away, overwritten), not by a release.
 pub fn lock_gone(db: i32, key: &[u8]) {
     if let Some(listener) = ON_LOCK_GONE.with(Cell::get) {
+        listener(db, key);
+    }
+}
+
+/// Registers who is told that a lock key left the keyspace or arrived in it.
+pub fn on_lock_changed(listener: Listener) {
+    ON_LOCK_CHANGED.with(|l| l.set(Some(listener)));
+}
+
+/// Lock key `key` of database `db` is leaving the keyspace (a release's deletion
+/// included) or arrived in it (loaded, restored, copied): what watches it must look again.
+pub fn lock_changed(db: i32, key: &[u8]) {
+    if let Some(listener) = ON_LOCK_CHANGED.with(Cell::get) {
         listener(db, key);
     }
 }

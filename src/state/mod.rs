@@ -19,3 +19,4 @@ pub mod rules;
 pub mod stats;
 pub mod token;
 pub mod value;
+pub mod watchers;

@@ -47,6 +47,9 @@ pub static WAIT_TIMEOUTS: Counter = Counter::new();
 pub static SESSION_RELEASES: Counter = Counter::new();
 /// Graces ended by a reclaim: the holder's token acquired its lock again.
 pub static SESSION_RECLAIMS: Counter = Counter::new();
+/// `LOCK.WATCH` replies that carried the key's state (at once or after a change; not
+/// timeouts).
+pub static WATCH_REPLIES: Counter = Counter::new();
 
 thread_local! {
     /// The lock key the server unlinked last. The `expired` event comes right after the

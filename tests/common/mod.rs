@@ -457,6 +457,17 @@ impl Waiter {
         ttl_ms: u64,
         extra: &[&str],
     ) -> Self {
+        let mut waiter = Self::connect(server, before, db);
+        let ttl = ttl_ms.to_string();
+        let mut command: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", key.as_bytes(), ttl.as_bytes()];
+        command.extend(extra.iter().map(|arg| arg.as_bytes()));
+        waiter.write(&command);
+        waiter
+    }
+
+    /// A new connection in database `db`, after `before` (a command that must answer
+    /// `OK`), its `CLIENT ID` read.
+    fn connect(server: &TestServer, before: &[&str], db: i64) -> Self {
         let mut waiter = Self {
             stream: raw_connection(server.port),
             parser: redis::Parser::new(),
@@ -473,11 +484,51 @@ impl Waiter {
         }
         let id = waiter.query(&[b"CLIENT", b"ID"]).expect("CLIENT ID");
         waiter.id = redis::from_redis_value(id).expect("an integer id");
-        let ttl = ttl_ms.to_string();
-        let mut command: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", key.as_bytes(), ttl.as_bytes()];
-        command.extend(extra.iter().map(|arg| arg.as_bytes()));
-        waiter.write(&command);
         waiter
+    }
+
+    /// Sends `LOCK.WATCH key fence timeout-ms` in database `db` on a new connection and
+    /// returns once the server counts one more watcher (`INFO lock`, `watchers`).
+    pub fn watch_in(server: &TestServer, db: i64, key: &str, fence: i64, timeout_ms: u64) -> Self {
+        let mut observer = server.connection();
+        let before = lock_stat(&mut observer, "lock_watchers");
+        let watcher = Self::send_watch(server, db, key, fence, timeout_ms);
+        poll_until(Duration::from_secs(10), "the watcher to block", || {
+            lock_stat(&mut observer, "lock_watchers") == before + 1
+        });
+        watcher
+    }
+
+    /// `watch_in` database 0.
+    pub fn watch(server: &TestServer, key: &str, fence: i64, timeout_ms: u64) -> Self {
+        Self::watch_in(server, 0, key, fence, timeout_ms)
+    }
+
+    /// Sends `LOCK.WATCH key fence timeout-ms` in database `db` on a new connection
+    /// without waiting for it to block (many at once: poll `watchers` after).
+    pub fn send_watch(
+        server: &TestServer,
+        db: i64,
+        key: &str,
+        fence: i64,
+        timeout_ms: u64,
+    ) -> Self {
+        let mut watcher = Self::connect(server, &[], db);
+        let (fence, timeout) = (fence.to_string(), timeout_ms.to_string());
+        watcher.write(&[
+            b"LOCK.WATCH",
+            key.as_bytes(),
+            fence.as_bytes(),
+            timeout.as_bytes(),
+        ]);
+        watcher
+    }
+
+    /// The reply to `LOCK.WATCH`, which must not be an error: `Some((fence, value))` (the
+    /// value `None` for nil), `None` for nil (timed out).
+    pub fn seen(&mut self) -> Option<(i64, Option<Vec<u8>>)> {
+        let reply = self.reply().expect("LOCK.WATCH");
+        redis::from_redis_value(reply).expect("[fence, value] or nil")
     }
 
     fn write(&mut self, command: &[&[u8]]) {

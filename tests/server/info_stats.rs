@@ -9,7 +9,7 @@ use crate::common::*;
 
 /// The section's fields as the server prints them, in order: the counters, then the
 /// bytes the module holds.
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 13] = [
     "lock_grants",
     "lock_contended",
     "lock_releases",
@@ -18,13 +18,15 @@ const FIELDS: [&str; 11] = [
     "lock_waits",
     "lock_wait_timeouts",
     "lock_waiters",
+    "lock_watchers",
+    "lock_watch_replies",
     "lock_session_releases",
     "lock_session_reclaims",
     "lock_allocated_bytes",
 ];
 
 /// The counters among them.
-const COUNTERS: &[&str] = FIELDS.split_at(10).0;
+const COUNTERS: &[&str] = FIELDS.split_at(12).0;
 
 /// Every `field:value` line of `INFO section`.
 fn info_fields(con: &mut redis::Connection, section: &str) -> BTreeMap<String, i64> {
@@ -50,12 +52,13 @@ fn stats(con: &mut redis::Connection) -> BTreeMap<String, i64> {
 }
 
 fn expected(values: [i64; 8]) -> BTreeMap<String, i64> {
-    // The session counters come last; no test of this file binds a lock to a connection,
-    // so they stay 0 (tests/server/session.rs checks them).
+    // The watch and session counters come last; no test of this file watches a key or
+    // binds a lock to a connection, so they stay 0 (tests/server/watching.rs and
+    // session.rs check them).
     COUNTERS
         .iter()
         .map(|field| field.to_string())
-        .zip(values.into_iter().chain([0, 0]))
+        .zip(values.into_iter().chain([0, 0, 0, 0]))
         .collect()
 }
 

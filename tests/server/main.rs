@@ -29,3 +29,4 @@ mod waiter_edge_cases;
 mod waiter_persistence;
 mod waiter_timing;
 mod waiting;
+mod watching;
