@@ -6,8 +6,9 @@
 //! A block is a shell transcript: `$ redis-cli ...` lines are run (any other `$` line
 //! fails the test, so nothing unchecked hides there), the lines under one are its output,
 //! `#` lines and text after two spaces and `#` are comments. A command ending in `&` runs
-//! in the background while the rest of the block runs; its output lines are compared when
-//! the block ends (a subscriber and the events it sees). A `redis-cli` with options only
+//! in the background while the rest of the block runs, once the server counts it (a
+//! subscriber, a blocked client); its output lines are compared when the block ends (the
+//! events a subscriber sees, a blocked command's reply). A `redis-cli` with options only
 //! is a prompt: the `127.0.0.1:7000> ...` lines after it are typed into it, one
 //! connection, as a user would (a `MULTI` ... `EXEC`), and each one's output compared. What cannot be the same twice is
 //! matched by its shape and remembered: a server-made token (32 hex characters) and a
@@ -149,6 +150,26 @@ fn streaming_to_replica(server: &TestServer) {
     testkit::sync_replicas(&mut con, 1);
 }
 
+/// Subscriptions (patterns and channels) and blocked clients the server counts: what a
+/// background command of a page adds to.
+fn listening(con: &mut redis::Connection) -> i64 {
+    let patterns: i64 = redis::cmd("PUBSUB").arg("NUMPAT").query(con).unwrap_or(0);
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .query(con)
+        .unwrap_or_default();
+    let clients: String = redis::cmd("INFO")
+        .arg("clients")
+        .query(con)
+        .unwrap_or_default();
+    let blocked = clients
+        .lines()
+        .find_map(|line| line.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    patterns + channels.len() as i64 + blocked
+}
+
 fn run_page(page: &Path) -> usize {
     let text = fs::read_to_string(page).expect("page");
     let blocks = transcripts(&text, page);
@@ -169,19 +190,13 @@ fn run_page(page: &Path) -> usize {
             cli.args(cli_args(&step.args, server.port, &known));
             match step.kind {
                 Kind::Background => {
-                    let child = Interactive::spawn(&mut cli);
-                    // A subscriber is listening once the server counts it.
+                    // A subscriber is listening, or a blocking command blocked, once the
+                    // server counts it.
                     let mut con = server.connection();
-                    testkit::poll_until(Duration::from_secs(5), "the subscriber", || {
-                        let n: i64 = redis::cmd("PUBSUB")
-                            .arg("NUMPAT")
-                            .query(&mut con)
-                            .unwrap_or(0);
-                        let channels: Vec<String> = redis::cmd("PUBSUB")
-                            .arg("CHANNELS")
-                            .query(&mut con)
-                            .unwrap_or_default();
-                        n > 0 || !channels.is_empty()
+                    let before = listening(&mut con);
+                    let child = Interactive::spawn(&mut cli);
+                    testkit::poll_until(Duration::from_secs(5), "the background command", || {
+                        listening(&mut con) > before
                     });
                     background.push((step, child));
                 }
