@@ -137,6 +137,18 @@ pub fn info_cmd(key: impl AsRef<[u8]>) -> redis::Cmd {
     cmd
 }
 
+/// `LOCK.WATCH key fence timeout-ms`: answers when the key's holder differs from
+/// `fence` (`0`: nobody), at once or when it changes; `timeout` of zero waits without
+/// limit. Reply: `Option<(u64, Option<Vec<u8>>)>`: the holder's fence and published
+/// value (`(0, None)` when nobody holds the key), `None` when the timeout passed. A wait
+/// blocks the connection: give it one of its own and a response timeout longer than
+/// `timeout`.
+pub fn watch_cmd(key: impl AsRef<[u8]>, fence: u64, timeout: Duration) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.WATCH");
+    cmd.arg(key.as_ref()).arg(fence).arg(millis(timeout));
+    cmd
+}
+
 /// A granted lock: the reply `[token, fence]` of `LOCK.ACQUIRE`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Grant {
@@ -181,6 +193,9 @@ pub struct LockInfo {
     pub acquired_unix_ms: u64,
     /// How many clients are blocked in `LOCK.ACQUIRE ... WAIT` on this key.
     pub waiters: u64,
+    /// How many clients are blocked in `LOCK.WATCH` on this key (0 from a module that
+    /// predates it).
+    pub watchers: u64,
     /// For a session-bound lock, its grace; `None` for a plain lock (or a server whose
     /// module predates sessions).
     pub session: Option<Duration>,
@@ -193,6 +208,8 @@ pub struct LockInfo {
     pub holders: u64,
     /// The limit the shared holders agreed on (`LIMIT n`), `None` for none.
     pub limit: Option<u64>,
+    /// The value the holder published (`VALUE`), `None` for none.
+    pub value: Option<Vec<u8>>,
 }
 
 impl FromRedisValue for LockInfo {
@@ -219,10 +236,16 @@ impl FromRedisValue for LockInfo {
         let mut holders = None;
         let mut limit = None;
         let mut shared = false;
+        let mut watchers = None;
+        let mut published = None;
         for (name, value) in pairs {
             let name = String::from_redis_value(name)?;
             if name == "mode" {
                 shared = String::from_redis_value(value)? == "shared";
+                continue;
+            }
+            if name == "value" {
+                published = Option::<Vec<u8>>::from_redis_value(value)?;
                 continue;
             }
             let slot = match name.as_str() {
@@ -230,6 +253,7 @@ impl FromRedisValue for LockInfo {
                 "fence" => &mut fence,
                 "acquired" => &mut acquired,
                 "waiters" => &mut waiters,
+                "watchers" => &mut watchers,
                 "session" => &mut session,
                 "connected" => &mut connected,
                 "holders" => &mut holders,
@@ -254,6 +278,8 @@ impl FromRedisValue for LockInfo {
             shared,
             holders: holders.and_then(|h| u64::try_from(h).ok()).unwrap_or(1),
             limit: limit.and_then(|l| u64::try_from(l).ok()),
+            watchers: watchers.and_then(|w| u64::try_from(w).ok()).unwrap_or(0),
+            value: published,
         })
     }
 }
@@ -306,6 +332,7 @@ mod tests {
             ("fence", 7),
             ("acquired", 1_700),
             ("waiters", 2),
+            ("watchers", 3),
             ("session", 500),
             ("connected", 0),
         ];
@@ -331,6 +358,8 @@ mod tests {
             shared: false,
             holders: 1,
             limit: None,
+            watchers: 3,
+            value: None,
         };
         assert_eq!(LockInfo::from_redis_value(flat).unwrap(), expected);
         assert_eq!(LockInfo::from_redis_value(map).unwrap(), expected);
@@ -347,6 +376,7 @@ mod tests {
             ("mode", Value::BulkString(b"shared".to_vec())),
             ("holders", Value::Int(3)),
             ("limit", Value::Int(4)),
+            ("value", Value::Nil),
         ] {
             items.push(Value::BulkString(name.as_bytes().to_vec()));
             items.push(value);

@@ -1,5 +1,5 @@
 //! A Rust client for the redis-lock module (`LOCK.ACQUIRE`, `LOCK.RELEASE`,
-//! `LOCK.EXTEND`, `LOCK.INFO`).
+//! `LOCK.EXTEND`, `LOCK.INFO`, `LOCK.WATCH`).
 //!
 //! What it gives on top of the raw commands:
 //!
@@ -10,6 +10,8 @@
 //!   lives and reports a lost lock ([`Lock::check`], [`Lock::wait_lost`]) instead of
 //!   letting the holder carry on unaware.
 //! - The fencing token ([`Lock::fence`]), to be checked by the resource you protect.
+//! - [`Election`], leader election on one lock: campaign, proclaim, resign, the leader
+//!   now, and an iterator of every new leader ([`Election::observe`], on `LOCK.WATCH`).
 //! - [`Redlock`], the Redlock algorithm across independent masters, built on
 //!   `LOCK.ACQUIRE ... TOKEN` and `LOCK.RELEASE`.
 //! - Async (tokio) versions of all of it in [`aio`] (feature `tokio`, on by default).
@@ -82,6 +84,7 @@ pub mod aio;
 #[cfg(feature = "tokio")]
 mod async_link;
 pub mod commands;
+mod election;
 mod guard;
 mod link;
 mod lost;
@@ -91,6 +94,7 @@ mod sync;
 mod token;
 
 pub use commands::{Grant, LockInfo, Mode};
+pub use election::{Election, Leader, Leadership, Observer};
 pub use lost::{LockLost, LostReason};
 pub use options::LockOptions;
 pub use redlock::{Redlock, RedlockError, RedlockGuard, RedlockOptions};

@@ -27,6 +27,7 @@ pub struct LockOptions {
     watchdog: Option<f64>,
     session: Option<Duration>,
     mode: Mode,
+    value: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for LockOptions {
@@ -54,6 +55,7 @@ impl LockOptions {
             watchdog: None,
             session: None,
             mode: Mode::Exclusive,
+            value: None,
         }
     }
 
@@ -118,6 +120,19 @@ impl LockOptions {
         self
     }
 
+    /// Publish `value` with the grant (`LOCK.ACQUIRE ... VALUE`, 0 to 4096 bytes, no
+    /// secret: `LOCK.INFO` and `LOCK.WATCH` show it), for an exclusive lock: the leader's
+    /// address, say. See [`Election`](crate::Election).
+    pub fn value(mut self, value: impl Into<Vec<u8>>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// The value to publish with the grant, if any.
+    pub fn published_value(&self) -> Option<&[u8]> {
+        self.value.as_deref()
+    }
+
     /// How the lock is held.
     pub fn lock_mode(&self) -> Mode {
         self.mode
@@ -160,14 +175,18 @@ impl LockOptions {
     /// The `LOCK.ACQUIRE` these options send for `key` with `token`: TTL, wait and
     /// session grace as set.
     pub(crate) fn acquire_cmd(&self, key: &[u8], token: &[u8]) -> redis::Cmd {
-        acquire_mode_cmd(
+        let mut cmd = acquire_mode_cmd(
             key,
             self.ttl(),
             Some(token),
             self.wait_timeout(),
             self.session_grace(),
             self.mode,
-        )
+        );
+        if let Some(value) = &self.value {
+            cmd.arg("VALUE").arg(value.as_slice());
+        }
+        cmd
     }
 
     /// How long the client waits for the acquire's reply, `None` for no limit: a

@@ -64,6 +64,26 @@ impl Locker {
         }
     }
 
+    /// A connection of the locker's, idle or new.
+    pub(crate) fn link(&self) -> RedisResult<Link> {
+        self.links.take(self.command_timeout)
+    }
+
+    /// A new connection, never an idle one.
+    pub(crate) fn fresh_link(&self) -> RedisResult<Link> {
+        self.links.fresh(self.command_timeout)
+    }
+
+    /// Gives a connection back for the next lock.
+    pub(crate) fn give_back(&self, link: Link) {
+        self.links.give_back(link);
+    }
+
+    /// How long connecting and each command may take.
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
     /// A locker on the server at `url` (`redis://host:port/`).
     pub fn open(url: &str) -> RedisResult<Self> {
         Ok(Self::new(redis::Client::open(url)?))
@@ -327,6 +347,30 @@ impl Lock {
     /// `LOCK.INFO` of the lock's key (`None` if the key is gone).
     pub fn info(&self) -> RedisResult<Option<LockInfo>> {
         self.shared.query(&info_cmd(&self.shared.key))
+    }
+
+    /// Publishes `value` in place of the lock's published value (an idempotent
+    /// re-acquire with `VALUE`, on the guard's connection: same fence, TTL reset, bound
+    /// anew if session-bound). `false` means the lock is no longer held by this token;
+    /// the guard then counts as lost.
+    pub fn proclaim(&self, value: &[u8]) -> RedisResult<bool> {
+        let mut cmd = acquire_mode_cmd(
+            &self.shared.key,
+            self.shared.ttl,
+            Some(&self.shared.token),
+            None,
+            self.shared.session,
+            self.shared.mode,
+        );
+        cmd.arg("VALUE").arg(value);
+        let held = match self.shared.query::<Option<Grant>>(&cmd)? {
+            Some(grant) => grant.fence == self.fence,
+            None => false,
+        };
+        if !held {
+            self.shared.lost.set(LostReason::NotHeld);
+        }
+        Ok(held)
     }
 
     /// Whether the lock is known to be lost (an extend found it gone, or the watchdog

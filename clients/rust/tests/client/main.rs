@@ -2,6 +2,7 @@ mod async_guard;
 #[path = "../common/mod.rs"]
 mod common;
 mod deployments;
+mod election;
 mod guard;
 mod redlock;
 mod shared_guards;

@@ -1,0 +1,216 @@
+//! Leader election on one lock, as etcd's `Campaign` / `Proclaim` / `Resign` /
+//! `Leader` / `Observe`: candidates queue for the lock (first come, first elected), the
+//! leader publishes its address as the lock's value, the fence is the leader's term, and
+//! followers learn of every new leader with `LOCK.WATCH`, without polling.
+
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use crate::commands::{LockInfo, info_cmd, watch_cmd};
+use crate::link::Link;
+use crate::options::LockOptions;
+use crate::sync::{Lock, Locker};
+
+/// How long one `LOCK.WATCH` of an [`Observer`] waits before it asks again: the round
+/// trip that finds a dead connection.
+const OBSERVE_ROUND: Duration = Duration::from_secs(30);
+/// The longest pause between two tries to reach the server again.
+const MOST_BACKOFF: Duration = Duration::from_secs(2);
+
+/// A leader as followers see it: its term (the fence of its grant, greater than every
+/// earlier term of this election) and the value it published.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leader {
+    /// The leader's term: send it with every write made on the leader's behalf, and
+    /// have the resource refuse terms lower than the highest it has seen.
+    pub term: u64,
+    /// What the leader published (its address, say); `None` if nothing.
+    pub value: Option<Vec<u8>>,
+}
+
+/// One election: a key whose holder is the leader.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use redis_lock_client::{Election, Locker};
+///
+/// # fn main() -> redis::RedisResult<()> {
+/// let election = Election::new(Locker::open("redis://127.0.0.1:7379/")?, "service:leader");
+/// // A follower, in a thread of its own: every new leader, as it happens.
+/// let observer = election.clone();
+/// std::thread::spawn(move || {
+///     for leader in observer.observe(0) {
+///         println!("leader now: {leader:?}");
+///     }
+/// });
+/// // A candidate: blocks until elected.
+/// let leadership = election.campaign(b"10.0.0.7:8080")?;
+/// // ... lead, sending leadership.term() with every write; check leadership.check() ...
+/// leadership.resign()?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Election {
+    locker: Locker,
+    key: Vec<u8>,
+    ttl: Duration,
+    lock_delay: Duration,
+}
+
+impl Election {
+    /// The election on `key`: a leader's lock lives 30 s unless its watchdog extends it,
+    /// and a leader whose connection closes is replaced 5 s later (its lock-delay).
+    pub fn new(locker: Locker, key: impl AsRef<[u8]>) -> Self {
+        Election {
+            locker,
+            key: key.as_ref().to_vec(),
+            ttl: Duration::from_secs(30),
+            lock_delay: Duration::from_secs(5),
+        }
+    }
+
+    /// The leader's TTL: how long a leader that is alive but cannot reach the server
+    /// keeps its term (its watchdog extends it every third of it).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The lock-delay: how long after a leader's connection closes the next candidate is
+    /// elected (`SESSION grace-ms`). A leader cut off rather than dead may still act
+    /// that long; nobody else leads meanwhile.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+
+    /// Campaigns with `value` published: blocks until elected (first come, first
+    /// elected), then holds the term while the returned [`Leadership`] lives, bound to
+    /// its connection, extended by a watchdog.
+    pub fn campaign(&self, value: &[u8]) -> RedisResult<Leadership> {
+        let options = LockOptions::new(self.ttl)
+            .wait(Duration::ZERO)
+            .session(self.lock_delay)
+            .watchdog()
+            .value(value);
+        loop {
+            // A wait without limit answers only with the grant; nil cannot come, but is
+            // waited out again rather than trusted.
+            if let Some(lock) = self.locker.acquire(&self.key, &options)? {
+                return Ok(Leadership { lock });
+            }
+        }
+    }
+
+    /// The leader now, `None` when nobody leads (`LOCK.INFO`).
+    pub fn leader(&self) -> RedisResult<Option<Leader>> {
+        let mut link = self.locker.link()?;
+        let info: Option<LockInfo> = info_cmd(&self.key).query(&mut link)?;
+        self.locker.give_back(link);
+        Ok(info.map(|info| Leader {
+            term: info.fence,
+            value: info.value,
+        }))
+    }
+
+    /// Every change of leader after `term` (`0`: nobody; so the first item is the leader
+    /// now, if there is one), as it happens: `Some(leader)`, or `None` when nobody leads. Terms only grow. It asks
+    /// `LOCK.WATCH` with the last term seen, so no change that lasted is missed; a lost
+    /// connection (a failover, a restart) is an `Err` item, after which the next item
+    /// reconnects, pausing up to 2 s between tries, and asks again.
+    pub fn observe(&self, term: u64) -> Observer {
+        Observer {
+            election: self.clone(),
+            last: term,
+            link: None,
+            backoff: Duration::ZERO,
+        }
+    }
+}
+
+/// The leadership a [`campaign`](Election::campaign) won. Dropping it resigns.
+#[derive(Debug)]
+pub struct Leadership {
+    lock: Lock,
+}
+
+impl Leadership {
+    /// The term: the fence of this leadership, to send with every write.
+    pub fn term(&self) -> u64 {
+        self.lock.fence()
+    }
+
+    /// Publishes `value` in place of the last one, same term. `false` means the
+    /// leadership is lost.
+    pub fn proclaim(&self, value: &[u8]) -> RedisResult<bool> {
+        self.lock.proclaim(value)
+    }
+
+    /// `Err` once the leadership is known to be lost (its lock expired or was taken):
+    /// stop acting as the leader.
+    pub fn check(&self) -> Result<(), crate::LockLost> {
+        self.lock.check()
+    }
+
+    /// Blocks until the leadership is known to be lost, or `timeout` passes (`None`).
+    pub fn wait_lost(&self, timeout: Duration) -> Option<crate::LockLost> {
+        self.lock.wait_lost(timeout)
+    }
+
+    /// Resigns: the next candidate is elected at once. `false` if the leadership was
+    /// already lost.
+    pub fn resign(self) -> RedisResult<bool> {
+        self.lock.release()
+    }
+}
+
+/// The changes of leader, from [`Election::observe`].
+pub struct Observer {
+    election: Election,
+    last: u64,
+    link: Option<Link>,
+    backoff: Duration,
+}
+
+impl Observer {
+    fn next_change(&mut self) -> RedisResult<Option<Leader>> {
+        loop {
+            let link = match self.link.as_mut() {
+                Some(link) => link,
+                None => {
+                    let link = self.election.locker.fresh_link()?;
+                    self.link.insert(link)
+                }
+            };
+            link.set_read_timeout(Some(OBSERVE_ROUND + self.election.locker.command_timeout()))?;
+            let seen: Option<(u64, Option<Vec<u8>>)> =
+                watch_cmd(&self.election.key, self.last, OBSERVE_ROUND).query(link)?;
+            // None: the round passed with no change; ask again.
+            if let Some((term, value)) = seen {
+                self.last = term;
+                return Ok((term != 0).then_some(Leader { term, value }));
+            }
+        }
+    }
+}
+
+impl Iterator for Observer {
+    type Item = RedisResult<Option<Leader>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if !self.backoff.is_zero() {
+            std::thread::sleep(self.backoff);
+        }
+        let result = self.next_change();
+        if result.is_err() {
+            // Never reused after an error: a late reply would answer the next ask.
+            self.link = None;
+            self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), MOST_BACKOFF);
+        } else {
+            self.backoff = Duration::ZERO;
+        }
+        Some(result)
+    }
+}
