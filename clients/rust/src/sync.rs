@@ -364,7 +364,14 @@ impl Lock {
         );
         cmd.arg("VALUE").arg(value);
         let held = match self.shared.query::<Option<Grant>>(&cmd)? {
-            Some(grant) => grant.fence == self.fence,
+            Some(grant) if grant.fence == self.fence => true,
+            Some(_) => {
+                // The lock had gone and the key was free: this took it anew. Give it back.
+                let _: RedisResult<bool> = self
+                    .shared
+                    .query(&release_cmd(&self.shared.key, &self.shared.token));
+                false
+            }
             None => false,
         };
         if !held {

@@ -14,8 +14,11 @@ same for `redis.asyncio`. `read_lock`, `write_lock` and `semaphore` make the sam
 as a reader or writer of a read/write lock, or a holder of a counting semaphore
 (`LOCK.ACQUIRE ... SHARED` / `LIMIT n`). `Redlock` spans several independent masters. `acquire`,
 `release`, `extend`, `info` and `lock` are the commands as functions, in milliseconds.
+`Election` is leader election on one lock (campaign, proclaim, resign, leader, observe),
+on `VALUE` and `LOCK.WATCH`.
 """
 
+from ._election import Election, Leader, Leadership
 from ._helpers import (
     Held, LockNotAcquired, LockNotReplicated, acquire, extend, info, lock, release,
 )
@@ -26,6 +29,6 @@ from .exceptions import LockError, LockLostError, LockNotOwnedError
 __all__ = [
     "Lock", "read_lock", "write_lock", "semaphore", "Redlock", "LockError", "LockNotOwnedError", "LockLostError",
     "Held", "LockNotAcquired", "LockNotReplicated", "acquire", "release", "extend", "info",
-    "lock",
+    "lock", "Election", "Leadership", "Leader",
 ]
 __version__ = "0.1.0"

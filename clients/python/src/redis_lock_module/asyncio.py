@@ -3,24 +3,26 @@
 The same as `redis_lock_module.Lock` with coroutines, on a `redis.asyncio.Redis` client:
 `async with Lock(r, "orders:42", timeout=10) as lock: ...`, or
 `r.lock("orders:42", timeout=10, lock_class=redis_lock_module.asyncio.Lock)`. The watchdog is
-a task on the running loop; `on_lost` is called from it.
+a task on the running loop; `on_lost` is called from it. `Election` is leader election
+with coroutines (`observe` is an async generator).
 """
 
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Awaitable, Optional, Tuple, Type
+import asyncio
+from typing import Any, AsyncIterator, Awaitable, List, Optional, Tuple, Type
 
 from redis.exceptions import ResponseError
 
-from . import _protocol
+from . import _election, _protocol
 from ._protocol import Number, Token
 from ._redlock import AsyncRedlock
 from ._state import LockState
 from ._watchdog import TaskWatchdog
 from .exceptions import LockError, LockNotOwnedError
 
-__all__ = ["Lock", "Redlock", "read_lock", "write_lock", "semaphore"]
+__all__ = ["Lock", "Redlock", "read_lock", "write_lock", "semaphore", "Election", "Leadership"]
 
 Redlock = AsyncRedlock
 
@@ -184,3 +186,96 @@ def write_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:
 def semaphore(redis: Any, name: Any, permits: int, **kwargs: Any) -> Lock:
     """See `redis_lock_module.semaphore`."""
     return Lock(redis, name, limit=permits, **kwargs)
+
+
+class _LeaderLock(Lock):
+    """A `Lock` whose every acquire publishes `value`."""
+
+    value: bytes = b""
+
+    def _acquire_args(self, token: bytes, wait_ms: Optional[int] = None) -> List[Any]:
+        return [*super()._acquire_args(token, wait_ms), "VALUE", self.value]
+
+
+class Leadership:
+    """See `redis_lock_module.Leadership`; `proclaim` and `resign` are coroutines, and it
+    is an async context manager that resigns."""
+
+    def __init__(self, lock: _LeaderLock):
+        self._lock = lock
+        self.term: int = lock.fence
+
+    @property
+    def lost(self) -> bool:
+        return self._lock.lost
+
+    def check(self) -> None:
+        self._lock.check()
+
+    async def proclaim(self, value: Token) -> None:
+        self._lock.value = _election.encode_value(value)
+        redis, token = self._lock.redis, self._lock.token
+        granted = _protocol.grant(await redis.execute_command(*self._lock._acquire_args(token)))
+        if granted is None or granted[1] != self.term:
+            if granted is not None:
+                # The term had ended and the key was free: this took it anew. Give it back.
+                await redis.execute_command("LOCK.RELEASE", self._lock.name, token)
+            raise _election.lost_on_proclaim(self._lock.name)
+
+    async def resign(self) -> bool:
+        try:
+            await self._lock.release()
+        except LockNotOwnedError:
+            return False
+        return True
+
+    async def __aenter__(self) -> "Leadership":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.resign()
+
+
+class Election:
+    """See `redis_lock_module.Election`, on a `redis.asyncio` client: `campaign` and
+    `leader` are coroutines, `observe` an async generator."""
+
+    def __init__(self, redis: Any, name: Any, ttl: Number = 30, lock_delay: Number = 5):
+        self.redis = redis
+        self.name = name
+        self.ttl = ttl
+        self.lock_delay = lock_delay
+        _protocol.to_ms(ttl, "ttl")
+        _protocol.to_ms(lock_delay, "lock_delay", minimum=0)
+
+    async def campaign(self, value: Token,
+                       timeout: Optional[Number] = None) -> Optional[Leadership]:
+        lock = _LeaderLock(self.redis, self.name, timeout=self.ttl, blocking_timeout=timeout,
+                           session=self.lock_delay, watchdog=True, thread_local=False)
+        lock.value = _election.encode_value(value)
+        if not await lock.acquire(blocking=True, blocking_timeout=timeout):
+            return None
+        return Leadership(lock)
+
+    async def leader(self) -> Optional[_election.Leader]:
+        return _election.leader_from_info(
+            await self.redis.execute_command("LOCK.INFO", self.name))
+
+    async def observe(self, term: int = 0) -> AsyncIterator[Optional[_election.Leader]]:
+        last, pause = term, 0.0
+        round_ms = max(1, int(_election.observe_round(self.redis) * 1000))
+        while True:
+            try:
+                reply = await self.redis.execute_command("LOCK.WATCH", self.name, last, round_ms)
+            except Exception as error:  # noqa: BLE001 - only what `retryable` names
+                if not _election.retryable(error):
+                    raise
+                pause = _election.backoff(pause)
+                await asyncio.sleep(pause)
+                continue
+            pause = 0.0
+            seen = _election.watched(reply)
+            if seen is ...:
+                continue
+            last = 0 if seen is None else seen.term
+            yield seen

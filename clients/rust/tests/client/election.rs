@@ -163,3 +163,18 @@ fn an_observer_finds_the_leader_again_after_the_server_restarts() {
         .expect("the observer reconnects");
     assert_eq!(seen, leader(second, "two"));
 }
+
+#[test]
+fn a_lost_leadership_refuses_to_proclaim_and_takes_nothing() {
+    let server = TestServer::start();
+    let election = election(&server);
+    let leadership = election.campaign(b"a").unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("service:leader")
+        .query(&mut server.connection())
+        .unwrap();
+    assert!(!leadership.proclaim(b"b").unwrap());
+    assert!(leadership.check().is_err());
+    assert_eq!(election.leader().unwrap(), None, "the free key stays free");
+    assert!(!leadership.resign().unwrap());
+}
