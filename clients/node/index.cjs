@@ -1,13 +1,16 @@
 'use strict';
 // Locks from the redis-lock server module, for ioredis and node-redis (`redis`), in
 // node-redlock's shape: `Locker` for one server (a master with replicas, a cluster),
-// `Redlock` as a drop-in for node-redlock.
+// `Redlock` as a drop-in for node-redlock, `Election` for leader election.
 
 const { Locker, Lock } = require('./lib/locker.cjs');
 const { Redlock, RedlockLock } = require('./lib/redlock.cjs');
+const { Election, Leadership } = require('./lib/election.cjs');
 const { LockError, ResourceLockedError, LockLostError, ExecutionError } = require('./lib/errors.cjs');
 
-const api = { Locker, Lock, Redlock, RedlockLock, LockError, ResourceLockedError, LockLostError, ExecutionError };
+const api = {
+  Locker, Lock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
+};
 module.exports = api;
 // The default export is Redlock, as node-redlock's; it also carries every other export,
 // so `(await import('redis-lock-module')).default.Locker` keeps working.

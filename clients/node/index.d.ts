@@ -29,6 +29,8 @@ export interface AcquireSettings {
   shared?: boolean;
   /** One of at most this many holders: a counting semaphore (1 to 1,000,000). */
   limit?: number;
+  /** A public value published with the grant (0 to 4096 bytes): the leader's address. */
+  value?: string;
 }
 
 export interface UsingSettings extends AcquireSettings {
@@ -142,3 +144,37 @@ export declare class Redlock {
 }
 
 export default Redlock;
+
+/** A leader as followers see it: its term (terms only grow) and published value. */
+export interface Leader {
+  term: number;
+  value: string | null;
+}
+
+export interface ElectionSettings {
+  /** How long a leader keeps its term without an extend, in ms (default 30000). */
+  ttl?: number;
+  /** How long after a leader's connection closes the next is elected, in ms (default 5000). */
+  lockDelay?: number;
+}
+
+export declare class Leadership {
+  /** The term: send it with every write made as the leader. */
+  readonly term: number;
+  /** True once the term is known to be lost: stop acting as the leader. */
+  readonly lost: boolean;
+  /** Publishes `value` in place of the last one, same term; LockLostError if lost. */
+  proclaim(value: string): Promise<void>;
+  /** Resigns: the next candidate is elected at once; false if it was already lost. */
+  resign(): Promise<boolean>;
+}
+
+/** Leader election on one lock: campaign, proclaim, resign, leader, observe. */
+export declare class Election {
+  constructor(client: Client | Locker, name: string, settings?: ElectionSettings);
+  readonly locker: Locker;
+  campaign(value: string, settings?: { timeout?: number }): Promise<Leadership | null>;
+  leader(): Promise<Leader | null>;
+  /** Every change of leader after `term`: a Leader, or null when nobody leads. */
+  observe(term?: number): AsyncGenerator<Leader | null, void, undefined>;
+}

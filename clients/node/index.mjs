@@ -2,5 +2,7 @@
 // node-redlock's.
 import cjs from './index.cjs';
 
-export const { Locker, Lock, Redlock, RedlockLock, LockError, ResourceLockedError, LockLostError, ExecutionError } = cjs;
+export const {
+  Locker, Lock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
+} = cjs;
 export default cjs.Redlock;

@@ -174,7 +174,9 @@ class Locker {
    * the server's first-come-first-served queue; 0 without limit), `session` (grace ms:
    * the lock goes `session` ms after this client's connection closes), `token`,
    * `shared` (a reader of a read/write lock), `limit` (one of at most `limit` holders: a
-   * semaphore). Resolves to a Lock; rejects with ResourceLockedError when busy.
+   * semaphore), `value` (a public value published with the grant: `LOCK.INFO` and
+   * `LOCK.WATCH` show it; see Election). Resolves to a Lock; rejects with
+   * ResourceLockedError when busy.
    */
   async acquire(resource, duration, settings = {}) {
     const name = resourceOf(resource);
@@ -190,6 +192,13 @@ class Locker {
     const args = ['LOCK.ACQUIRE', key, duration, 'TOKEN', token, ...modeArgs(options)];
     if (session !== undefined) {
       args.push('SESSION', session);
+    }
+    if (options.value !== undefined) {
+      const value = String(options.value);
+      if (Buffer.byteLength(value) > 4096) {
+        throw new RangeError('value must be 0 to 4096 bytes');
+      }
+      args.push('VALUE', value);
     }
     let granted;
     if (wait === undefined) {

@@ -1,7 +1,7 @@
 // Compiled with `tsc --noEmit --strict` in the tests: the declarations fit real use.
 import IORedis from 'ioredis';
 import { createClient, createClientPool, createCluster, createSentinel } from 'redis';
-import Redlock, { Locker, Lock, LockLostError, ResourceLockedError, ExecutionError } from 'redis-lock-module';
+import Redlock, { Locker, Lock, LockLostError, ResourceLockedError, ExecutionError, Election, Leadership, Leader } from 'redis-lock-module';
 
 async function main(): Promise<void> {
   const ioredis = new Locker(new IORedis(7379));
@@ -15,6 +15,20 @@ async function main(): Promise<void> {
     await createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 26379 }] }).connect(),
   );
   await sentinel.acquire('orders:44', 10_000);
+  const election = new Election(new IORedis(7379), 'service:leader', { ttl: 10_000, lockDelay: 2_000 });
+  const leadership: Leadership | null = await election.campaign('10.0.0.1:8080', { timeout: 1_000 });
+  if (leadership !== null) {
+    const term: number = leadership.term;
+    await leadership.proclaim(`10.0.0.1:8080 term ${term}`);
+    const resigned: boolean = await leadership.resign();
+    void resigned;
+  }
+  const now: Leader | null = await election.leader();
+  for await (const next of election.observe(now === null ? 0 : now.term)) {
+    if (next === null || next.value !== null) {
+      break;
+    }
+  }
   const lock: Lock = await ioredis.acquire('orders:42', 10_000, { wait: 5_000, session: 5_000 });
   const fence: number = lock.fence;
   await lock.extend(20_000);

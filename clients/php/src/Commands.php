@@ -39,9 +39,12 @@ final class Commands
      * @param list<string> $mode
      * @return array{0: string, 1: int}|null
      */
-    public function acquire(string $key, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, array $mode = []): ?array
+    public function acquire(string $key, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, array $mode = [], ?string $value = null): ?array
     {
         $args = array_merge(['LOCK.ACQUIRE', $key, (string) $ttlMs], $mode);
+        if ($value !== null) {
+            array_push($args, 'VALUE', $value);
+        }
         if ($token !== null) {
             array_push($args, 'TOKEN', $token);
         }
@@ -56,6 +59,23 @@ final class Commands
             return null;
         }
         return [(string) $reply[0], (int) $reply[1]];
+    }
+
+    /**
+     * `LOCK.WATCH key fence timeout-ms`: [fence, value] of the key's holder once it
+     * differs from `$fence` ([0, null] when nobody holds it), null when `$timeoutMs`
+     * passes first (0: no limit). Blocks the connection meanwhile.
+     *
+     * @return array{0: int, 1: ?string}|null
+     */
+    public function watch(string $key, int $fence, int $timeoutMs): ?array
+    {
+        $reply = $this->waiting(['LOCK.WATCH', $key, (string) $fence, (string) $timeoutMs], $timeoutMs);
+        if (!is_array($reply)) {
+            return null;
+        }
+        $value = $reply[1];
+        return [(int) $reply[0], $value === null || $value === false ? null : (string) $value];
     }
 
     public function release(string $key, string $token): bool

@@ -11,6 +11,7 @@ declare(strict_types=1);
 require __DIR__ . '/../autoload.php';
 require __DIR__ . '/harness.php';
 
+use RedisLock\Election;
 use RedisLock\LockException;
 use RedisLock\RedisLock;
 use RedisLock\RedisQueue;
@@ -245,6 +246,26 @@ check('an unknown service is a LockException', throws(function () use ($sentinel
 }, 'nobody'));
 $clusterQueue = new RedisQueue($cluster);
 check('RedisQueue works on a RedisCluster', $clusterQueue->enqueue('cq', ['a', 'b']) && count($clusterQueue->pop('cq', 5)) === 2);
+
+// --- leader election ----------------------------------------------------------------------
+
+$e1 = new Election(connect($port), 'election:php', 10.0, 0.2);
+$e2 = new Election(connect($port), 'election:php', 10.0, 0.2);
+check('nobody leads at first', $e1->leader() === null);
+$term = $e1->campaign('node-a');
+check('a campaign on a free election leads at once, with a term', is_int($term) && $term > 0 && $e1->term() === $term);
+check('leader() names it', $e1->leader() === [$term, 'node-a']);
+check('another candidate times out while it leads', $e2->campaign('node-b', 0.1) === null && $e2->term() === null);
+check('proclaim keeps the term with a new value', $e1->proclaim('node-a2') && $e2->leader() === [$term, 'node-a2']);
+check('refresh extends the term', $e1->refresh() && $r->pTtl('election:php') > 9000);
+$observer = $e2->observe($term);
+check('resign hands over', $e1->resign() && $e1->term() === null);
+check('an observer sees nobody after it', $observer->current() === null);
+$next = $e2->campaign('node-b');
+$observer->next();
+check('then the next term, greater', $next > $term && $observer->current() === [$next, 'node-b']);
+$r->del('election:php');
+check('a lost term refuses to proclaim and takes nothing', !$e2->proclaim('x') && $e2->leader() === null && !$e2->refresh());
 
 // --- the flash sale ----------------------------------------------------------------------
 

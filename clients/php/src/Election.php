@@ -1,0 +1,177 @@
+<?php
+
+declare(strict_types=1);
+
+namespace RedisLock;
+
+use Redis;
+
+/**
+ * Leader election on one lock, as etcd's Campaign / Proclaim / Resign / Leader /
+ * Observe, on a phpredis connection:
+ *
+ *     $election = new Election($redis, 'service:leader', 30.0, 5.0);
+ *     $term = $election->campaign('10.0.0.7:8080');   // blocks until elected
+ *     // ... lead: send $term with every write; call refresh() every third of the TTL ...
+ *     $election->resign();
+ *
+ *     foreach ($election->observe() as $leader) {       // every new leader
+ *         // [term, value], or null while nobody leads
+ *     }
+ *
+ * Candidates queue for the lock (first come, first elected). The leader's lock is bound
+ * to this connection (`SESSION`): if the PHP process dies, the next candidate is elected
+ * `$lockDelay` seconds later. PHP has no background thread: a leader that runs longer
+ * than its TTL calls `refresh()` at least every third of it (false: the term is lost,
+ * stop leading). Not with `pconnect`: a persistent connection outlives the request.
+ */
+final class Election
+{
+    /** How long one LOCK.WATCH of `observe` waits before asking again, in ms. */
+    private const OBSERVE_ROUND_MS = 30000;
+
+    /** @var Commands */
+    private $commands;
+    /** @var string */
+    private $key;
+    /** @var int */
+    private $ttlMs;
+    /** @var int */
+    private $lockDelayMs;
+    /** @var array{0: string, 1: int}|null [token, term] while leading */
+    private $leading;
+
+    /**
+     * @param Redis|array<string, mixed>|null $param a connected `Redis`, or the config
+     *        array of `Connection`
+     */
+    public function __construct($param, string $name, float $ttl = 30.0, float $lockDelay = 5.0)
+    {
+        $this->commands = new Commands(Connection::open($param));
+        $this->key = $this->commands->key($name);
+        $this->ttlMs = self::ms($ttl, 'ttl', 1);
+        $this->lockDelayMs = self::ms($lockDelay, 'lockDelay', 0);
+    }
+
+    /**
+     * Campaigns with `$value` published: blocks until elected and returns the term, or
+     * null if `$timeout` seconds passed first (0: no limit).
+     */
+    public function campaign(string $value, float $timeout = 0.0): ?int
+    {
+        if (strlen($value) > 4096) {
+            throw new \InvalidArgumentException('value must be 0 to 4096 bytes');
+        }
+        $token = bin2hex(random_bytes(16));
+        $waitMs = self::ms($timeout, 'timeout', 0);
+        $granted = $this->commands->acquire($this->key, $this->ttlMs, $token, $waitMs, $this->lockDelayMs, [], $value);
+        if ($granted === null) {
+            return null;
+        }
+        $this->leading = [$token, $granted[1]];
+        return $granted[1];
+    }
+
+    /** The term while leading (the fence to send with every write), else null. */
+    public function term(): ?int
+    {
+        return $this->leading === null ? null : $this->leading[1];
+    }
+
+    /** Publishes `$value` in place of the last one, same term; false if the term is lost. */
+    public function proclaim(string $value): bool
+    {
+        if ($this->leading === null) {
+            return false;
+        }
+        [$token, $term] = $this->leading;
+        $granted = $this->commands->acquire($this->key, $this->ttlMs, $token, null, $this->lockDelayMs, [], $value);
+        if ($granted !== null && $granted[1] === $term) {
+            return true;
+        }
+        if ($granted !== null) {
+            // The term had ended and the key was free: this took it anew. Give it back.
+            $this->commands->release($this->key, $token);
+        }
+        $this->leading = null;
+        return false;
+    }
+
+    /** Extends the term to the full TTL; false if it is lost (stop leading). */
+    public function refresh(): bool
+    {
+        if ($this->leading === null) {
+            return false;
+        }
+        if ($this->commands->extend($this->key, $this->leading[0], $this->ttlMs)) {
+            return true;
+        }
+        $this->leading = null;
+        return false;
+    }
+
+    /** Resigns: the next candidate is elected at once. False if the term was already lost. */
+    public function resign(): bool
+    {
+        if ($this->leading === null) {
+            return false;
+        }
+        $token = $this->leading[0];
+        $this->leading = null;
+        return $this->commands->release($this->key, $token);
+    }
+
+    /**
+     * The leader now, [term, value], or null when nobody leads.
+     *
+     * @return array{0: int, 1: ?string}|null
+     */
+    public function leader(): ?array
+    {
+        // No term is ever 2^63 - 1 (fences stay below 2^53): the state differs from it,
+        // so LOCK.WATCH answers at once, the value as the bytes it is.
+        $watched = $this->commands->watch($this->key, PHP_INT_MAX, 1);
+        return $watched === null || $watched[0] === 0 ? null : $watched;
+    }
+
+    /**
+     * Every change of leader after `$term` (0: nobody, so the first is the leader now,
+     * if any), as it happens: [term, value], or null while nobody leads. It re-asks
+     * LOCK.WATCH with the last term seen; a lost connection is retried (phpredis
+     * reconnects), pausing up to 2 s between tries. `break` out of the loop to stop.
+     *
+     * @return \Generator<int, array{0: int, 1: ?string}|null>
+     */
+    public function observe(int $term = 0): \Generator
+    {
+        $last = $term;
+        $pauseMs = 0;
+        for (;;) {
+            try {
+                $seen = $this->commands->watch($this->key, $last, self::OBSERVE_ROUND_MS);
+            } catch (\RedisException | LockException $e) {
+                if (preg_match('/\b(WRONGTYPE|ERR)\b/', $e->getMessage())) {
+                    throw $e;
+                }
+                $pauseMs = min(2000, max(100, $pauseMs * 2));
+                usleep($pauseMs * 1000);
+                continue;
+            }
+            $pauseMs = 0;
+            if ($seen === null) {
+                continue; // the round passed with no change
+            }
+            $last = $seen[0];
+            yield $seen[0] === 0 ? null : $seen;
+        }
+    }
+
+    private static function ms(float $seconds, string $what, int $minimum): int
+    {
+        $ms = (int) round($seconds * 1000);
+        if ($ms < $minimum || $ms > 2 ** 47 - 1) {
+            throw new \InvalidArgumentException("$what must be from " . ($minimum / 1000) . ' s to 2^47 - 1 ms');
+        }
+        return $ms;
+    }
+}
