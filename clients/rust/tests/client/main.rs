@@ -3,6 +3,7 @@ mod async_guard;
 mod common;
 mod deployments;
 mod election;
+mod election_churn;
 mod guard;
 mod redlock;
 mod shared_guards;
