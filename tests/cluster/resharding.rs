@@ -141,6 +141,21 @@ fn manual_migration_moves_locks_and_redirects_waiters(
         Waiter::start(source_node, &held, "waiter-2", 30_000, 20_000),
     ];
     crate::cluster_common::wait_for_waiters(&mut src, &held, 2);
+    // A follower of the holder (docs/commands.md, LOCK.WATCH): redirected with the key.
+    let mut watch_con = cluster.con(source.port);
+    let (watch_key, watch_fence) = (held.clone(), held_before.fence);
+    let watcher = thread::spawn(move || {
+        error_of(
+            redis::cmd("LOCK.WATCH")
+                .arg(&watch_key)
+                .arg(watch_fence)
+                .arg(20_000)
+                .query(&mut watch_con),
+        )
+    });
+    poll_until(Duration::from_secs(10), "the watcher to block", || {
+        info_field(&mut src, &held, "watchers") == Some(1)
+    });
 
     setslot(cluster, target.port, slot, "IMPORTING", &source.id);
     setslot(cluster, source.port, slot, "MIGRATING", &target.id);
@@ -180,6 +195,11 @@ fn manual_migration_moves_locks_and_redirects_waiters(
             waiter.token
         );
     }
+    assert_eq!(
+        watcher.join().expect("the watcher thread"),
+        ask,
+        "{step}: the watcher is redirected to the new node"
+    );
     // New commands on the moved keys, and new locks in the slot, go to the target too.
     let fresh = format!("{{{tag}}}:fresh");
     for cmd in [
