@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The scenarios, by the names `--only` takes.
-pub const SCENARIOS: [&str; 9] = [
+pub const SCENARIOS: [&str; 10] = [
     "throughput",
     "callgrind",
     "contention",
@@ -14,6 +14,7 @@ pub const SCENARIOS: [&str; 9] = [
     "durability",
     "sessions",
     "shared",
+    "election",
 ];
 
 /// Sizes and durations of one benchmark run.
@@ -51,6 +52,8 @@ pub struct Config {
     pub locks: usize,
     /// Clients blocked at once for the bytes-per-waiter figure.
     pub waiters: usize,
+    /// Followers of the election scenario (blocked in `LOCK.WATCH`, or polling `GET`).
+    pub watchers: usize,
     /// Acquires per side per round of the durability scenario (each kind: alone, and
     /// followed by `WAIT 1`), one at a time on one connection.
     pub durability_acquires: usize,
@@ -76,6 +79,7 @@ impl Config {
             poll_intervals: [1, 5, 100].map(Duration::from_millis).to_vec(),
             locks: 1_000_000,
             waiters: 1_000,
+            watchers: 1_000,
             durability_acquires: 5_000,
         }
     }
@@ -94,6 +98,7 @@ impl Config {
             contention_time: Duration::from_millis(150),
             locks: 2_000,
             waiters: 20,
+            watchers: 20,
             durability_acquires: 50,
             ..Config::full(module, out_dir)
         }

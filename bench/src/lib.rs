@@ -26,7 +26,9 @@ use std::time::Instant;
 pub use config::Config;
 pub use report::Report;
 
-use scenarios::{callgrind, contention, durability, expiry, sessions, shared, throughput, waiters};
+use scenarios::{
+    callgrind, contention, durability, election, expiry, sessions, shared, throughput, waiters,
+};
 use server::{Launch, Server};
 
 /// Prints progress to stderr.
@@ -91,6 +93,12 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
     if cfg.runs("shared") {
         step("scenario 10: read/write locks against Redisson's scripts");
         report.metrics.extend(shared::run(cfg)?);
+    }
+    if cfg.runs("election") {
+        step(
+            "scenario 11: leader election: a leader's death to every follower, a follower's memory",
+        );
+        report.metrics.extend(election::run(cfg)?);
     }
     report.elapsed = started.elapsed();
     Ok(report)

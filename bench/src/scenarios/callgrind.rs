@@ -157,6 +157,25 @@ fn release_batch(
     Ok(())
 }
 
+/// `LOCK.ACQUIRE key ttl [VALUE value]` on each key, in batches; every one granted.
+fn acquire_valued_batch(conn: &mut Conn, keys: &[Vec<u8>], value: Option<&[u8]>) -> io::Result<()> {
+    for keys in keys.chunks(BATCH) {
+        for key in keys {
+            match value {
+                Some(value) => conn.queue(&[b"LOCK.ACQUIRE", key, TTL, b"VALUE", value]),
+                None => conn.queue(&[b"LOCK.ACQUIRE", key, TTL]),
+            }
+        }
+        conn.flush()?;
+        for _ in keys {
+            if sides::granted(conn.read()?, None)?.is_none() {
+                return Err(io::Error::other("callgrind: not granted"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Runs the callgrind part of scenario 4.
 pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
     let server = Server::start(&Launch {
@@ -205,8 +224,28 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         Better::Lower,
     )
     .target(Target::RatioAtMost(super::throughput::CYCLE_TARGET));
+    let mut valued = Metric::new(
+        "4. server cost",
+        &what("acquire with a 20-byte VALUE", "processCommand"),
+        "instr",
+        "the same acquire without VALUE",
+        Better::Lower,
+    );
     let n = cfg.callgrind_ops;
     for round in 0..cfg.rounds.min(3) {
+        // What a published value costs, and that a plain acquire pays nothing for it.
+        let keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("cg:{round}:valued:{i}").into_bytes())
+            .collect();
+        let (_, with_value) = measured(&server, n, || {
+            acquire_valued_batch(&mut conn, &keys, Some(b"10.0.0.1:6379/leader"))
+        })?;
+        valued.push(Side::Module, with_value, None);
+        let keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("cg:{round}:plain:{i}").into_bytes())
+            .collect();
+        let (_, plain) = measured(&server, n, || acquire_valued_batch(&mut conn, &keys, None))?;
+        valued.push(Side::Recipe, plain, None);
         for side in Side::alternating(round) {
             let keys: Vec<Vec<u8>> = (0..n)
                 .map(|i| format!("cg:{round}:{}:{i}", side.tag()).into_bytes())
@@ -228,5 +267,12 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
             cycle.push(side, acquired + in_command, None);
         }
     }
-    Ok(vec![acquire, release, cycle, acquire_all, release_all])
+    Ok(vec![
+        acquire,
+        release,
+        cycle,
+        valued,
+        acquire_all,
+        release_all,
+    ])
 }

@@ -4,6 +4,7 @@ pub mod bulk;
 pub mod callgrind;
 pub mod contention;
 pub mod durability;
+pub mod election;
 pub mod expiry;
 pub mod memory;
 pub mod session_close;

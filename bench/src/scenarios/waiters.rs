@@ -41,12 +41,21 @@ fn module_bytes(admin: &mut Conn) -> io::Result<f64> {
     info::number(admin, "lock", "lock_allocated_bytes")
 }
 
-/// Bytes per client blocked in `command` (which must time out after about 2 s with nil):
-/// in all, and the module's own.
-fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Result<(f64, f64)> {
+/// Bytes per client blocked in the command `command` makes from the fence of the lock
+/// `waited` (which must time out after about 2 s with nil): in all, and the module's own.
+pub fn bytes_per_blocked(
+    server: &Server,
+    count: usize,
+    command: &dyn Fn(i64) -> Vec<Vec<u8>>,
+) -> io::Result<(f64, f64)> {
     let mut admin = server.conn()?;
     admin.cmd(&["FLUSHALL"])?;
-    admin.cmd(&["LOCK.ACQUIRE", "waited", "600000"])?;
+    let fence = match admin.cmd(&["LOCK.ACQUIRE", "waited", "600000"])?.ok()? {
+        Reply::Array(items) if items.len() == 2 => items[1].int()?,
+        other => return Err(io::Error::other(format!("not granted: {other:?}"))),
+    };
+    let command = command(fence);
+    let command: Vec<&[u8]> = command.iter().map(Vec::as_slice).collect();
     let mut conns = (0..count)
         .map(|_| server.conn())
         .collect::<io::Result<Vec<_>>>()?;
@@ -60,7 +69,7 @@ fn bytes_per_blocked(server: &Server, count: usize, command: &[&[u8]]) -> io::Re
     let idle_own = module_bytes(&mut admin)?;
     let started = Instant::now();
     for conn in &mut conns {
-        conn.queue(command);
+        conn.queue(&command);
         conn.flush()?;
     }
     blocked_become(&mut admin, count)?;
@@ -106,15 +115,23 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         "the server's part (the rest of used_memory)",
         Better::Lower,
     );
-    let module_wait: &[&[u8]] = &[b"LOCK.ACQUIRE", b"waited", b"600000", b"WAIT", b"2000"];
-    let blpop: &[&[u8]] = &[b"BLPOP", b"empty-list", b"2"];
+    let module_wait = |_| {
+        [&b"LOCK.ACQUIRE"[..], b"waited", b"600000", b"WAIT", b"2000"]
+            .map(<[u8]>::to_vec)
+            .to_vec()
+    };
+    let blpop = |_| {
+        [&b"BLPOP"[..], b"empty-list", b"2"]
+            .map(<[u8]>::to_vec)
+            .to_vec()
+    };
     for _ in 0..cfg.slow_rounds {
         let server = &Server::start(&Launch {
             module: Some(&cfg.module),
             extra: &[],
             callgrind: false,
         })?;
-        let (module, module_own) = bytes_per_blocked(server, cfg.waiters, module_wait)?;
+        let (module, module_own) = bytes_per_blocked(server, cfg.waiters, &module_wait)?;
         own.push(Side::Module, module_own, None);
         own.push(Side::Recipe, module - module_own, None);
         polling.push(Side::Module, module, None);
@@ -122,7 +139,7 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         native.push(Side::Module, module, None);
         native.push(
             Side::Recipe,
-            bytes_per_blocked(server, cfg.waiters, blpop)?.0,
+            bytes_per_blocked(server, cfg.waiters, &blpop)?.0,
             None,
         );
     }
