@@ -212,8 +212,30 @@ impl Fuzz {
         let alive: Vec<i64> = self.slots.iter().map(|s| s.conn.id).collect();
         for k in 0..KEYS {
             let name = key_name(k);
-            let got = self.admin.query(&[b"LOCK.INFO".to_vec(), name])?;
+            let got = self.admin.query(&[b"LOCK.INFO".to_vec(), name.clone()])?;
+            // LOCK.WATCH with a fence no state has answers at once with the state.
+            let watched = self.admin.query(&[
+                b"LOCK.WATCH".to_vec(),
+                name,
+                i64::MAX.to_string().into_bytes(),
+                b"0".to_vec(),
+            ])?;
             let key = &self.model.keys[k];
+            let state = match &key.value {
+                None => Some(0),
+                Some(Held::Lock(holders)) => holders.iter().map(|h| h.fence).max(),
+                Some(Held::Str) => None,
+            };
+            let watch_agrees = match state {
+                Some(fence) => watched == Value::Array(vec![Value::Int(fence), Value::Nil]),
+                None => error_text(&watched).is_some_and(|t| t.starts_with("WRONGTYPE")),
+            };
+            if !watch_agrees {
+                return Err(format!(
+                    "LOCK.WATCH fz:{k} answered {watched:?}; the model holds {:?}",
+                    key.value
+                ));
+            }
             match &key.value {
                 None if got == Value::Nil => {}
                 Some(Held::Str) if error_text(&got).is_some_and(|t| t.starts_with("WRONGTYPE")) => {
@@ -235,6 +257,7 @@ impl Fuzz {
                     let newest = holders.iter().map(|h| h.fence).max().unwrap_or(0);
                     let want = [
                         ("waiters", key.queue.len() as i64),
+                        ("watchers", 0),
                         ("holders", holders.len() as i64),
                         ("limit", limit),
                         ("fence", newest),
