@@ -1,4 +1,4 @@
-//! Lock guards and Redlock on async (tokio) connections.
+//! Lock guards, leader election and Redlock on async (tokio) connections.
 //!
 //! The same model as the blocking types at the crate root, on the `redis` crate's
 //! [`MultiplexedConnection`]: one shared connection per server for acquires, releases
@@ -33,6 +33,7 @@ use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult};
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
 
+pub use crate::aio_election::{Election, Leadership, Observer};
 use crate::async_link::{AsyncLink, AsyncSource};
 use crate::commands::{
     Grant, LockInfo, Mode, acquire_cmd, acquire_mode_cmd, extend_cmd, info_cmd, release_cmd,
@@ -411,6 +412,23 @@ impl Shared {
     }
 }
 
+impl Locker {
+    /// `LOCK.INFO key` on the locker's shared connection.
+    pub(crate) async fn info(&self, key: &[u8]) -> RedisResult<Option<LockInfo>> {
+        self.conn.query(&info_cmd(key), self.command_timeout).await
+    }
+
+    /// A new connection of the locker's source, whose replies the caller bounds.
+    pub(crate) async fn open_link(&self) -> RedisResult<AsyncLink> {
+        self.conn.open().await
+    }
+
+    /// How long connecting and each command may take.
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+}
+
 /// Extends the lock every `every` until aborted, the lock is found gone, or the server
 /// stays unreachable for a whole TTL.
 async fn watchdog(shared: Arc<Shared>, every: Duration, ttl: Duration) {
@@ -471,6 +489,38 @@ impl Lock {
             .conn
             .query(&info_cmd(&self.shared.key), self.shared.command_timeout)
             .await
+    }
+
+    /// Publishes `value` in place of the lock's published value (an idempotent
+    /// re-acquire with `VALUE` on the locker's shared connection: same fence, TTL reset,
+    /// bound anew if session-bound). `false`: no longer held by this token, and the guard
+    /// counts as lost.
+    pub async fn proclaim(&self, value: &[u8]) -> RedisResult<bool> {
+        let shared = &self.shared;
+        shared.stay_bound().await?;
+        let mut cmd = acquire_mode_cmd(
+            &shared.key,
+            shared.ttl,
+            Some(&shared.token),
+            None,
+            shared.session,
+            shared.mode,
+        );
+        cmd.arg("VALUE").arg(value);
+        let granted: Option<Grant> = shared.conn.query(&cmd, shared.command_timeout).await?;
+        let held = match granted {
+            Some(grant) if grant.fence == self.fence => true,
+            Some(_) => {
+                // The lock had gone and the key was free: this took it anew. Give it back.
+                let _ = shared.release().await;
+                false
+            }
+            None => false,
+        };
+        if !held {
+            shared.set_lost(LostReason::NotHeld);
+        }
+        Ok(held)
     }
 
     /// Whether the lock is known to be lost.

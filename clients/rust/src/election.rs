@@ -14,9 +14,9 @@ use crate::sync::{Lock, Locker};
 
 /// How long one `LOCK.WATCH` of an [`Observer`] waits before it asks again: the round
 /// trip that finds a dead connection.
-const OBSERVE_ROUND: Duration = Duration::from_secs(30);
+pub(crate) const OBSERVE_ROUND: Duration = Duration::from_secs(30);
 /// The longest pause between two tries to reach the server again.
-const MOST_BACKOFF: Duration = Duration::from_secs(2);
+pub(crate) const MOST_BACKOFF: Duration = Duration::from_secs(2);
 
 /// A leader as followers see it: its term (the fence of its grant, greater than every
 /// earlier term of this election) and the value it published.

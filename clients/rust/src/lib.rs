@@ -82,6 +82,8 @@
 #[cfg(feature = "tokio")]
 pub mod aio;
 #[cfg(feature = "tokio")]
+mod aio_election;
+#[cfg(feature = "tokio")]
 mod async_link;
 pub mod commands;
 mod election;

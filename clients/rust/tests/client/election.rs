@@ -180,3 +180,44 @@ fn a_lost_leadership_refuses_to_proclaim_and_takes_nothing() {
     assert_eq!(election.leader().unwrap(), None, "the free key stays free");
     assert!(!leadership.resign().unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_election_campaigns_proclaims_resigns_and_observes() {
+    use redis_lock_client::aio;
+
+    let server = TestServer::start();
+    let election = aio::Election::new(aio::Locker::new(server.client()), "service:leader")
+        .ttl(Duration::from_secs(10))
+        .lock_delay(Duration::from_millis(200));
+    assert_eq!(election.leader().await.unwrap(), None);
+    let mut observer = election.observe(0);
+    let first = election.campaign(b"a").await.unwrap();
+    assert_eq!(observer.next().await.unwrap(), leader(first.term(), "a"));
+    assert!(first.proclaim(b"a2").await.unwrap());
+    assert_eq!(election.leader().await.unwrap(), leader(first.term(), "a2"));
+
+    let candidate = election.clone();
+    let second = tokio::spawn(async move { candidate.campaign(b"b").await.unwrap() });
+    let mut con = server.connection();
+    poll_until(LIMIT, "the second candidate to queue", || {
+        info_field(&mut con, "service:leader", "waiters") == Some(1)
+    });
+    let first_term = first.term();
+    assert!(first.resign().await.unwrap());
+    let second = second.await.unwrap();
+    assert!(second.term() > first_term);
+    // Elected in the resignation itself: the observer sees the new term, never nobody.
+    assert_eq!(observer.next().await.unwrap(), leader(second.term(), "b"));
+    let _: i64 = redis::cmd("DEL")
+        .arg("service:leader")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(observer.next().await.unwrap(), None);
+    assert!(!second.proclaim(b"b2").await.unwrap(), "lost");
+    assert!(second.check().is_err());
+    assert_eq!(
+        election.leader().await.unwrap(),
+        None,
+        "a lost proclaim takes nothing"
+    );
+}

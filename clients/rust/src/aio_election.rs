@@ -1,0 +1,189 @@
+//! Leader election on async connections: [`crate::Election`]'s calls as futures, on an
+//! [`aio::Locker`](crate::aio::Locker).
+
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use crate::aio::{Lock, Locker};
+use crate::async_link::AsyncLink;
+use crate::commands::watch_cmd;
+use crate::election::{Leader, MOST_BACKOFF, OBSERVE_ROUND};
+use crate::options::LockOptions;
+
+/// One election on async connections (see [`crate::Election`]). A campaign's lock is
+/// bound to the locker's shared connection, so an async cluster locker cannot campaign
+/// (see [`Locker::acquire`]).
+///
+/// ```no_run
+/// # async fn run() -> redis::RedisResult<()> {
+/// use redis_lock_client::aio::{Election, Locker};
+///
+/// let election = Election::new(Locker::open("redis://127.0.0.1:7379/")?, "service:leader");
+/// let mut observer = election.observe(0);
+/// tokio::spawn(async move {
+///     while let Ok(leader) = observer.next().await {
+///         println!("leader now: {leader:?}");
+///     }
+/// });
+/// let leadership = election.campaign(b"10.0.0.7:8080").await?;
+/// leadership.resign().await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Election {
+    locker: Locker,
+    key: Vec<u8>,
+    ttl: Duration,
+    lock_delay: Duration,
+}
+
+impl Election {
+    /// The election on `key`, with the defaults of [`crate::Election::new`] (a 30 s TTL
+    /// extended by a watchdog, a 5 s lock-delay).
+    pub fn new(locker: Locker, key: impl AsRef<[u8]>) -> Self {
+        Election {
+            locker,
+            key: key.as_ref().to_vec(),
+            ttl: Duration::from_secs(30),
+            lock_delay: Duration::from_secs(5),
+        }
+    }
+
+    /// The leader's TTL (see [`crate::Election::ttl`]).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The lock-delay (see [`crate::Election::lock_delay`]).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = delay;
+        self
+    }
+
+    /// Campaigns with `value` published: resolves once elected (first come, first
+    /// elected). Must run inside a tokio runtime (the watchdog is a task).
+    pub async fn campaign(&self, value: &[u8]) -> RedisResult<Leadership> {
+        let options = LockOptions::new(self.ttl)
+            .wait(Duration::ZERO)
+            .session(self.lock_delay)
+            .watchdog()
+            .value(value);
+        loop {
+            if let Some(lock) = self.locker.acquire(&self.key, &options).await? {
+                return Ok(Leadership { lock });
+            }
+        }
+    }
+
+    /// The leader now, `None` when nobody leads (`LOCK.INFO`).
+    pub async fn leader(&self) -> RedisResult<Option<Leader>> {
+        let info = self.locker.info(&self.key).await?;
+        Ok(info.map(|info| Leader {
+            term: info.fence,
+            value: info.value,
+        }))
+    }
+
+    /// Every change of leader after `term`, as [`crate::Election::observe`], one at a
+    /// time from [`Observer::next`], on a connection of the observer's own.
+    pub fn observe(&self, term: u64) -> Observer {
+        Observer {
+            election: self.clone(),
+            last: term,
+            link: None,
+            backoff: Duration::ZERO,
+        }
+    }
+}
+
+/// The leadership an async campaign won. Dropping it resigns (from a task).
+#[derive(Debug)]
+pub struct Leadership {
+    lock: Lock,
+}
+
+impl Leadership {
+    /// The term: the fence of this leadership, to send with every write.
+    pub fn term(&self) -> u64 {
+        self.lock.fence()
+    }
+
+    /// Publishes `value` in place of the last one, same term; `false` if lost.
+    pub async fn proclaim(&self, value: &[u8]) -> RedisResult<bool> {
+        self.lock.proclaim(value).await
+    }
+
+    /// `Err` once the leadership is known to be lost.
+    pub fn check(&self) -> Result<(), crate::LockLost> {
+        self.lock.check()
+    }
+
+    /// Resolves when the leadership is known to be lost; race it against the work.
+    pub async fn lost(&self) -> crate::LockLost {
+        self.lock.lost().await
+    }
+
+    /// Resigns: the next candidate is elected at once; `false` if already lost.
+    pub async fn resign(self) -> RedisResult<bool> {
+        self.lock.release().await
+    }
+}
+
+/// The changes of leader, from [`Election::observe`].
+pub struct Observer {
+    election: Election,
+    last: u64,
+    link: Option<AsyncLink>,
+    backoff: Duration,
+}
+
+impl Observer {
+    /// The next change of leader: `Some(leader)`, or `None` when nobody leads. An error
+    /// (a lost connection, a failover) drops the connection; the next call reconnects,
+    /// pausing up to 2 s between tries, and asks again with the last term.
+    pub async fn next(&mut self) -> RedisResult<Option<Leader>> {
+        if !self.backoff.is_zero() {
+            tokio::time::sleep(self.backoff).await;
+        }
+        let result = self.next_change().await;
+        if result.is_err() {
+            self.link = None;
+            self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), MOST_BACKOFF);
+        } else {
+            self.backoff = Duration::ZERO;
+        }
+        result
+    }
+
+    async fn next_change(&mut self) -> RedisResult<Option<Leader>> {
+        let limit = OBSERVE_ROUND + self.election.locker.command_timeout();
+        loop {
+            let link = match self.link.as_mut() {
+                Some(link) => link,
+                None => {
+                    let link = self.election.locker.open_link().await?;
+                    self.link.insert(link)
+                }
+            };
+            let cmd = watch_cmd(&self.election.key, self.last, OBSERVE_ROUND);
+            let seen: Option<(u64, Option<Vec<u8>>)> =
+                match tokio::time::timeout(limit, cmd.query_async(link)).await {
+                    Ok(reply) => reply?,
+                    Err(_) => {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "LOCK.WATCH timed out",
+                        )
+                        .into());
+                    }
+                };
+            if let Some((term, value)) = seen {
+                self.last = term;
+                return Ok((term != 0).then_some(Leader { term, value }));
+            }
+        }
+    }
+}
