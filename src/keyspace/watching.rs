@@ -27,6 +27,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
 
@@ -103,8 +104,19 @@ thread_local! {
     static KEY_EVENTS: Cell<bool> = const { Cell::new(false) };
 }
 
+/// How many watchers there are, and whether keys wait for a `settle`: plain statics, read
+/// by every grant and every write command, where a thread-local costs a call in a loaded
+/// library. (The server calls the module from its main thread only.)
+static WATCHING: AtomicUsize = AtomicUsize::new(0);
+static UNSETTLED: AtomicBool = AtomicBool::new(false);
+
 fn with<T>(f: impl FnOnce(&mut Watchers) -> T) -> T {
-    WATCHERS.with(|w| f(&mut w.borrow_mut()))
+    WATCHERS.with(|w| {
+        let mut watchers = w.borrow_mut();
+        let result = f(&mut watchers);
+        WATCHING.store(watchers.total(), Ordering::Relaxed);
+        result
+    })
 }
 
 /// Reads the state of `key` (opened for reading: a key whose time has passed reads as
@@ -182,7 +194,7 @@ pub fn total() -> usize {
 /// here). Costs a check of an empty map while nobody watches.
 pub fn touched(db: i32, key: &[u8]) {
     // Checked first, without building the key's id: most servers watch nothing.
-    if with(|w| w.is_empty()) {
+    if WATCHING.load(Ordering::Relaxed) == 0 {
         return;
     }
     let id = blocking::key_id(db, key);
@@ -190,6 +202,7 @@ pub fn touched(db: i32, key: &[u8]) {
         return;
     }
     TOUCHED.with(|t| t.borrow_mut().insert(id));
+    UNSETTLED.store(true, Ordering::Relaxed);
     schedule();
 }
 
@@ -200,6 +213,7 @@ pub fn everything_changed() {
         return;
     }
     TOUCHED.with(|t| t.borrow_mut().extend(keys));
+    UNSETTLED.store(true, Ordering::Relaxed);
     schedule();
 }
 
@@ -207,13 +221,14 @@ pub fn everything_changed() {
 /// command calls it before it returns; inside `MULTI`/`EXEC` or a script the keys wait for
 /// the job or timer `touched` asked for, when the transaction or script is over.
 pub fn settle(ctx: &Context) {
-    if TOUCHED.with(|t| t.borrow().is_empty())
+    if !UNSETTLED.load(Ordering::Relaxed)
         || ctx
             .get_flags()
             .intersects(ContextFlags::MULTI | ContextFlags::LUA)
     {
         return;
     }
+    UNSETTLED.store(false, Ordering::Relaxed);
     let keys = TOUCHED.with(|t| std::mem::take(&mut *t.borrow_mut()));
     for id in keys {
         look_at(ctx, &id);
