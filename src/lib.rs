@@ -72,7 +72,7 @@ struct CommandSpec {
 }
 
 /// Every command: handler, flags, keys, arity and key use.
-const COMMANDS: [CommandSpec; 9] = [
+const COMMANDS: [CommandSpec; 10] = [
     CommandSpec {
         name: c"lock.acquire",
         entry: command_entry!(commands::public::acquire),
@@ -112,6 +112,14 @@ const COMMANDS: [CommandSpec; 9] = [
         keys: (1, 1, 1),
         arity: 4,
         key_use: Some(KeyUse::Read),
+    },
+    CommandSpec {
+        name: c"lock.do",
+        entry: command_entry!(commands::fenced::lock_do),
+        flags: c"write getkeys-api",
+        keys: (1, 1, 1),
+        arity: -4,
+        key_use: Some(KeyUse::ReadThenMore),
     },
     CommandSpec {
         name: c"lock._set",

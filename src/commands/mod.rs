@@ -3,6 +3,7 @@
 //! section.
 
 pub mod args;
+pub mod fenced;
 pub mod info;
 pub mod internal;
 pub mod public;

@@ -47,6 +47,11 @@ impl<'a> Args<'a> {
         self.bytes().get(i).copied().unwrap_or_default()
     }
 
+    /// The server's argument strings themselves, for `call.rs` to pass on.
+    pub(crate) fn raw(&self) -> &'a [*mut raw::RedisModuleString] {
+        self.argv
+    }
+
     /// Argument `i` as the server's string (for a key name), without retaining it.
     /// `None` past the end.
     pub fn string(&self, i: usize) -> Option<Borrowed<'a>> {

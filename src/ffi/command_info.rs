@@ -24,6 +24,9 @@ pub enum KeyUse {
     Delete,
     /// Overwrites it whatever it held (`LOCK._SET`).
     Overwrite,
+    /// Reads it, and other keys follow that the command declares itself when the server
+    /// asks (`LOCK.DO`: the spec is incomplete, so the server asks).
+    ReadThenMore,
 }
 
 impl KeyUse {
@@ -33,6 +36,11 @@ impl KeyUse {
             Self::Update => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE,
             Self::Delete => raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_DELETE,
             Self::Overwrite => raw::REDISMODULE_CMD_KEY_OW | raw::REDISMODULE_CMD_KEY_UPDATE,
+            Self::ReadThenMore => {
+                raw::REDISMODULE_CMD_KEY_RO
+                    | raw::REDISMODULE_CMD_KEY_ACCESS
+                    | raw::REDISMODULE_CMD_KEY_INCOMPLETE
+            }
         })
     }
 }

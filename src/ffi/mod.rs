@@ -14,6 +14,7 @@ use redis_module::{Context, raw};
 
 pub mod alloc;
 pub mod blocked;
+pub mod call;
 pub mod cell;
 pub mod cell_ref;
 pub mod command;

@@ -30,6 +30,47 @@ pub fn invalid_fence() -> RedisError {
     ))
 }
 
+/// `LOCK.DO`: `token` does not hold the lock `key`; nothing ran.
+pub fn not_held(key: &[u8]) -> RedisError {
+    RedisError::String(format!(
+        "NOTHELD the lock '{}' is not held by this token: nothing ran",
+        printable(key)
+    ))
+}
+
+/// `LOCK.DO` may not run the command `name`.
+pub fn not_in_lock_do(name: &[u8], reason: &str) -> RedisError {
+    RedisError::String(format!(
+        "ERR LOCK.DO cannot run '{}': {reason}",
+        printable(name)
+    ))
+}
+
+/// `LOCK.DO`'s command is not one the server knows.
+pub fn unknown_inner(name: &[u8]) -> RedisError {
+    RedisError::String(format!(
+        "ERR LOCK.DO: unknown command '{}'",
+        printable(name)
+    ))
+}
+
+/// `LOCK.DO`'s command has the wrong number of arguments.
+pub fn inner_arity(name: &[u8]) -> RedisError {
+    RedisError::String(format!(
+        "ERR LOCK.DO: wrong number of arguments for '{}'",
+        printable(name)
+    ))
+}
+
+/// The server refused `LOCK.DO`'s command before running it, for a reason it gave only
+/// as a number.
+pub fn inner_not_run(name: &[u8], errno: i32) -> RedisError {
+    RedisError::String(format!(
+        "ERR LOCK.DO: the server did not run '{}' (errno {errno})",
+        printable(name)
+    ))
+}
+
 /// `grace-ms` was not an integer from 0 to 2^47 - 1.
 pub fn invalid_grace() -> RedisError {
     RedisError::String(format!(

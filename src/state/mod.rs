@@ -11,6 +11,7 @@ pub mod events;
 pub mod fence;
 pub mod footprint;
 pub mod holders;
+pub mod inner;
 pub mod limits;
 pub mod lock;
 pub mod queue;

@@ -7,6 +7,7 @@ mod common;
 mod errors;
 mod expiry;
 mod fence;
+mod fenced_writes;
 mod info_stats;
 mod internals_hidden;
 mod keyspace;

@@ -1,0 +1,196 @@
+//! Running another command from inside a command (`RedisModule_Call`), for `LOCK.DO`,
+//! and declaring a command's keys when the server asks for them (`getkeys-api`).
+
+use std::ffi::CStr;
+use std::os::raw::c_int;
+
+use redis_module::{Context, raw};
+
+use crate::ffi::command::Args;
+
+/// How the inner command runs (`RedisModule_Call`'s format): its effects replicate and
+/// reach the AOF as the command's own (`!`); its reply is in the caller's protocol
+/// (`0`); it runs as the caller's ACL user, checked (`C`); as in a script, so that what a
+/// script may not run is refused (`S`); a `deny-oom` command gets `OOM` under a full
+/// `maxmemory` (`M`); errors found before it runs come back as replies with the server's
+/// own text (`E`); its arguments are the vector that follows (`v`).
+const FORMAT: &CStr = c"!0CSMEv";
+
+/// Why the server did not run the inner command, when it answered no reply at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotRun {
+    /// No such command.
+    Unknown,
+    /// The wrong number of arguments for it.
+    Arity,
+    /// Not allowed in a script.
+    NotInScript,
+    /// The caller's ACL user may not run it.
+    Denied,
+    /// A write or `deny-oom` command while over `maxmemory`.
+    OutOfMemory,
+    /// Any other refusal, with the server's `errno`.
+    Other(i32),
+}
+
+/// Runs the command made of `args[from..]` as `FORMAT` says, and replies with its reply
+/// (an error included: the server's text). `Err` when the server answered nothing.
+pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotRun> {
+    let argv = args.raw();
+    let Some(inner) = argv.get(from..).filter(|inner| !inner.is_empty()) else {
+        return Err(NotRun::Arity);
+    };
+    let name = inner[0];
+    let mut name_len = 0;
+    // SAFETY: name is one of the server's live argument strings; the pointer it returns
+    // is valid for name_len bytes while the command runs. The server's call reads a
+    // NUL-terminated name: a copy with one is made below.
+    let name_bytes = unsafe {
+        let ptr =
+            raw::RedisModule_StringPtrLen.expect("RedisModule_StringPtrLen")(name, &mut name_len);
+        if ptr.is_null() {
+            &[][..]
+        } else {
+            std::slice::from_raw_parts(ptr.cast::<u8>(), name_len)
+        }
+    };
+    let Ok(name) = std::ffi::CString::new(name_bytes) else {
+        return Err(NotRun::Unknown); // no command has a NUL in its name
+    };
+    let rest = &inner[1..];
+    // SAFETY: reading a function pointer from the API table filled at load time.
+    let call = unsafe { raw::RedisModule_Call }.expect("RedisModule_Call");
+    // SAFETY: ctx is the live context of the running command; the format asks for one
+    // vector argument, passed as the pointer to `rest`'s strings (live server strings,
+    // which the call only reads) and its length.
+    let reply = unsafe {
+        call(
+            ctx.get_raw(),
+            name.as_ptr(),
+            FORMAT.as_ptr(),
+            rest.as_ptr() as *mut *mut raw::RedisModuleString,
+            rest.len(),
+        )
+    };
+    if reply.is_null() {
+        return Err(not_run(errno()));
+    }
+    // SAFETY: reply is the call's live reply: sent to the client, then freed once.
+    unsafe {
+        raw::RedisModule_ReplyWithCallReply.expect("RedisModule_ReplyWithCallReply")(
+            ctx.get_raw(),
+            reply,
+        );
+        raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
+    }
+    Ok(())
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn not_run(errno: i32) -> NotRun {
+    match errno {
+        2 => NotRun::Unknown,      // ENOENT
+        22 => NotRun::Arity,       // EINVAL
+        29 => NotRun::NotInScript, // ESPIPE
+        13 => NotRun::Denied,      // EACCES
+        28 => NotRun::OutOfMemory, // ENOSPC
+        other => NotRun::Other(other),
+    }
+}
+
+/// Whether the server called the command only to learn its keys (`getkeys-api`:
+/// `COMMAND GETKEYS`, cluster routing, ACL key checks).
+pub fn keys_requested(ctx: &Context) -> bool {
+    // SAFETY: reading a function pointer from the API table, then calling it with the
+    // command's live context.
+    unsafe { raw::RedisModule_IsKeysPositionRequest }
+        .is_some_and(|is_request| unsafe { is_request(ctx.get_raw()) } != 0)
+}
+
+/// What the server knows of a key's use, for a key declared by position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyFlags(i32);
+
+impl KeyFlags {
+    /// Read only, reading what it holds (a lock's key to `LOCK.DO`).
+    pub const READ: KeyFlags =
+        KeyFlags((raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as i32);
+}
+
+/// Declares argument `pos` a key with `flags` (answering a keys request).
+pub fn key_at(ctx: &Context, pos: usize, flags: KeyFlags) {
+    let Ok(pos) = c_int::try_from(pos) else {
+        return;
+    };
+    // SAFETY: reading function pointers from the API table; ctx is the live context of
+    // a keys request, and pos an index into its arguments.
+    unsafe {
+        if let Some(with_flags) = raw::RedisModule_KeyAtPosWithFlags {
+            with_flags(ctx.get_raw(), pos, flags.0);
+        } else if let Some(at) = raw::RedisModule_KeyAtPos {
+            at(ctx.get_raw(), pos);
+        }
+    }
+}
+
+/// The keys of the command made of `args[from..]`: each one's position in `args` and its
+/// flags, as the server finds them for that command; empty for an unknown command or one
+/// with no keys.
+pub fn command_keys(ctx: &Context, args: &Args, from: usize) -> Vec<(usize, KeyFlags)> {
+    let argv = args.raw();
+    let Some(inner) = argv.get(from..).filter(|inner| !inner.is_empty()) else {
+        return Vec::new();
+    };
+    let Ok(argc) = c_int::try_from(inner.len()) else {
+        return Vec::new();
+    };
+    // SAFETY: reading a function pointer from the API table.
+    let Some(get_keys) = (unsafe { raw::RedisModule_GetCommandKeysWithFlags }) else {
+        return Vec::new();
+    };
+    let mut count: c_int = 0;
+    let mut flags: *mut c_int = std::ptr::null_mut();
+    // SAFETY: inner holds the server's live argument strings, which the call only reads;
+    // it returns an array of `count` positions (and one of flags) that the module frees.
+    let positions = unsafe {
+        get_keys(
+            ctx.get_raw(),
+            inner.as_ptr() as *mut *mut raw::RedisModuleString,
+            argc,
+            &mut count,
+            &mut flags,
+        )
+    };
+    if positions.is_null() {
+        return Vec::new();
+    }
+    let count = usize::try_from(count).unwrap_or(0);
+    // SAFETY: reading a function pointer from the API table filled at load time.
+    let free = unsafe { raw::RedisModule_Free }.expect("RedisModule_Free");
+    // SAFETY: both arrays hold `count` integers; each is freed once, after being read.
+    unsafe {
+        let positions_read = std::slice::from_raw_parts(positions, count);
+        let flags_read = if flags.is_null() {
+            None
+        } else {
+            Some(std::slice::from_raw_parts(flags, count))
+        };
+        let keys = positions_read
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &pos)| {
+                let pos = usize::try_from(pos).ok()?;
+                let flag = flags_read.map_or(KeyFlags::READ.0, |f| f[i]);
+                Some((from + pos, KeyFlags(flag)))
+            })
+            .collect();
+        free(positions.cast());
+        if !flags.is_null() {
+            free(flags.cast());
+        }
+        keys
+    }
+}
