@@ -39,10 +39,11 @@ test: deps deps-test ## build once, run every test on every server CI tests (RED
 chaos: deps ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server
 	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(CARGO) test --release --test server chaos:: -- --nocapture
 
-fuzz: deps ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE payloads (RESTORE_FUZZ_CASES, default 100000) and model-checked command sequences (MODEL_FUZZ_STEPS, default 50000), long
+fuzz: deps ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE payloads (RESTORE_FUZZ_CASES, default 100000), model-checked command sequences (MODEL_FUZZ_STEPS, default 50000) and random LOCK.DO commands (LOCK_DO_FUZZ_CASES, default 100000), long
 	PROPTEST_CASES=$${PROPTEST_CASES:-100000} $(CARGO) test --release --lib -- properties bindings
 	RESTORE_FUZZ_CASES=$${RESTORE_FUZZ_CASES:-100000} $(CARGO) test --release --test fuzz restore_fuzz:: -- --nocapture
 	MODEL_FUZZ_STEPS=$${MODEL_FUZZ_STEPS:-50000} $(CARGO) test --release --test fuzz model_fuzz:: -- --nocapture
+	LOCK_DO_FUZZ_CASES=$${LOCK_DO_FUZZ_CASES:-100000} $(CARGO) test --release --test fuzz lock_do_fuzz:: -- --nocapture
 
 test-cluster: deps ## run only the Redis Cluster and failover tests (real 6-node clusters)
 	$(CARGO) test --release --test cluster

@@ -1,4 +1,5 @@
 #[path = "../common/mod.rs"]
 mod common;
+mod lock_do_fuzz;
 mod model_fuzz;
 mod restore_fuzz;
