@@ -23,6 +23,7 @@ fn lock_commands_are_routed_by_key_across_the_cluster() {
     other_nodes_answer_moved(&cluster);
     replicas_serve_lock_info_only_in_readonly_mode(&cluster);
     hash_tags_keep_a_lock_beside_its_data(&cluster);
+    fenced_writes_are_routed_and_stay_in_one_slot(&cluster);
     commands_declare_their_key(&cluster);
 }
 
@@ -404,6 +405,94 @@ fn hash_tags_keep_a_lock_beside_its_data(cluster: &Cluster) {
         1,
         "{step}: release"
     );
+}
+
+/// `LOCK.DO` (docs/commands.md): routed by its keys, `CROSSSLOT` across slots, `MOVED`
+/// from another node.
+fn fenced_writes_are_routed_and_stay_in_one_slot(cluster: &Cluster) {
+    let step = "LOCK.DO";
+    let (lock_key, data_key) = ("{sale:7}:lock", "{sale:7}:stock");
+    let slot = cluster.keyslot(lock_key);
+    let owner = cluster.owner_of(slot);
+    let mut con = cluster.client();
+    let (token, _): (Vec<u8>, i64) = redis::cmd("LOCK.ACQUIRE")
+        .arg(lock_key)
+        .arg(30_000)
+        .query::<Option<(Vec<u8>, i64)>>(&mut con)
+        .expect("LOCK.ACQUIRE")
+        .expect("a free lock");
+    // The cluster client routes it by its first key, the lock's, to the tag's node.
+    let set: String = redis::cmd("LOCK.DO")
+        .arg(lock_key)
+        .arg(&token)
+        .arg("SET")
+        .arg(data_key)
+        .arg(10)
+        .query(&mut con)
+        .expect("LOCK.DO through the cluster client");
+    assert_eq!(set, "OK", "{step}: routed");
+    let left: i64 = redis::cmd("LOCK.DO")
+        .arg(lock_key)
+        .arg(&token)
+        .arg("DECR")
+        .arg(data_key)
+        .query(&mut con)
+        .expect("LOCK.DO DECR");
+    assert_eq!(left, 9, "{step}: the write ran on the key's node");
+    let mut direct = cluster.con(owner.port);
+    // A key of another slot: CROSSSLOT, nothing run.
+    let elsewhere = &cluster.keys_on(&owner, "crossslot-do:", 1)[0];
+    let crossed = error_of(
+        redis::cmd("LOCK.DO")
+            .arg(lock_key)
+            .arg(&token)
+            .arg("SET")
+            .arg(elsewhere)
+            .arg(1)
+            .query(&mut direct),
+    );
+    assert!(crossed.starts_with("CROSSSLOT"), "{step}: {crossed:?}");
+    assert!(
+        !crate::common::exists(&mut direct, elsewhere),
+        "{step}: nothing ran"
+    );
+    // Another node answers MOVED to the owner.
+    let other = cluster
+        .masters()
+        .into_iter()
+        .find(|m| m.port != owner.port)
+        .expect("another master");
+    let moved = error_of(
+        redis::cmd("LOCK.DO")
+            .arg(lock_key)
+            .arg(&token)
+            .arg("GET")
+            .arg(data_key)
+            .query(&mut cluster.con(other.port)),
+    );
+    assert_eq!(
+        moved,
+        format!("MOVED {slot} 127.0.0.1:{}", owner.port),
+        "{step}: another node redirects"
+    );
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg("LOCK.DO")
+        .arg(lock_key)
+        .arg(&token)
+        .arg("MSET")
+        .arg(data_key)
+        .arg(1)
+        .arg("{sale:7}:price")
+        .arg(2)
+        .query(&mut direct)
+        .expect("COMMAND GETKEYS");
+    assert_eq!(
+        keys,
+        [lock_key, data_key, "{sale:7}:price"],
+        "{step}: keys declared"
+    );
+    assert_eq!(crate::common::release(&mut direct, lock_key, &token), 1);
 }
 
 fn commands_declare_their_key(cluster: &Cluster) {
