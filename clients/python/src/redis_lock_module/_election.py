@@ -14,7 +14,7 @@ published with `VALUE`; followers wait in `LOCK.WATCH`, never polling.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, List, NamedTuple, Optional
+from typing import Any, Iterator, List, NamedTuple, Optional, Tuple
 
 from redis.exceptions import ConnectionError, LockNotOwnedError, ResponseError, TimeoutError
 
@@ -56,15 +56,15 @@ def _raw_value(info: Any) -> Optional[bytes]:
     return None
 
 
-def watched(reply: Any) -> Optional[Optional[Leader]]:
-    """A `LOCK.WATCH` reply: `...` (Ellipsis) for a timeout, None for nobody, else the
-    leader."""
+def watched(reply: Any) -> Tuple[bool, Optional[Leader]]:
+    """A `LOCK.WATCH` reply: whether it reports a state (not a timeout), and the leader
+    it names (None for nobody)."""
     if reply is None:
-        return ...
+        return False, None
     term, value = reply
     if int(term) == 0:
-        return None
-    return Leader(int(term), None if value is None else _protocol.as_bytes(value))
+        return True, None
+    return True, Leader(int(term), None if value is None else _protocol.as_bytes(value))
 
 
 def observe_round(redis: Any) -> float:
@@ -72,7 +72,7 @@ def observe_round(redis: Any) -> float:
     kwargs = getattr(getattr(redis, "connection_pool", None), "connection_kwargs", {}) or {}
     socket_timeout = kwargs.get("socket_timeout")
     if socket_timeout:
-        return max(0.001, min(OBSERVE_ROUND, socket_timeout / 2))
+        return max(0.001, min(OBSERVE_ROUND, float(socket_timeout) / 2))
     return OBSERVE_ROUND
 
 
@@ -117,7 +117,7 @@ class Leadership:
 
     def __init__(self, lock: _LeaderLock):
         self._lock = lock
-        self.term: int = lock.fence
+        self.term: int = lock.fence or 0
 
     @property
     def lost(self) -> bool:
@@ -132,6 +132,8 @@ class Leadership:
         leadership is gone."""
         self._lock.value = encode_value(value)
         redis, token = self._lock.redis, self._lock.token
+        if token is None:
+            raise lost_on_proclaim(self._lock.name)
         granted = _protocol.grant(redis.execute_command(*self._lock._acquire_args(token)))
         if granted is None or granted[1] != self.term:
             if granted is not None:
@@ -203,8 +205,8 @@ class Election:
                 time.sleep(pause)
                 continue
             pause = 0.0
-            seen = watched(reply)
-            if seen is ...:
+            changed, seen = watched(reply)
+            if not changed:
                 continue  # the round passed with no change
             last = 0 if seen is None else seen.term
             yield seen

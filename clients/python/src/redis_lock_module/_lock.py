@@ -151,6 +151,15 @@ class Lock(LockState):
         if released != 1:
             raise self._not_owned("release")
 
+    def do(self, *args: Any) -> Any:
+        """Runs the command `args` fenced by the lock (`LOCK.DO`): atomically, and only
+        while this holding's token holds the lock; returns its reply. LockLostError (and
+        nothing ran) when the lock was no longer held."""
+        try:
+            return self.redis.execute_command(*self._do_args(args))
+        except ResponseError as error:
+            raise self._do_refused(error) from error
+
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
         """Adds `additional_time` seconds to what is left of the lock's time, or with
         `replace_ttl=True` sets what is left to it."""

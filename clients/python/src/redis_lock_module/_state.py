@@ -95,6 +95,28 @@ class LockState:
     def _holding(self) -> Optional["Holding"]:
         return getattr(self.local, "holding", None)
 
+    def _do_args(self, args: Tuple[Any, ...]) -> List[Any]:
+        """`LOCK.DO name token *args` for the current holding; LockError if not held."""
+        token = self.token
+        if token is None:
+            raise lock_error(LockError, "Cannot run a command under an unlocked lock",
+                             self.name)
+        if not args:
+            raise ValueError("do() needs a command")
+        return ["LOCK.DO", self.name, token, *args]
+
+    def _do_refused(self, error: Exception) -> Exception:
+        """The error `do()` raises for `error`: LockLostError (the holding marked lost)
+        when the token no longer holds the lock, else `error` itself."""
+        if not str(error).startswith("NOTHELD"):
+            return error
+        lost = lock_error(LockLostError, "The lock was no longer held: nothing ran",
+                          str(self.name))
+        holding = self._holding()
+        if holding is not None and holding.lost is None:
+            holding.lost = lost
+        return lost
+
     def _forget(self) -> Optional["Holding"]:
         """Drops this thread's holding and stops its watchdog; returns it."""
         holding = self._holding()

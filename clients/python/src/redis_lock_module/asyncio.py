@@ -129,6 +129,13 @@ class Lock(LockState):
             raise
         self._forget_if(holding)
 
+    async def do(self, *args: Any) -> Any:
+        """See `redis_lock_module.Lock.do`."""
+        try:
+            return await self.redis.execute_command(*self._do_args(args))
+        except ResponseError as error:
+            raise self._do_refused(error) from error
+
     async def do_release(self, expected_token: bytes) -> None:
         try:
             released = await self.redis.execute_command("LOCK.RELEASE", self.name,
@@ -203,7 +210,7 @@ class Leadership:
 
     def __init__(self, lock: _LeaderLock):
         self._lock = lock
-        self.term: int = lock.fence
+        self.term: int = lock.fence or 0
 
     @property
     def lost(self) -> bool:
@@ -215,6 +222,8 @@ class Leadership:
     async def proclaim(self, value: Token) -> None:
         self._lock.value = _election.encode_value(value)
         redis, token = self._lock.redis, self._lock.token
+        if token is None:
+            raise _election.lost_on_proclaim(self._lock.name)
         granted = _protocol.grant(await redis.execute_command(*self._lock._acquire_args(token)))
         if granted is None or granted[1] != self.term:
             if granted is not None:
@@ -274,8 +283,8 @@ class Election:
                 await asyncio.sleep(pause)
                 continue
             pause = 0.0
-            seen = _election.watched(reply)
-            if seen is ...:
+            changed, seen = _election.watched(reply)
+            if not changed:
                 continue
             last = 0 if seen is None else seen.term
             yield seen
