@@ -66,6 +66,8 @@ export declare class Lock {
   expiration: number;
   release(): Promise<void>;
   extend(duration: number): Promise<Lock>;
+  /** Runs a command fenced by the lock (LOCK.DO); LockLostError when no longer held. */
+  do(...args: Array<string | number>): Promise<unknown>;
 }
 
 export interface LockInfo {

@@ -97,6 +97,27 @@ class Lock {
     }
   }
 
+  /**
+   * Runs a command fenced by the lock (`LOCK.DO`): atomically, and only while this
+   * token holds the lock; resolves to its reply (the command's own errors as the client
+   * library reports them). Rejects with LockLostError, nothing run, when the lock is no
+   * longer held.
+   */
+  async do(...args) {
+    if (args.length === 0) {
+      throw new TypeError('do() needs a command');
+    }
+    try {
+      return await this.locker.connection.send(['LOCK.DO', this.key, this.value, ...args]);
+    } catch (error) {
+      if (isServerReply(error) && error.message.startsWith('NOTHELD')) {
+        this.expiration = 0;
+        throw new LockLostError(`${this.resource}: the lock was no longer held: nothing ran`);
+      }
+      throw error;
+    }
+  }
+
   /** Sets what is left of the lock's time to `duration` ms; throws LockLostError if gone. */
   async extend(duration) {
     checkMs(duration, 'duration', 1);

@@ -32,6 +32,8 @@ async function main(): Promise<void> {
   const lock: Lock = await ioredis.acquire('orders:42', 10_000, { wait: 5_000, session: 5_000 });
   const fence: number = lock.fence;
   await lock.extend(20_000);
+  const stock: unknown = await lock.do('DECR', '{sale:7}:stock');
+  void stock;
   await lock.release();
   const reader: Lock = await pool.readLock('catalog', 10_000);
   const permit: Lock = await cluster.semaphore('api', 10, 10_000, { wait: 1_000 });

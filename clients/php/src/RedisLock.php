@@ -119,6 +119,35 @@ class RedisLock
     }
 
     /** Releases `$name`; true if this object still held it. */
+    /**
+     * Runs a command fenced by the lock `$name` (`LOCK.DO`): atomically, and only while
+     * this object's token holds it; returns the command's reply. When the lock is no
+     * longer held (it expired, or went to another holder), nothing runs and a
+     * LockException (`NOTHELD`) is thrown; so it is when this object does not hold it,
+     * or the command fails (its error in the message).
+     *
+     * @return mixed
+     */
+    public function do(string $name, string ...$command)
+    {
+        if (!isset($this->lockedNames[$name])) {
+            throw new LockException("LOCK.DO: this object does not hold the lock '$name'");
+        }
+        if ($command === []) {
+            throw new \InvalidArgumentException('do() needs a command');
+        }
+        $args = array_merge(['LOCK.DO', $this->key($name), $this->lockedNames[$name][0]], $command);
+        try {
+            return $this->commands->call($args);
+        } catch (\RedisException $e) {
+            // phpredis may throw a server's error reply rather than answer it.
+            if (preg_match('/^[A-Z]+ /', $e->getMessage()) === 1) {
+                throw new LockException('LOCK.DO: ' . $e->getMessage());
+            }
+            throw $e;
+        }
+    }
+
     public function unlock(string $name): bool
     {
         if (!isset($this->lockedNames[$name])) {

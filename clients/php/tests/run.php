@@ -281,4 +281,30 @@ check('50 concurrent buyers of 20 items: 20 bought, 30 sold out', ($counts['boug
 check('the stock is 0 and there are 20 orders, never more', trim(runAll([[$sale, (string) $port, 'report']])[0]) === 'stock=0 orders=20');
 check('each buyer ordered at most once', count(array_unique($r->lRange('sale:orders', 0, -1))) === 20);
 
+// A buyer that stalls past its lock's TTL, beside a punctual one, for the last item.
+runAll([[$sale, (string) $port, 'setup', '1']]);
+$late = runAll([[$sale, (string) $port, 'recipe-stall', 'late', '600'], [$sale, (string) $port, 'recipe-buy', 'punctual']]);
+check('the SET NX recipe sells the last item twice to a stalled buyer and a punctual one',
+    array_map('trim', $late) === ['bought', 'bought']
+    && trim(runAll([[$sale, (string) $port, 'report']])[0]) === 'stock=-1 orders=2');
+runAll([[$sale, (string) $port, 'setup', '1']]);
+$late = runAll([[$sale, (string) $port, 'stall', 'late', '600'], [$sale, (string) $port, 'buy', 'punctual', '100']]);
+check('with LOCK.DO the stalled buyer\'s DECR is refused: the item is sold once',
+    array_map('trim', $late) === ['lost the lock', 'bought']
+    && trim(runAll([[$sale, (string) $port, 'report']])[0]) === 'stock=0 orders=1');
+
+// --- fenced writes --------------------------------------------------------------------------
+
+$f = new RedisLock(connect($port));
+check('do() runs a command while the lock is held', $f->lock('fenced') && in_array($f->do('fenced', 'SET', 'fenced:data', 'v'), [true, 'OK'], true)
+    && $r->get('fenced:data') === 'v');
+check('do() answers the command\'s reply', $f->do('fenced', 'INCR', 'fenced:n') === 1);
+$r->del('Lock:fenced');
+check('do() under a lost lock throws NOTHELD and runs nothing', throws(function () use ($f) {
+    $f->do('fenced', 'SET', 'fenced:data', 'late');
+}, 'NOTHELD') && $r->get('fenced:data') === 'v');
+check('do() without holding the lock throws', throws(function () use ($f) {
+    $f->do('other', 'GET', 'x');
+}, 'does not hold'));
+
 echo "php: $passed checks passed\n";

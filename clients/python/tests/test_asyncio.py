@@ -231,3 +231,20 @@ def test_a_lock_without_timeout_never_expires(r, port, key):
         await a.aclose()
 
     run(scenario())
+
+
+def test_do_on_the_asyncio_lock(port, key):
+    from redis_lock_module import LockLostError
+
+    async def scenario():
+        a = await client(port)
+        lock = Lock(a, key, timeout=30)
+        assert await lock.acquire()
+        assert await lock.do("INCR", key + ":n") == 1
+        await a.delete(key)
+        with pytest.raises(LockLostError):
+            await lock.do("INCR", key + ":n")
+        assert int(await a.get(key + ":n")) == 1
+        await a.aclose()
+
+    run(scenario())

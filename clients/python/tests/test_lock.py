@@ -473,3 +473,19 @@ def test_a_key_of_another_type_holds_the_name_as_for_redis_py(r, key):
     assert raised.value.lock_name == key
     assert r.get(key) == b"an old SET NX lock"
     assert not make(r, key).owned()
+
+
+def test_do_runs_a_command_only_while_the_lock_is_held(r, key):
+    from redis_lock_module import Lock, LockLostError
+
+    lock = Lock(r, key, timeout=30)
+    assert lock.acquire()
+    data = "{" + key + "}:stock"
+    # A lock and its data under one hash tag: the same slot on a cluster.
+    assert lock.do("SET", data, 1) in (True, b"OK", "OK")
+    assert lock.do("DECR", data) == 0
+    r.delete(key)  # the lock goes (its TTL ran out, say)
+    with pytest.raises(LockLostError):
+        lock.do("DECR", data)
+    assert lock.lost
+    assert int(r.get(data)) == 0, "the late write did not run"

@@ -36,7 +36,7 @@ use tokio::task::{JoinHandle, JoinSet};
 pub use crate::aio_election::{Election, Leadership, Observer};
 use crate::async_link::{AsyncLink, AsyncSource};
 use crate::commands::{
-    Grant, LockInfo, Mode, acquire_cmd, acquire_mode_cmd, extend_cmd, info_cmd, release_cmd,
+    Grant, LockInfo, Mode, acquire_cmd, acquire_mode_cmd, do_cmd, extend_cmd, info_cmd, release_cmd,
 };
 use crate::guard::{
     DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
@@ -489,6 +489,24 @@ impl Lock {
             .conn
             .query(&info_cmd(&self.shared.key), self.shared.command_timeout)
             .await
+    }
+
+    /// Runs `cmd` fenced by this lock (`LOCK.DO`), as [`crate::Lock::run`]: its reply,
+    /// or an error with code `NOTHELD` (nothing ran; the guard counts as lost).
+    pub async fn run<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        let shared = &self.shared;
+        shared.stay_bound().await?;
+        let result = shared
+            .conn
+            .query(
+                &do_cmd(&shared.key, &shared.token, cmd),
+                shared.command_timeout,
+            )
+            .await;
+        if matches!(&result, Err(err) if err.code() == Some("NOTHELD")) {
+            shared.set_lost(LostReason::NotHeld);
+        }
+        result
     }
 
     /// Publishes `value` in place of the lock's published value (an idempotent

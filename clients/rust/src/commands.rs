@@ -149,6 +149,20 @@ pub fn watch_cmd(key: impl AsRef<[u8]>, fence: u64, timeout: Duration) -> redis:
     cmd
 }
 
+/// `LOCK.DO key token command [arg ...]`: `inner` run atomically if and only if `token`
+/// holds `key`. Reply: `inner`'s own; an error with code `NOTHELD` (nothing ran) when
+/// `token` does not hold `key`.
+pub fn do_cmd(key: impl AsRef<[u8]>, token: &[u8], inner: &redis::Cmd) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.DO");
+    cmd.arg(key.as_ref()).arg(token);
+    for arg in inner.args_iter() {
+        if let redis::Arg::Simple(bytes) = arg {
+            cmd.arg(bytes);
+        }
+    }
+    cmd
+}
+
 /// A granted lock: the reply `[token, fence]` of `LOCK.ACQUIRE`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Grant {

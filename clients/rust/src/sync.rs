@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use redis::{FromRedisValue, RedisResult};
 
-use crate::commands::{Grant, LockInfo, Mode, acquire_mode_cmd, extend_cmd, info_cmd, release_cmd};
+use crate::commands::{
+    Grant, LockInfo, Mode, acquire_mode_cmd, do_cmd, extend_cmd, info_cmd, release_cmd,
+};
 use crate::guard::{
     DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
 };
@@ -347,6 +349,20 @@ impl Lock {
     /// `LOCK.INFO` of the lock's key (`None` if the key is gone).
     pub fn info(&self) -> RedisResult<Option<LockInfo>> {
         self.shared.query(&info_cmd(&self.shared.key))
+    }
+
+    /// Runs `cmd` fenced by this lock (`LOCK.DO`): atomically, and only while this
+    /// token holds the lock; its reply as `T`. If the lock is no longer held (it expired,
+    /// was released or taken over), nothing runs: an error with code `NOTHELD`, and the
+    /// guard counts as lost. Put the data under the lock's hash tag on a cluster.
+    pub fn run<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        let result = self
+            .shared
+            .query(&do_cmd(&self.shared.key, &self.shared.token, cmd));
+        if matches!(&result, Err(err) if err.code() == Some("NOTHELD")) {
+            self.shared.lost.set(LostReason::NotHeld);
+        }
+        result
     }
 
     /// Publishes `value` in place of the lock's published value (an idempotent

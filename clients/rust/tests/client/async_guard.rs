@@ -264,3 +264,29 @@ async fn a_session_bound_async_lock_lives_as_long_as_the_lockers_connection() {
     });
     assert_eq!(lock_stat(&mut admin, "lock_session_releases"), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_on_the_async_guard_writes_only_while_the_lock_is_held() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let lock = locker
+        .acquire("{sale:8}:lock", &ttl(30_000))
+        .await
+        .unwrap()
+        .expect("granted");
+    let n: i64 = lock
+        .run(redis::cmd("INCR").arg("{sale:8}:n"))
+        .await
+        .unwrap();
+    assert_eq!(n, 1);
+    let _: i64 = redis::cmd("DEL")
+        .arg("{sale:8}:lock")
+        .query(&mut server.connection())
+        .unwrap();
+    let err = lock
+        .run::<i64>(redis::cmd("INCR").arg("{sale:8}:n"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("NOTHELD"), "{err}");
+    assert!(lock.is_lost());
+}

@@ -465,3 +465,34 @@ fn a_reclaim_that_finds_the_lock_gone_does_not_take_it_anew() {
         "nothing taken in its name"
     );
 }
+
+#[test]
+fn run_writes_only_while_the_lock_is_held() {
+    let server = TestServer::start();
+    let locker = locker(&server);
+    let lock = locker
+        .acquire("{sale:7}:lock", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    let set: String = lock
+        .run(redis::cmd("SET").arg("{sale:7}:stock").arg(1))
+        .unwrap();
+    assert_eq!(set, "OK");
+    let left: i64 = lock.run(redis::cmd("DECR").arg("{sale:7}:stock")).unwrap();
+    assert_eq!(left, 0);
+    // The lock goes (its TTL ran out, say): the late write is refused, nothing runs.
+    let _: i64 = redis::cmd("DEL")
+        .arg("{sale:7}:lock")
+        .query(&mut server.connection())
+        .unwrap();
+    let err = lock
+        .run::<i64>(redis::cmd("DECR").arg("{sale:7}:stock"))
+        .unwrap_err();
+    assert_eq!(err.code(), Some("NOTHELD"), "{err}");
+    assert!(lock.is_lost());
+    let stock: i64 = redis::cmd("GET")
+        .arg("{sale:7}:stock")
+        .query(&mut server.connection())
+        .unwrap();
+    assert_eq!(stock, 0, "sold once");
+}
