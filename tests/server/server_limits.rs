@@ -222,8 +222,33 @@ fn commands_with_tokens(con: &mut redis::Connection) -> Vec<Vec<u8>> {
     )
     .unwrap();
 
+    // A fenced write, by the holder and by a token that does not hold the lock.
+    let fenced = b"SECRET-fenced-write-3d9b".to_vec();
+    acquire_as(con, "fenced", 60_000, &fenced).expect("granted");
+    let ran: String = redis::cmd("LOCK.DO")
+        .arg("fenced")
+        .arg(&fenced)
+        .arg("SET")
+        .arg("fenced-data")
+        .arg(1)
+        .query(con)
+        .unwrap();
+    assert_eq!(ran, "OK");
+    let not_held = error_of_command(
+        con,
+        &[
+            &b"LOCK.DO"[..],
+            b"fenced",
+            &wrong,
+            b"SET",
+            b"fenced-data",
+            b"2",
+        ],
+    );
+    assert!(not_held.starts_with("NOTHELD"), "{not_held}");
+
     // Refused commands carry tokens too.
-    let refusals: [Vec<&[u8]>; 7] = [
+    let refusals: [Vec<&[u8]>; 8] = [
         vec![b"LOCK.ACQUIRE", b"r", b"0", b"TOKEN", &refused],
         vec![
             b"LOCK.ACQUIRE",
@@ -247,12 +272,14 @@ fn commands_with_tokens(con: &mut redis::Connection) -> Vec<Vec<u8>> {
         vec![b"LOCK.EXTEND", b"r", &refused_extend],
         vec![b"LOCK.EXTEND", b"r", &refused_extend, b"abc"],
         vec![b"LOCK._SET", b"r", &internal, b"5", b"0", b"-1"],
+        vec![b"LOCK.DO", b"fenced", &fenced, b"BLPOP", b"l", b"0"],
     ];
     for argv in refusals {
         let err = error_of_command(con, &argv);
         assert!(err.starts_with("ERR "), "{err}");
     }
     vec![
+        fenced,
         made,
         given,
         lower,
@@ -330,7 +357,13 @@ fn slowlog_never_shows_a_token() {
     assert_commands_shown_with_tokens_redacted(
         "SLOWLOG",
         &log,
-        &["lock.acquire", "lock.release", "lock.extend", "lock._set"],
+        &[
+            "lock.acquire",
+            "lock.release",
+            "lock.extend",
+            "lock._set",
+            "lock.do",
+        ],
         &tokens,
     );
 }
@@ -345,7 +378,7 @@ fn monitor_never_shows_a_token() {
     assert_commands_shown_with_tokens_redacted(
         "MONITOR",
         &seen,
-        &["lock.acquire", "lock.release", "lock.extend"],
+        &["lock.acquire", "lock.release", "lock.extend", "lock.do"],
         &tokens,
     );
 }
