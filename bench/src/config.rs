@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The scenarios, by the names `--only` takes.
-pub const SCENARIOS: [&str; 10] = [
+pub const SCENARIOS: [&str; 11] = [
     "throughput",
     "callgrind",
     "contention",
@@ -15,6 +15,7 @@ pub const SCENARIOS: [&str; 10] = [
     "sessions",
     "shared",
     "election",
+    "fenced",
 ];
 
 /// Sizes and durations of one benchmark run.

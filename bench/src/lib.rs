@@ -27,7 +27,8 @@ pub use config::Config;
 pub use report::Report;
 
 use scenarios::{
-    callgrind, contention, durability, election, expiry, sessions, shared, throughput, waiters,
+    callgrind, contention, durability, election, expiry, fenced, sessions, shared, throughput,
+    waiters,
 };
 use server::{Launch, Server};
 
@@ -99,6 +100,14 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
             "scenario 11: leader election: a leader's death to every follower, a follower's memory",
         );
         report.metrics.extend(election::run(cfg)?);
+    }
+    if cfg.runs("fenced") {
+        step("scenario 12: fenced writes: LOCK.DO against the compare-then-write script");
+        let server = Server::start(&launch)?;
+        report.metrics.extend(fenced::run(cfg, &server)?);
+        if callgrind::available() {
+            report.metrics.extend(fenced::instructions(cfg)?);
+        }
     }
     report.elapsed = started.elapsed();
     Ok(report)

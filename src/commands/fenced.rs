@@ -3,8 +3,7 @@
 //! holders); else `-NOTHELD` and nothing runs. It runs as the caller's ACL user, as in a
 //! script, and replicates as itself (`ffi/call.rs`); the lock is not touched.
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
@@ -12,19 +11,19 @@ use crate::commands::args;
 use crate::datatype::LockKey;
 use crate::ffi::call::{self, KeyFlags, NotRun};
 use crate::ffi::command::Args;
+use crate::ffi::main_thread::MainThread;
 use crate::ffi::{self, Key};
 use crate::state::error;
-use crate::state::inner::{self, Refusal};
+use crate::state::inner::{self, Refusal, Verdicts};
 use crate::state::value::LockValue;
 
 /// Where the inner command starts in `LOCK.DO key token command ...`.
 const INNER: usize = 3;
 
-thread_local! {
-    /// Each command name's verdict (lowercase; `name|subcommand` for a container's
-    /// subcommand), from the server's `COMMAND INFO`: asked once per name.
-    static VERDICTS: RefCell<HashMap<Vec<u8>, Result<(), Refusal>>> = RefCell::new(HashMap::new());
-}
+/// Each command name's verdict, from the server's `COMMAND INFO`: asked once per name
+/// (a plain static of the main thread: a thread-local costs a call in a loaded library).
+static VERDICTS: LazyLock<MainThread<Verdicts>> =
+    LazyLock::new(|| MainThread::new(Verdicts::default()));
 
 /// LOCK.DO <key> <token> <command> [arg ...]
 ///
@@ -92,10 +91,10 @@ fn declare_keys(ctx: &Context, args: &Args) {
 /// looked at; an unknown command is left to the server, which names it.
 fn allowed(ctx: &Context, args: &Args) -> Result<(), RedisError> {
     let command = args.get(INNER);
-    let name = command.to_ascii_lowercase();
-    let verdict = match cached(&name) {
+    let verdict = match VERDICTS.with(|v| v.get(command)) {
         Some(verdict) => verdict,
         None => {
+            let name = command.to_ascii_lowercase();
             let Some((verdict, container)) = look_up(ctx, &name) else {
                 return Ok(());
             };
@@ -112,10 +111,6 @@ fn allowed(ctx: &Context, args: &Args) -> Result<(), RedisError> {
         }
     };
     verdict.map_err(|refusal| error::not_in_lock_do(command, refusal.reason()))
-}
-
-fn cached(name: &[u8]) -> Option<Result<(), Refusal>> {
-    VERDICTS.with(|v| v.borrow().get(name).copied())
 }
 
 /// `COMMAND INFO name`: its verdict (kept for next time, unless it is a container) and
@@ -143,7 +138,7 @@ fn look_up(ctx: &Context, name: &[u8]) -> Option<(Result<(), Refusal>, bool)> {
     let container = matches!(entry.get(9), Some(RedisValue::Array(subs)) if !subs.is_empty());
     let verdict = inner::verdict(name, &flags);
     if !container {
-        VERDICTS.with(|v| v.borrow_mut().insert(name.to_vec(), verdict));
+        VERDICTS.with(|v| v.insert(name, verdict));
     }
     Some((verdict, container))
 }

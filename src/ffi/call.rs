@@ -54,8 +54,18 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
             std::slice::from_raw_parts(ptr.cast::<u8>(), name_len)
         }
     };
-    let Ok(name) = std::ffi::CString::new(name_bytes) else {
+    // The server reads a NUL-terminated name: copied with one, on the stack when short.
+    if name_bytes.contains(&0) {
         return Err(NotRun::Unknown); // no command has a NUL in its name
+    }
+    let mut short = [0u8; 64];
+    let long;
+    let name: &[u8] = if name_bytes.len() < short.len() {
+        short[..name_bytes.len()].copy_from_slice(name_bytes);
+        &short[..=name_bytes.len()]
+    } else {
+        long = [name_bytes, &[0]].concat();
+        &long
     };
     let rest = &inner[1..];
     // SAFETY: reading a function pointer from the API table filled at load time.
@@ -66,7 +76,7 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
     let reply = unsafe {
         call(
             ctx.get_raw(),
-            name.as_ptr(),
+            name.as_ptr().cast(),
             FORMAT.as_ptr(),
             rest.as_ptr() as *mut *mut raw::RedisModuleString,
             rest.len(),

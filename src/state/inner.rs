@@ -29,8 +29,42 @@ impl Refusal {
     }
 }
 
+/// The verdicts known so far, by command name (any case): a sorted list, searched without
+/// an allocation or a hash of the name (a few hundred names at most, the server's).
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    names: Vec<(Box<[u8]>, Verdict)>,
+}
+
+/// Whether a command may run inside `LOCK.DO`, and if not, why.
+pub type Verdict = Result<(), Refusal>;
+
+fn folded(name: &[u8]) -> impl Iterator<Item = u8> + '_ {
+    name.iter().map(u8::to_ascii_lowercase)
+}
+
+impl Verdicts {
+    fn find(&self, name: &[u8]) -> Result<usize, usize> {
+        self.names
+            .binary_search_by(|(known, _)| folded(known).cmp(folded(name)))
+    }
+
+    /// The verdict on `name`, if known.
+    pub fn get(&self, name: &[u8]) -> Option<Verdict> {
+        self.find(name).ok().map(|i| self.names[i].1)
+    }
+
+    /// Keeps the verdict on `name`.
+    pub fn insert(&mut self, name: &[u8], verdict: Verdict) {
+        match self.find(name) {
+            Ok(i) => self.names[i].1 = verdict,
+            Err(i) => self.names.insert(i, (folded(name).collect(), verdict)),
+        }
+    }
+}
+
 /// Whether the command `name` may run inside `LOCK.DO`, by its `COMMAND INFO` flags.
-pub fn verdict(name: &[u8], flags: &[String]) -> Result<(), Refusal> {
+pub fn verdict(name: &[u8], flags: &[String]) -> Verdict {
     if name.len() >= 5 && name[..5].eq_ignore_ascii_case(b"lock.") {
         return Err(Refusal::LockCommand);
     }
@@ -49,6 +83,24 @@ mod tests {
 
     fn flags(list: &[&str]) -> Vec<String> {
         list.iter().map(|f| f.to_string()).collect()
+    }
+
+    #[test]
+    fn verdicts_are_found_in_any_case() {
+        let mut v = Verdicts::default();
+        v.insert(b"SET", Ok(()));
+        v.insert(b"blpop", Err(Refusal::Blocking));
+        v.insert(b"hset", Ok(()));
+        assert_eq!(v.get(b"set"), Some(Ok(())));
+        assert_eq!(v.get(b"BLPop"), Some(Err(Refusal::Blocking)));
+        assert_eq!(v.get(b"get"), None);
+        v.insert(b"Set", Err(Refusal::NotInScript));
+        assert_eq!(
+            v.get(b"SET"),
+            Some(Err(Refusal::NotInScript)),
+            "replaced, not added"
+        );
+        assert_eq!(v.names.len(), 3);
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod contention;
 pub mod durability;
 pub mod election;
 pub mod expiry;
+pub mod fenced;
 pub mod memory;
 pub mod session_close;
 pub mod sessions;

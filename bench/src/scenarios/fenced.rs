@@ -1,0 +1,236 @@
+//! Scenario 12: fenced writes. The server time of a write that runs only while a token
+//! holds the lock: `LOCK.DO lock token SET k v` (and `... HINCRBY h f 1`) against the
+//! script users write today on the `SET NX` recipe,
+//! `if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('set', KEYS[2], ARGV[2]) end`,
+//! by `EVALSHA`; and against the same write sent alone, the floor. `usec_per_call` from
+//! `INFO commandstats` (the outer command's, which includes the write it runs), in turns
+//! of a quarter of `ops` calls pipelined 50 a batch, four turns per side per round, the
+//! sides alternating (as scenario 9: short turns put both sides through the same moments
+//! of a shared machine), with the load generator and the server's main thread pinned to
+//! separate cores.
+
+use std::io;
+
+use crate::config::Config;
+use crate::cpu;
+use crate::info;
+use crate::resp::Conn;
+use crate::results::{Better, Metric, Target};
+use crate::scenarios::callgrind;
+use crate::server::{Launch, Server};
+use crate::sides::Side;
+
+const BATCH: usize = 50;
+const LOCK: &[u8] = b"fenced:lock";
+const RECIPE_LOCK: &[u8] = b"fenced:recipe-lock";
+const TOKEN: &[u8] = b"holder-token-0123456789abcdef0123";
+
+/// One kind of write: its name, the script's form of it, and its arguments after the key.
+struct Write {
+    command: &'static str,
+    script: &'static str,
+    key: &'static [u8],
+    args: &'static [&'static [u8]],
+}
+
+const WRITES: [Write; 2] = [
+    Write {
+        command: "set",
+        script: "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('set', KEYS[2], ARGV[2]) end",
+        key: b"fenced:string",
+        args: &[b"some-value"],
+    },
+    Write {
+        command: "hincrby",
+        script: "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('hincrby', KEYS[2], ARGV[2], ARGV[3]) end",
+        key: b"fenced:hash",
+        args: &[b"field", b"1"],
+    },
+];
+
+/// Sends `ops` copies of `argv`, pipelined, and reads every reply (none an error).
+fn send(conn: &mut Conn, argv: &[&[u8]], ops: usize) -> io::Result<()> {
+    let mut left = ops;
+    while left > 0 {
+        let batch = left.min(BATCH);
+        for _ in 0..batch {
+            conn.queue(argv);
+        }
+        conn.flush()?;
+        for _ in 0..batch {
+            conn.read()?.ok()?;
+        }
+        left -= batch;
+    }
+    Ok(())
+}
+
+/// `usec_per_call` of `command` after `ops` pipelined `argv`.
+fn usec(
+    admin: &mut Conn,
+    conn: &mut Conn,
+    argv: &[&[u8]],
+    ops: usize,
+    command: &str,
+) -> io::Result<f64> {
+    admin.cmd(&["CONFIG", "RESETSTAT"])?;
+    send(conn, argv, ops)?;
+    info::usec_per_call(admin, command)
+}
+
+/// The same comparison in instructions in `processCommand` (callgrind), which the
+/// machine's load does not change: `callgrind_ops` calls per side per round, 3 rounds.
+pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
+    let server = Server::start(&Launch {
+        module: Some(&cfg.module),
+        extra: &[],
+        callgrind: true,
+    })?;
+    let mut admin = server.conn()?;
+    let mut conn = server.conn()?;
+    admin
+        .call(&[b"LOCK.ACQUIRE", LOCK, b"600000", b"TOKEN", TOKEN])?
+        .ok()?;
+    admin.call(&[b"SET", RECIPE_LOCK, TOKEN])?.ok()?;
+    let mut metrics = Vec::new();
+    for write in &WRITES {
+        let sha = admin.cmd(&["SCRIPT", "LOAD", write.script])?.text()?;
+        let (fenced, scripted, alone) = commands(write, &sha);
+        let name = write.command.to_uppercase();
+        let mut vs_script = Metric::new(
+            "12. fenced write",
+            &format!(
+                "instructions per LOCK.DO ... {name} (processCommand, callgrind) against the script"
+            ),
+            "instr",
+            &format!("EVALSHA (GET compare, then {name})"),
+            Better::Lower,
+        )
+        .target(Target::RatioAtMost(0.5));
+        let mut vs_floor = Metric::new(
+            "12. fenced write",
+            &format!(
+                "instructions per LOCK.DO ... {name} (processCommand, callgrind) against the write alone"
+            ),
+            "instr",
+            &format!("{name} alone (the floor)"),
+            Better::Lower,
+        );
+        let n = cfg.callgrind_ops;
+        for _ in 0..cfg.rounds.min(3) {
+            let (_, module) = callgrind::measured(&server, n, || send(&mut conn, &fenced, n))?;
+            let (_, script) = callgrind::measured(&server, n, || send(&mut conn, &scripted, n))?;
+            let (_, floor) = callgrind::measured(&server, n, || send(&mut conn, &alone, n))?;
+            vs_script.push(Side::Module, module, None);
+            vs_script.push(Side::Recipe, script, None);
+            vs_floor.push(Side::Module, module, None);
+            vs_floor.push(Side::Recipe, floor, None);
+        }
+        metrics.push(vs_script);
+        metrics.push(vs_floor);
+    }
+    Ok(metrics)
+}
+
+/// A command's arguments.
+type Argv<'a> = Vec<&'a [u8]>;
+
+/// The fenced write, the script's and the write alone, as argument vectors.
+fn commands<'a>(write: &'a Write, sha: &'a str) -> (Argv<'a>, Argv<'a>, Argv<'a>) {
+    let fenced = [
+        &b"LOCK.DO"[..],
+        LOCK,
+        TOKEN,
+        write.command.as_bytes(),
+        write.key,
+    ]
+    .into_iter()
+    .chain(write.args.iter().copied())
+    .collect();
+    let scripted = [
+        &b"EVALSHA"[..],
+        sha.as_bytes(),
+        b"2",
+        RECIPE_LOCK,
+        write.key,
+        TOKEN,
+    ]
+    .into_iter()
+    .chain(write.args.iter().copied())
+    .collect();
+    let alone = [write.command.as_bytes(), write.key]
+        .into_iter()
+        .chain(write.args.iter().copied())
+        .collect();
+    (fenced, scripted, alone)
+}
+
+/// Runs scenario 12 on `server`.
+pub fn run(cfg: &Config, server: &Server) -> io::Result<Vec<Metric>> {
+    let pinned = cpu::cores() >= 2 && cpu::pin(server.pid(), 1) && cpu::pin(0, 0);
+    let result = measure(cfg, server);
+    if pinned {
+        cpu::unpin();
+    }
+    result
+}
+
+fn measure(cfg: &Config, server: &Server) -> io::Result<Vec<Metric>> {
+    let mut admin = server.conn()?;
+    let mut conn = server.conn()?;
+    admin.cmd(&["FLUSHALL"])?;
+    admin
+        .call(&[b"LOCK.ACQUIRE", LOCK, b"600000", b"TOKEN", TOKEN])?
+        .ok()?;
+    admin.call(&[b"SET", RECIPE_LOCK, TOKEN])?.ok()?;
+    let mut metrics = Vec::new();
+    for write in &WRITES {
+        let sha = admin.cmd(&["SCRIPT", "LOAD", write.script])?.text()?;
+        let what = |against: &str| {
+            format!(
+                "usec_per_call, LOCK.DO ... {} against {against}",
+                write.command.to_uppercase()
+            )
+        };
+        let mut vs_script = Metric::new(
+            "12. fenced write",
+            &what("the script"),
+            "us",
+            &format!(
+                "EVALSHA (GET compare, then {})",
+                write.command.to_uppercase()
+            ),
+            Better::Lower,
+        )
+        .target(Target::RatioAtMost(0.5));
+        let mut vs_floor = Metric::new(
+            "12. fenced write",
+            &what("the write alone"),
+            "us",
+            &format!("{} alone (the floor)", write.command.to_uppercase()),
+            Better::Lower,
+        );
+        let (fenced, scripted, alone) = commands(write, &sha);
+        let ops = (cfg.ops / 4).max(1);
+        for turn in 0..cfg.rounds * 4 {
+            for side in Side::alternating(turn) {
+                match side {
+                    Side::Module => {
+                        let module = usec(&mut admin, &mut conn, &fenced, ops, "lock.do")?;
+                        vs_script.push(Side::Module, module, None);
+                        vs_floor.push(Side::Module, module, None);
+                    }
+                    Side::Recipe => {
+                        let script = usec(&mut admin, &mut conn, &scripted, ops, "evalsha")?;
+                        vs_script.push(Side::Recipe, script, None);
+                        let floor = usec(&mut admin, &mut conn, &alone, ops, write.command)?;
+                        vs_floor.push(Side::Recipe, floor, None);
+                    }
+                }
+            }
+        }
+        metrics.push(vs_script);
+        metrics.push(vs_floor);
+    }
+    Ok(metrics)
+}
