@@ -34,6 +34,9 @@ impl Refusal {
 #[derive(Debug, Default)]
 pub struct Verdicts {
     names: Vec<(Box<[u8]>, Verdict)>,
+    /// The last name found: a caller that runs one command over and over compares it
+    /// once.
+    last: Option<usize>,
 }
 
 /// Whether a command may run inside `LOCK.DO`, and if not, why.
@@ -50,15 +53,25 @@ impl Verdicts {
     }
 
     /// The verdict on `name`, if known.
-    pub fn get(&self, name: &[u8]) -> Option<Verdict> {
-        self.find(name).ok().map(|i| self.names[i].1)
+    pub fn get(&mut self, name: &[u8]) -> Option<Verdict> {
+        if let Some((known, verdict)) = self.last.and_then(|i| self.names.get(i))
+            && known.eq_ignore_ascii_case(name)
+        {
+            return Some(*verdict);
+        }
+        let i = self.find(name).ok()?;
+        self.last = Some(i);
+        Some(self.names[i].1)
     }
 
     /// Keeps the verdict on `name`.
     pub fn insert(&mut self, name: &[u8], verdict: Verdict) {
         match self.find(name) {
             Ok(i) => self.names[i].1 = verdict,
-            Err(i) => self.names.insert(i, (folded(name).collect(), verdict)),
+            Err(i) => {
+                self.names.insert(i, (folded(name).collect(), verdict));
+                self.last = None; // positions moved
+            }
         }
     }
 }
@@ -94,6 +107,7 @@ mod tests {
         assert_eq!(v.get(b"set"), Some(Ok(())));
         assert_eq!(v.get(b"BLPop"), Some(Err(Refusal::Blocking)));
         assert_eq!(v.get(b"get"), None);
+        assert_eq!(v.get(b"BLPOP"), Some(Err(Refusal::Blocking)), "the last one, again");
         v.insert(b"Set", Err(Refusal::NotInScript));
         assert_eq!(
             v.get(b"SET"),
