@@ -3,26 +3,8 @@
 // runs while the lock is held, and a lost lock's write is refused with LockLostError.
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
-import IORedis from 'ioredis';
-import { createClient } from 'redis';
 import { Locker, LockLostError } from '../index.mjs';
-
-const port = Number(process.env.REDIS_LOCK_PORT);
-assert.ok(port > 0, 'REDIS_LOCK_PORT is not set: run through `make test`');
-
-// Fail at once, not test by test, when the server lacks the module.
-{
-  const probe = new IORedis({ host: '127.0.0.1', port });
-  const modules = JSON.stringify(await probe.call('MODULE', 'LIST'));
-  probe.disconnect();
-  assert.ok(modules.includes('"lock"'), `the server on ${port} has not loaded the module: ${modules}`);
-}
-
-const libraries = {
-  ioredis: async () => new IORedis({ host: '127.0.0.1', port }),
-  'node-redis': async () => createClient({ socket: { host: '127.0.0.1', port } }).connect(),
-};
-const close = (client) => (typeof client.quit === 'function' ? client.quit() : client.close());
+import { libraries, close } from './support.mjs';
 
 for (const [library, connect] of Object.entries(libraries)) {
   describe(`${library} lock.do`, { timeout: 30_000 }, () => {

@@ -5,35 +5,8 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import IORedis from 'ioredis';
-import { createClient } from 'redis';
 import { Locker, ResourceLockedError, LockLostError } from '../index.mjs';
-
-const port = Number(process.env.REDIS_LOCK_PORT);
-assert.ok(port > 0, 'REDIS_LOCK_PORT is not set: run through `make test`');
-
-// Fail at once, not test by test, when the server lacks the module.
-{
-  const probe = new IORedis({ host: '127.0.0.1', port });
-  const modules = JSON.stringify(await probe.call('MODULE', 'LIST'));
-  probe.disconnect();
-  assert.ok(modules.includes('"lock"'), `the server on ${port} has not loaded the module: ${modules}`);
-}
-
-const libraries = {
-  ioredis: async () => new IORedis({ host: '127.0.0.1', port, lazyConnect: false }),
-  'node-redis': async () => createClient({ socket: { host: '127.0.0.1', port } }).connect(),
-};
-
-const close = (client) => (typeof client.quit === 'function' ? client.quit() : client.close());
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-async function until(condition, what, limit = 10_000) {
-  const deadline = Date.now() + limit;
-  while (!(await condition())) {
-    assert.ok(Date.now() < deadline, `timed out waiting for ${what}`);
-    await sleep(5);
-  }
-}
+import { port, libraries, close, sleep, until } from './support.mjs';
 
 for (const [library, connect] of Object.entries(libraries)) {
   describe(library, { timeout: 60_000 }, () => {

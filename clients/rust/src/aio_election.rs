@@ -9,11 +9,10 @@ use crate::aio::{Lock, Locker};
 use crate::async_link::AsyncLink;
 use crate::commands::watch_cmd;
 use crate::election::{Leader, MOST_BACKOFF, OBSERVE_ROUND};
-use crate::options::LockOptions;
 
-/// One election on async connections (see [`crate::Election`]). A campaign's lock is
-/// bound to the locker's shared connection, so an async cluster locker cannot campaign
-/// (see [`Locker::acquire`]).
+/// One election on async connections: [`crate::Election`] on an [`aio::Locker`](Locker),
+/// whose calls are futures. A campaign's lock is bound to the locker's shared
+/// connection, so an async cluster locker cannot campaign (see [`Locker::acquire`]).
 ///
 /// ```no_run
 /// # async fn run() -> redis::RedisResult<()> {
@@ -31,46 +30,13 @@ use crate::options::LockOptions;
 /// # Ok(())
 /// # }
 /// ```
-#[derive(Clone, Debug)]
-pub struct Election {
-    locker: Locker,
-    key: Vec<u8>,
-    ttl: Duration,
-    lock_delay: Duration,
-}
+pub type Election = crate::election::Election<Locker>;
 
 impl Election {
-    /// The election on `key`, with the defaults of [`crate::Election::new`] (a 30 s TTL
-    /// extended by a watchdog, a 5 s lock-delay).
-    pub fn new(locker: Locker, key: impl AsRef<[u8]>) -> Self {
-        Election {
-            locker,
-            key: key.as_ref().to_vec(),
-            ttl: Duration::from_secs(30),
-            lock_delay: Duration::from_secs(5),
-        }
-    }
-
-    /// The leader's TTL (see [`crate::Election::ttl`]).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.ttl = ttl;
-        self
-    }
-
-    /// The lock-delay (see [`crate::Election::lock_delay`]).
-    pub fn lock_delay(mut self, delay: Duration) -> Self {
-        self.lock_delay = delay;
-        self
-    }
-
     /// Campaigns with `value` published: resolves once elected (first come, first
     /// elected). Must run inside a tokio runtime (the watchdog is a task).
     pub async fn campaign(&self, value: &[u8]) -> RedisResult<Leadership> {
-        let options = LockOptions::new(self.ttl)
-            .wait(Duration::ZERO)
-            .session(self.lock_delay)
-            .watchdog()
-            .value(value);
+        let options = self.campaign_options(value);
         loop {
             if let Some(lock) = self.locker.acquire(&self.key, &options).await? {
                 return Ok(Leadership { lock });

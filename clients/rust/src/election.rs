@@ -51,18 +51,23 @@ pub struct Leader {
 /// # Ok(())
 /// # }
 /// ```
+///
+/// The same election on async connections is [`aio::Election`](crate::aio::Election),
+/// this type on an [`aio::Locker`](crate::aio::Locker).
 #[derive(Clone, Debug)]
-pub struct Election {
-    locker: Locker,
-    key: Vec<u8>,
+pub struct Election<L = Locker> {
+    pub(crate) locker: L,
+    pub(crate) key: Vec<u8>,
     ttl: Duration,
     lock_delay: Duration,
 }
 
-impl Election {
-    /// The election on `key`: a leader's lock lives 30 s unless its watchdog extends it,
-    /// and a leader whose connection closes is replaced 5 s later (its lock-delay).
-    pub fn new(locker: Locker, key: impl AsRef<[u8]>) -> Self {
+impl<L> Election<L> {
+    /// The election on `key`, on `locker` (a [`Locker`], or an
+    /// [`aio::Locker`](crate::aio::Locker)): a leader's lock lives 30 s unless its
+    /// watchdog extends it, and a leader whose connection closes is replaced 5 s later
+    /// (its lock-delay).
+    pub fn new(locker: L, key: impl AsRef<[u8]>) -> Self {
         Election {
             locker,
             key: key.as_ref().to_vec(),
@@ -86,15 +91,23 @@ impl Election {
         self
     }
 
+    /// What a campaign with `value` acquires: a wait without limit, bound to the
+    /// connection with the lock-delay, extended by a watchdog, publishing `value`.
+    pub(crate) fn campaign_options(&self, value: &[u8]) -> LockOptions {
+        LockOptions::new(self.ttl)
+            .wait(Duration::ZERO)
+            .session(self.lock_delay)
+            .watchdog()
+            .value(value)
+    }
+}
+
+impl Election<Locker> {
     /// Campaigns with `value` published: blocks until elected (first come, first
     /// elected), then holds the term while the returned [`Leadership`] lives, bound to
     /// its connection, extended by a watchdog.
     pub fn campaign(&self, value: &[u8]) -> RedisResult<Leadership> {
-        let options = LockOptions::new(self.ttl)
-            .wait(Duration::ZERO)
-            .session(self.lock_delay)
-            .watchdog()
-            .value(value);
+        let options = self.campaign_options(value);
         loop {
             // A wait without limit answers only with the grant; nil cannot come, but is
             // waited out again rather than trusted.
@@ -168,7 +181,7 @@ impl Leadership {
 
 /// The changes of leader, from [`Election::observe`].
 pub struct Observer {
-    election: Election,
+    election: Election<Locker>,
     last: u64,
     link: Option<Link>,
     backoff: Duration,
