@@ -1,12 +1,12 @@
 //! redis-lock: distributed locks as a native Redis module.
 //!
-//! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.INFO` and `LOCK.WATCH` run
-//! atomically inside the server, with fencing tokens, blocking first-come-first-served
-//! waits, replication, persistence and cluster routing. This file registers the module. The layers, each
+//! `LOCK.ACQUIRE`, `LOCK.RELEASE`, `LOCK.EXTEND`, `LOCK.INFO`, `LOCK.WATCH` and
+//! `LOCK.DO` run atomically inside the server, with fencing tokens, blocking
+//! first-come-first-served waits, replication, persistence and cluster routing. This file registers the module. The layers, each
 //! using only those below it:
 //!
-//! - `commands/`: the commands (`public.rs`, the internal effect commands in
-//!   `internal.rs`), their arguments and the `INFO lock` section;
+//! - `commands/`: the commands (`public.rs`, `watch.rs`, `fenced.rs`, the internal
+//!   effect commands in `internal.rs`), their arguments and the `INFO lock` section;
 //! - `server/`: the server's identity (which server and version, what it supports) and
 //!   the server events the module follows;
 //! - `keyspace/`: writes to lock keys (`store.rs`), the handoff of a freed lock to its

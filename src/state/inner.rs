@@ -107,7 +107,11 @@ mod tests {
         assert_eq!(v.get(b"set"), Some(Ok(())));
         assert_eq!(v.get(b"BLPop"), Some(Err(Refusal::Blocking)));
         assert_eq!(v.get(b"get"), None);
-        assert_eq!(v.get(b"BLPOP"), Some(Err(Refusal::Blocking)), "the last one, again");
+        assert_eq!(
+            v.get(b"BLPOP"),
+            Some(Err(Refusal::Blocking)),
+            "the last one, again"
+        );
         v.insert(b"Set", Err(Refusal::NotInScript));
         assert_eq!(
             v.get(b"SET"),
