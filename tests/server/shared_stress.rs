@@ -7,8 +7,11 @@
 //!
 //! A section is recorded from the moment the grant's reply arrived to the earliest of:
 //! sending the release, the command's send time plus its TTL (the server granted it no
-//! earlier, so it expires no earlier), and the send time of a `DEL` of its key sent
-//! after the acquire (nothing of it counts if that `DEL` went before the reply came).
+//! earlier, so it expires no earlier), and the send time of a `DEL` of its key that the
+//! server may have run after the grant: one whose reply came after the acquire was sent
+//! (two connections' commands may reach the server in either order, so a `DEL` sent just
+//! before the acquire may run just after it); nothing of it counts if that `DEL` went
+//! before the reply came.
 //! Each of these lies within the server's own holding, so an overlap seen here is one the
 //! server allowed.
 
@@ -50,8 +53,8 @@ struct Section {
 #[derive(Default)]
 struct Record {
     sections: Vec<Section>,
-    /// `DEL` of a key: when it was sent.
-    deletes: Vec<(&'static str, Instant)>,
+    /// `DEL` of a key: when it was sent, and when its reply came.
+    deletes: Vec<(&'static str, Instant, Instant)>,
     timeouts: usize,
 }
 
@@ -122,7 +125,8 @@ fn troublemaker(server: &TestServer, record: &Mutex<Record>, until: Instant) {
             let key = if rng.below(2) == 0 { "rw" } else { "sem" };
             let sent = Instant::now();
             let _: i64 = redis::cmd("DEL").arg(key).query(&mut con).expect("DEL");
-            record.lock().unwrap().deletes.push((key, sent));
+            let done = Instant::now();
+            record.lock().unwrap().deletes.push((key, sent, done));
         } else {
             let mut stream = raw_connection(server.port);
             let args: &[&[u8]] = if rng.below(2) == 0 {
@@ -145,14 +149,14 @@ fn troublemaker(server: &TestServer, record: &Mutex<Record>, until: Instant) {
     }
 }
 
-/// The section cut short by the first `DEL` of its key sent after its acquire: a `DEL`
-/// sent before the grant's reply arrived may have removed the holding already, which
-/// leaves nothing of the section to trust.
-fn cut(section: Section, deletes: &[(&'static str, Instant)]) -> Section {
+/// The section cut short by the first `DEL` of its key that may have run after its grant
+/// (answered after the acquire was sent): a `DEL` sent before the grant's reply arrived
+/// may have removed the holding already, which leaves nothing of the section to trust.
+fn cut(section: Section, deletes: &[(&'static str, Instant, Instant)]) -> Section {
     let end = deletes
         .iter()
-        .filter(|(key, at)| *key == section.key && *at >= section.sent && *at < section.end)
-        .map(|(_, at)| (*at).max(section.start))
+        .filter(|(key, at, done)| *key == section.key && *done >= section.sent && *at < section.end)
+        .map(|(_, at, _)| (*at).max(section.start))
         .min()
         .unwrap_or(section.end);
     Section { end, ..section }

@@ -128,3 +128,27 @@ def test_asyncio_election(port, key):
         await a.aclose()
 
     asyncio.run(scenario())
+
+
+def test_an_observer_rides_out_a_killed_connection(r, port, key):
+    election = Election(r, key, ttl=10, lock_delay=0.2)
+    seen = queue.Queue()
+    follower = redis.Redis(host="127.0.0.1", port=port)
+
+    def follow():
+        for leader in Election(follower, key).observe():
+            seen.put(leader)
+
+    threading.Thread(target=follow, daemon=True).start()
+    first = election.campaign("a")
+    assert seen.get(timeout=10) == Leader(first.term, b"a")
+    wait_until(lambda: int(r.info("lock")["lock_watchers"]) == 1, "the observer to watch again")
+    # Every other connection is cut (a failover, a restart): the observer reconnects and
+    # asks again with the term it knows.
+    admin = redis.Redis(host="127.0.0.1", port=port)
+    admin.client_kill_filter(_type="normal", skipme=True)
+    wait_until(lambda: int(admin.info("lock")["lock_watchers"]) == 1, "the observer to be back")
+    first.resign()
+    assert seen.get(timeout=10) is None
+    admin.close()
+    follower.close()
