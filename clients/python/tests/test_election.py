@@ -133,7 +133,7 @@ def test_asyncio_election(port, key):
 def test_an_observer_rides_out_a_killed_connection(r, port, key):
     election = Election(r, key, ttl=10, lock_delay=0.2)
     seen = queue.Queue()
-    follower = redis.Redis(host="127.0.0.1", port=port)
+    follower = redis.Redis(host="127.0.0.1", port=port, client_name="election-observer")
 
     def follow():
         for leader in Election(follower, key).observe():
@@ -142,13 +142,18 @@ def test_an_observer_rides_out_a_killed_connection(r, port, key):
     threading.Thread(target=follow, daemon=True).start()
     first = election.campaign("a")
     assert seen.get(timeout=10) == Leader(first.term, b"a")
-    wait_until(lambda: int(r.info("lock")["lock_watchers"]) == 1, "the observer to watch again")
-    # Every other connection is cut (a failover, a restart): the observer reconnects and
-    # asks again with the term it knows.
-    admin = redis.Redis(host="127.0.0.1", port=port)
-    admin.client_kill_filter(_type="normal", skipme=True)
-    wait_until(lambda: int(admin.info("lock")["lock_watchers"]) == 1, "the observer to be back")
-    first.resign()
+
+    def observer_ids():
+        return [c["id"] for c in r.client_list() if c.get("name") == "election-observer"]
+
+    wait_until(lambda: len(observer_ids()) == 1 and
+               int(r.info("lock")["lock_watchers"]) == 1, "the observer to watch again")
+    # Its connection is cut (a failover, a restart): it reconnects and asks again with the
+    # term it knows; the next change reaches it.
+    killed = observer_ids()[0]
+    r.client_kill_filter(_id=killed)
+    wait_until(lambda: observer_ids() not in ([], [killed]) and
+               int(r.info("lock")["lock_watchers"]) == 1, "the observer to be back")
+    assert first.resign()
     assert seen.get(timeout=10) is None
-    admin.close()
     follower.close()
