@@ -49,6 +49,8 @@ pub struct Config {
     pub critical_section: Duration,
     /// Sleeps between attempts of the polling recipe.
     pub poll_intervals: Vec<Duration>,
+    /// The contended recipes side by side: (clients, critical section) points.
+    pub recipes: Vec<(usize, Duration)>,
     /// Locks held at once for the memory and expiry scenarios.
     pub locks: usize,
     /// Clients blocked at once for the bytes-per-waiter figure.
@@ -78,6 +80,7 @@ impl Config {
             contention_time: Duration::from_secs(2),
             critical_section: Duration::from_micros(100),
             poll_intervals: [1, 5, 100].map(Duration::from_millis).to_vec(),
+            recipes: vec![(48, Duration::ZERO), (64, Duration::from_millis(1))],
             locks: 1_000_000,
             waiters: 1_000,
             watchers: 1_000,
@@ -97,6 +100,7 @@ impl Config {
             callgrind_ops: 100,
             clients: vec![1, 8],
             contention_time: Duration::from_millis(150),
+            recipes: vec![(4, Duration::ZERO), (4, Duration::from_millis(1))],
             locks: 2_000,
             waiters: 20,
             watchers: 20,

@@ -74,6 +74,8 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
         let (metrics, points) = contention::run(cfg, &server)?;
         report.metrics.extend(metrics);
         report.contention = points;
+        step("scenario 5: the contended recipes: module, polling, python-redis-lock");
+        report.metrics.extend(contention::recipes(cfg, &server)?);
     }
     if cfg.runs("memory") || cfg.runs("expiry") {
         step("scenarios 6-7: memory per lock, expiry at scale");

@@ -1,6 +1,9 @@
 //! Scenario 5: N clients compete for one key, each holding it for a short fixed critical
 //! section, in a loop. The module's clients block in `LOCK.ACQUIRE ... WAIT`; the
-//! recipe's poll `SET NX PX`, sleeping a fixed interval after each refusal.
+//! recipe's poll `SET NX PX`, sleeping a fixed interval after each refusal. The best
+//! non-polling recipe users run today, python-redis-lock's, is a third side in
+//! `recipes`: `SET NX`, and on refusal `BLPOP` of a signal list that its unlock script
+//! pushes to.
 //!
 //! Every client is a thread with its own connection (threads, not an async runtime:
 //! the critical section and the polling sleeps need sub-millisecond sleeps, which
@@ -31,6 +34,11 @@ const TTL: &[u8] = b"10000";
 const WAIT_MS: &[u8] = b"60000";
 /// Stack of each client thread: they need little, and there may be 512 of them.
 const STACK: usize = 256 * 1024;
+/// python-redis-lock's unlock script (version 4): the lock goes, and one signal is
+/// pushed to the waiters' list, which expires `ARGV[2]` ms later.
+const SIGNAL_UNLOCK: &str = "if redis.call(\"get\", KEYS[1]) ~= ARGV[1] then return 1 else redis.call(\"del\", KEYS[2]) redis.call(\"lpush\", KEYS[2], 1) redis.call(\"pexpire\", KEYS[2], ARGV[2]) redis.call(\"del\", KEYS[1]) return 0 end";
+/// python-redis-lock's default signal expiry.
+const SIGNAL_EXPIRE_MS: &[u8] = b"1000";
 
 /// How a client waits for the lock.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -39,6 +47,10 @@ pub enum Waiting {
     Block,
     /// The recipe: `SET NX PX`, and on refusal sleep this long and try again.
     Poll(Duration),
+    /// python-redis-lock: `SET NX PX`, and on refusal `BLPOP` of the lock's signal list
+    /// (one second at most) and try again; its unlock script deletes the lock and pushes
+    /// one signal.
+    Signal,
 }
 
 impl Waiting {
@@ -47,13 +59,14 @@ impl Waiting {
         match self {
             Waiting::Block => "module WAIT".into(),
             Waiting::Poll(d) => format!("poll {} ms", d.as_millis()),
+            Waiting::Signal => "python-redis-lock (SET NX, BLPOP signal)".into(),
         }
     }
 
     fn side(self) -> Side {
         match self {
             Waiting::Block => Side::Module,
-            Waiting::Poll(_) => Side::Recipe,
+            Waiting::Poll(_) | Waiting::Signal => Side::Recipe,
         }
     }
 }
@@ -71,6 +84,10 @@ pub struct Sample {
     pub commands_per_section: f64,
     /// Most grants of one client / fewest; infinite when a client got none.
     pub spread: f64,
+    /// Fewest grants of one client / most (0 when a client got none).
+    pub fairness: f64,
+    /// Time from wanting the lock to holding it, 99th percentile, in microseconds.
+    pub wait_p99_us: f64,
     /// Clients that got no grant in the window.
     pub starved: usize,
     /// Median time a holder actually held the lock (the critical section's sleep).
@@ -103,6 +120,8 @@ impl Point {
 struct ClientLog {
     /// (grant, release) times in ns since the common epoch.
     holds: Vec<(u64, u64)>,
+    /// (grant, how long it was wanted) in ns: the wait before each grant.
+    waits: Vec<(u64, u64)>,
     sent: u64,
     wait_timeouts: u64,
 }
@@ -110,6 +129,9 @@ struct ClientLog {
 struct Shared {
     key: Vec<u8>,
     sha: Vec<u8>,
+    /// python-redis-lock's signal list and unlock script.
+    signal: Vec<u8>,
+    signal_sha: Vec<u8>,
     waiting: Waiting,
     critical_section: Duration,
     epoch: Instant,
@@ -149,6 +171,16 @@ fn acquire(
                 }
                 thread::sleep(interval);
             }
+            Waiting::Signal => {
+                sides::queue_acquire(conn, Side::Recipe, key, TTL, Some(token));
+                conn.flush()?;
+                if sides::granted(conn.read()?, Some(token))?.is_some() {
+                    return Ok(true);
+                }
+                conn.queue(&[b"BLPOP", &shared.signal, b"1"]);
+                conn.flush()?;
+                conn.read()?.ok()?;
+            }
         }
         if shared.stop.load(Ordering::Relaxed) {
             return Ok(false);
@@ -163,22 +195,51 @@ fn client(mut conn: Conn, shared: &Shared) -> io::Result<ClientLog> {
     // A module client blocked when the run stops is still granted in turn (the others
     // release on their way out), holds, releases and leaves: the queue drains.
     while !shared.stop.load(Ordering::Relaxed) {
+        let wanted = shared.now();
         if !acquire(&mut conn, shared, &token, &mut log)? {
             break;
         }
         let granted = shared.now();
-        thread::sleep(shared.critical_section);
-        let releasing = shared.now();
-        let side = shared.waiting.side();
-        sides::queue_release(&mut conn, side, &shared.sha, &shared.key, &token);
-        conn.flush()?;
-        if !sides::released(conn.read()?)? {
-            return Err(io::Error::other("a holder found its lock gone at release"));
+        if !shared.critical_section.is_zero() {
+            thread::sleep(shared.critical_section);
         }
+        let releasing = shared.now();
+        release(&mut conn, shared, &token)?;
         log.holds.push((granted, releasing));
+        log.waits.push((granted, granted - wanted));
     }
     log.sent = conn.sent;
     Ok(log)
+}
+
+/// Releases the lock `token` holds, as the client's side does.
+fn release(conn: &mut Conn, shared: &Shared, token: &[u8]) -> io::Result<()> {
+    let released = match shared.waiting {
+        Waiting::Signal => {
+            // python-redis-lock's unlock: 0 when released, 1 when not held.
+            conn.queue(&[
+                b"EVALSHA",
+                &shared.signal_sha,
+                b"2",
+                &shared.key,
+                &shared.signal,
+                token,
+                SIGNAL_EXPIRE_MS,
+            ]);
+            conn.flush()?;
+            conn.read()?.ok()?.int()? == 0
+        }
+        waiting => {
+            sides::queue_release(conn, waiting.side(), &shared.sha, &shared.key, token);
+            conn.flush()?;
+            sides::released(conn.read()?)?
+        }
+    };
+    if released {
+        Ok(())
+    } else {
+        Err(io::Error::other("a holder found its lock gone at release"))
+    }
 }
 
 /// Turns the clients' records into a sample for the window `[from, to]` (ns).
@@ -199,6 +260,13 @@ fn analyse(logs: &[ClientLog], from: u64, to: u64, cpu: CpuUse) -> Sample {
         }
     }
     handoffs.sort_unstable();
+    let mut waits: Vec<u64> = logs
+        .iter()
+        .flat_map(|l| l.waits.iter())
+        .filter(|(granted, _)| (from..=to).contains(granted))
+        .map(|(_, wait)| *wait)
+        .collect();
+    waits.sort_unstable();
     let in_window = |l: &ClientLog| {
         l.holds
             .iter()
@@ -223,6 +291,12 @@ fn analyse(logs: &[ClientLog], from: u64, to: u64, cpu: CpuUse) -> Sample {
         } else {
             most as f64 / fewest as f64
         },
+        fairness: if most == 0 {
+            0.0
+        } else {
+            fewest as f64 / most as f64
+        },
+        wait_p99_us: percentile(&waits, 99.0) / 1e3,
         starved: per_client.iter().filter(|&&n| n == 0).count(),
         hold_us: median(&hold_ns) / 1e3,
         overlaps,
@@ -235,9 +309,8 @@ fn analyse(logs: &[ClientLog], from: u64, to: u64, cpu: CpuUse) -> Sample {
 fn run_point(
     cfg: &Config,
     server: &Server,
-    sha: &str,
-    waiting: Waiting,
-    clients: usize,
+    scripts: &Scripts,
+    (waiting, clients, critical_section): (Waiting, usize, Duration),
 ) -> io::Result<Sample> {
     let mut admin = server.conn()?;
     admin.cmd(&["FLUSHALL"])?;
@@ -246,9 +319,11 @@ fn run_point(
         .collect::<io::Result<Vec<_>>>()?;
     let shared = Arc::new(Shared {
         key: format!("contended:{clients}").into_bytes(),
-        sha: sha.as_bytes().to_vec(),
+        sha: scripts.release.as_bytes().to_vec(),
+        signal: format!("lock-signal:contended:{clients}").into_bytes(),
+        signal_sha: scripts.signal_unlock.as_bytes().to_vec(),
         waiting,
-        critical_section: cfg.critical_section,
+        critical_section,
         epoch: Instant::now(),
         stop: AtomicBool::new(false),
         start: Barrier::new(clients + 1),
@@ -379,10 +454,28 @@ fn metrics(cfg: &Config, points: &[Point]) -> Vec<Metric> {
     out
 }
 
+/// The scripts the recipes' clients run.
+struct Scripts {
+    /// The `SET NX` recipe's compare-and-delete.
+    release: String,
+    /// python-redis-lock's unlock.
+    signal_unlock: String,
+}
+
+impl Scripts {
+    fn load(server: &Server) -> io::Result<Scripts> {
+        let mut conn = server.conn()?;
+        Ok(Scripts {
+            release: sides::load_script(&mut conn)?,
+            signal_unlock: conn.cmd(&["SCRIPT", "LOAD", SIGNAL_UNLOCK])?.text()?,
+        })
+    }
+}
+
 /// Runs scenario 5: every client count with the module and each polling interval,
 /// alternating within each round.
 pub fn run(cfg: &Config, server: &Server) -> io::Result<(Vec<Metric>, Vec<Point>)> {
-    let sha = sides::load_script(&mut server.conn()?)?;
+    let scripts = Scripts::load(server)?;
     let mut variants = vec![Waiting::Block];
     variants.extend(cfg.poll_intervals.iter().map(|d| Waiting::Poll(*d)));
     let mut points: Vec<Point> = Vec::new();
@@ -393,7 +486,12 @@ pub fn run(cfg: &Config, server: &Server) -> io::Result<(Vec<Metric>, Vec<Point>
                 order.reverse();
             }
             for waiting in order {
-                let sample = run_point(cfg, server, &sha, waiting, clients)?;
+                let sample = run_point(
+                    cfg,
+                    server,
+                    &scripts,
+                    (waiting, clients, cfg.critical_section),
+                )?;
                 match points
                     .iter_mut()
                     .find(|p| p.waiting == waiting && p.clients == clients)
@@ -410,4 +508,79 @@ pub fn run(cfg: &Config, server: &Server) -> io::Result<(Vec<Metric>, Vec<Point>
     }
     points.sort_by_key(|p| (p.clients, variants.iter().position(|v| *v == p.waiting)));
     Ok((metrics(cfg, &points), points))
+}
+
+/// A measure of the recipes' comparison: what, its unit, which way is better, and the
+/// field of a sample it reads.
+type Measure = (&'static str, &'static str, Better, fn(&Sample) -> f64);
+
+/// The contended recipes side by side (`recipes` in `Config`: 48 clients with an empty
+/// critical section, 64 holding it 1 ms): the module's `WAIT`, polling `SET NX` every
+/// 5 ms, and python-redis-lock's signal list; sections per second, fairness (fewest /
+/// most grants per client), commands per section and the p99 of the wait, the module
+/// against each recipe. The sides alternate within each round.
+pub fn recipes(cfg: &Config, server: &Server) -> io::Result<Vec<Metric>> {
+    let scripts = Scripts::load(server)?;
+    let sides = [
+        Waiting::Block,
+        Waiting::Poll(Duration::from_millis(5)),
+        Waiting::Signal,
+    ];
+    let mut metrics = Vec::new();
+    for &(clients, section) in &cfg.recipes {
+        let mut samples: Vec<(Waiting, Vec<Sample>)> =
+            sides.iter().map(|w| (*w, Vec::new())).collect();
+        for round in 0..cfg.slow_rounds {
+            let mut order = sides.to_vec();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            for waiting in order {
+                let sample = run_point(cfg, server, &scripts, (waiting, clients, section))?;
+                if let Some((_, list)) = samples.iter_mut().find(|(w, _)| *w == waiting) {
+                    list.push(sample);
+                }
+            }
+        }
+        let scenario = format!(
+            "5. contended recipes, {clients} clients, {} section",
+            if section.is_zero() {
+                "empty".to_string()
+            } else {
+                format!("{} ms", section.as_millis())
+            }
+        );
+        let module = &samples[0].1;
+        for (recipe, recipe_samples) in &samples[1..] {
+            let measures: [Measure; 4] = [
+                ("critical sections/s", "1/s", Better::Higher, |s| {
+                    s.sections_per_s
+                }),
+                (
+                    "fairness (fewest / most grants per client)",
+                    "x",
+                    Better::Higher,
+                    |s| s.fairness,
+                ),
+                (
+                    "commands per critical section",
+                    "cmds",
+                    Better::Lower,
+                    |s| s.commands_per_section,
+                ),
+                ("wait p99", "us", Better::Lower, |s| s.wait_p99_us),
+            ];
+            for (what, unit, better, field) in measures {
+                let mut m = Metric::new(&scenario, what, unit, &recipe.label(), better);
+                for s in module {
+                    m.push(Side::Module, field(s), Some(s.cpu));
+                }
+                for s in recipe_samples {
+                    m.push(Side::Recipe, field(s), Some(s.cpu));
+                }
+                metrics.push(m);
+            }
+        }
+    }
+    Ok(metrics)
 }
