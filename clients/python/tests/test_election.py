@@ -55,10 +55,13 @@ def test_observers_see_every_new_leader_with_growing_terms(r, port, key):
     follower = redis.Redis(host="127.0.0.1", port=port)
 
     def follow():
-        for leader in Election(follower, key).observe():
+        for n, leader in enumerate(Election(follower, key).observe(), 1):
             seen.put(leader)
+            if n == 3:
+                return  # a, nobody, b
 
-    threading.Thread(target=follow, daemon=True).start()
+    following = threading.Thread(target=follow, daemon=True)
+    following.start()
     wait_until(lambda: int(r.info("lock")["lock_watchers"]) == 1, "the observer to watch")
     first = election.campaign("a")
     assert seen.get(timeout=10) == Leader(first.term, b"a")
@@ -68,6 +71,8 @@ def test_observers_see_every_new_leader_with_growing_terms(r, port, key):
     got = seen.get(timeout=10)
     assert got == Leader(second.term, b"b") and got.term > first.term
     second.resign()
+    following.join(timeout=10)
+    follower.close()
 
 
 def test_a_dead_leader_is_replaced_after_its_lock_delay(r, port, key):
@@ -136,10 +141,13 @@ def test_an_observer_rides_out_a_killed_connection(r, port, key):
     follower = redis.Redis(host="127.0.0.1", port=port, client_name="election-observer")
 
     def follow():
-        for leader in Election(follower, key).observe():
+        for n, leader in enumerate(Election(follower, key).observe(), 1):
             seen.put(leader)
+            if n == 2:
+                return  # a, nobody
 
-    threading.Thread(target=follow, daemon=True).start()
+    following = threading.Thread(target=follow, daemon=True)
+    following.start()
     first = election.campaign("a")
     assert seen.get(timeout=10) == Leader(first.term, b"a")
 
@@ -156,4 +164,5 @@ def test_an_observer_rides_out_a_killed_connection(r, port, key):
                int(r.info("lock")["lock_watchers"]) == 1, "the observer to be back")
     assert first.resign()
     assert seen.get(timeout=10) is None
+    following.join(timeout=10)
     follower.close()
