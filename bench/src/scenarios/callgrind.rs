@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::config::Config;
-use crate::resp::Conn;
+use crate::resp::{Conn, Reply};
 use crate::results::{Better, Metric, Target};
 use crate::server::{Launch, Server};
 use crate::sides::{self, Side};
@@ -276,12 +276,93 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
             cycle.push(side, acquired + in_command, None);
         }
     }
-    Ok(vec![
-        acquire,
-        release,
-        cycle,
-        valued,
-        acquire_all,
-        release_all,
-    ])
+    let mut metrics = Vec::new();
+    metrics.extend(native_compare_and_delete(
+        cfg,
+        &server,
+        &mut conn,
+        (&acquire, &release),
+    )?);
+    metrics.splice(0..0, [acquire, release, cycle]);
+    if knows_value {
+        metrics.push(valued);
+    }
+    metrics.extend([acquire_all, release_all]);
+    Ok(metrics)
+}
+
+/// The server's own compare-and-delete: `DELIFEQ key token` where the server has it
+/// (Valkey 9), else `DEL key`, the floor of any release.
+fn native_release(conn: &mut Conn) -> io::Result<&'static [u8]> {
+    let info = conn.call(&[b"COMMAND", b"INFO", b"DELIFEQ"])?.ok()?;
+    let known =
+        matches!(&info, Reply::Array(entries) if entries.first().is_some_and(|e| *e != Reply::Nil));
+    Ok(if known { b"DELIFEQ" } else { b"DEL" })
+}
+
+/// The release and the whole cycle against the server's own primitives: `SET NX PX` to
+/// acquire, and `DELIFEQ` (or `DEL`) to release, instructions in `processCommand`; the
+/// target, 1.5x for both. The module's figures are the rounds of `release` above.
+fn native_compare_and_delete(
+    cfg: &Config,
+    server: &Server,
+    conn: &mut Conn,
+    (module_acquire, module_release): (&Metric, &Metric),
+) -> io::Result<Vec<Metric>> {
+    let native = native_release(conn)?;
+    let name = String::from_utf8_lossy(native).into_owned();
+    let mut release = Metric::new(
+        "4. server cost",
+        "instructions per release (processCommand, callgrind), against the server's own",
+        "instr",
+        &name,
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(1.5));
+    let mut cycle = Metric::new(
+        "4. server cost",
+        "instructions per acquire + release (processCommand, callgrind), against the server's own",
+        "instr",
+        &format!("SET NX PX + {name}"),
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(1.5));
+    let n = cfg.callgrind_ops;
+    for round in 0..cfg.rounds.min(3) {
+        let keys: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("cg:{round}:native:{i}").into_bytes())
+            .collect();
+        let tokens: Vec<Vec<u8>> = (0..n).map(|_| sides::token()).collect();
+        let (_, acquired) = measured(server, n, || {
+            acquire_batch(conn, Side::Recipe, &keys, &tokens).map(|_| ())
+        })?;
+        let (_, released) = measured(server, n, || {
+            for (keys, tokens) in keys.chunks(BATCH).zip(tokens.chunks(BATCH)) {
+                for (key, token) in keys.iter().zip(tokens) {
+                    if native == b"DELIFEQ" {
+                        conn.queue(&[native, key, token]);
+                    } else {
+                        conn.queue(&[native, key]);
+                    }
+                }
+                conn.flush()?;
+                for _ in keys {
+                    if conn.read()?.ok()?.int()? != 1 {
+                        return Err(io::Error::other(
+                            "callgrind: not released by the server's own",
+                        ));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        release.push(Side::Recipe, released, None);
+        cycle.push(Side::Recipe, acquired + released, None);
+    }
+    // The module's side: the same rounds' release and acquire figures.
+    for (acquired, released) in module_acquire.module.iter().zip(&module_release.module) {
+        release.push(Side::Module, *released, None);
+        cycle.push(Side::Module, acquired + released, None);
+    }
+    Ok(vec![release, cycle])
 }
