@@ -66,13 +66,8 @@ pub fn lock_do(ctx: &Context, args: &Args) -> RedisResult {
             command,
             Refusal::NotInScript.reason(),
         )),
-        Err(NotRun::Denied) => Err(RedisError::String(format!(
-            "NOPERM this user has no permissions to run the '{}' command",
-            String::from_utf8_lossy(command)
-        ))),
-        Err(NotRun::OutOfMemory) => Err(RedisError::Str(
-            "OOM command not allowed when used memory > 'maxmemory'.",
-        )),
+        Err(NotRun::Denied) => Err(error::inner_denied(command)),
+        Err(NotRun::OutOfMemory) => Err(error::inner_out_of_memory()),
         Err(NotRun::Other(errno)) => Err(error::inner_not_run(command, errno)),
     }
 }

@@ -62,6 +62,21 @@ pub fn inner_arity(name: &[u8]) -> RedisError {
     ))
 }
 
+/// The caller's ACL user may not run `LOCK.DO`'s command (when the server says so only by
+/// `errno`; otherwise its own ACL error is the reply).
+pub fn inner_denied(name: &[u8]) -> RedisError {
+    RedisError::String(format!(
+        "NOPERM this user has no permissions to run the '{}' command",
+        printable(name)
+    ))
+}
+
+/// `LOCK.DO`'s command is a write under a full `maxmemory` (when the server says so only
+/// by `errno`), in the server's own words.
+pub fn inner_out_of_memory() -> RedisError {
+    RedisError::Str("OOM command not allowed when used memory > 'maxmemory'.")
+}
+
 /// The server refused `LOCK.DO`'s command before running it, for a reason it gave only
 /// as a number.
 pub fn inner_not_run(name: &[u8], errno: i32) -> RedisError {
