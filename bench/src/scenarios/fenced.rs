@@ -78,6 +78,38 @@ fn usec(
     info::usec_per_call(admin, command)
 }
 
+/// Holds the module's lock and the recipe's, both by `TOKEN`: every fenced write of the
+/// scenario is the holder's.
+fn hold_both(admin: &mut Conn) -> io::Result<()> {
+    admin
+        .call(&[b"LOCK.ACQUIRE", LOCK, b"600000", b"TOKEN", TOKEN])?
+        .ok()?;
+    admin.call(&[b"SET", RECIPE_LOCK, TOKEN])?.ok()?;
+    Ok(())
+}
+
+/// The two figures of one write, named by `what` (given what they are against): against
+/// the script (target at most half) and against the write alone.
+fn metric_pair(write: &Write, unit: &str, what: impl Fn(&str) -> String) -> (Metric, Metric) {
+    let name = write.command.to_uppercase();
+    let vs_script = Metric::new(
+        "12. fenced write",
+        &what("the script"),
+        unit,
+        &format!("EVALSHA (GET compare, then {name})"),
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(0.5));
+    let vs_floor = Metric::new(
+        "12. fenced write",
+        &what("the write alone"),
+        unit,
+        &format!("{name} alone (the floor)"),
+        Better::Lower,
+    );
+    (vs_script, vs_floor)
+}
+
 /// The same comparison in instructions in `processCommand` (callgrind), which the
 /// machine's load does not change: `callgrind_ops` calls per side per round, 3 rounds.
 pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
@@ -88,34 +120,17 @@ pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
     })?;
     let mut admin = server.conn()?;
     let mut conn = server.conn()?;
-    admin
-        .call(&[b"LOCK.ACQUIRE", LOCK, b"600000", b"TOKEN", TOKEN])?
-        .ok()?;
-    admin.call(&[b"SET", RECIPE_LOCK, TOKEN])?.ok()?;
+    hold_both(&mut admin)?;
     let mut metrics = Vec::new();
     for write in &WRITES {
         let sha = admin.cmd(&["SCRIPT", "LOAD", write.script])?.text()?;
         let (fenced, scripted, alone) = commands(write, &sha);
-        let name = write.command.to_uppercase();
-        let mut vs_script = Metric::new(
-            "12. fenced write",
-            &format!(
-                "instructions per LOCK.DO ... {name} (processCommand, callgrind) against the script"
-            ),
-            "instr",
-            &format!("EVALSHA (GET compare, then {name})"),
-            Better::Lower,
-        )
-        .target(Target::RatioAtMost(0.5));
-        let mut vs_floor = Metric::new(
-            "12. fenced write",
-            &format!(
-                "instructions per LOCK.DO ... {name} (processCommand, callgrind) against the write alone"
-            ),
-            "instr",
-            &format!("{name} alone (the floor)"),
-            Better::Lower,
-        );
+        let (mut vs_script, mut vs_floor) = metric_pair(write, "instr", |against| {
+            format!(
+                "instructions per LOCK.DO ... {} (processCommand, callgrind) against {against}",
+                write.command.to_uppercase()
+            )
+        });
         let n = cfg.callgrind_ops;
         for _ in 0..cfg.rounds.min(3) {
             let (_, module) = callgrind::measured(&server, n, || send(&mut conn, &fenced, n))?;
@@ -179,37 +194,16 @@ fn measure(cfg: &Config, server: &Server) -> io::Result<Vec<Metric>> {
     let mut admin = server.conn()?;
     let mut conn = server.conn()?;
     admin.cmd(&["FLUSHALL"])?;
-    admin
-        .call(&[b"LOCK.ACQUIRE", LOCK, b"600000", b"TOKEN", TOKEN])?
-        .ok()?;
-    admin.call(&[b"SET", RECIPE_LOCK, TOKEN])?.ok()?;
+    hold_both(&mut admin)?;
     let mut metrics = Vec::new();
     for write in &WRITES {
         let sha = admin.cmd(&["SCRIPT", "LOAD", write.script])?.text()?;
-        let what = |against: &str| {
+        let (mut vs_script, mut vs_floor) = metric_pair(write, "us", |against| {
             format!(
                 "usec_per_call, LOCK.DO ... {} against {against}",
                 write.command.to_uppercase()
             )
-        };
-        let mut vs_script = Metric::new(
-            "12. fenced write",
-            &what("the script"),
-            "us",
-            &format!(
-                "EVALSHA (GET compare, then {})",
-                write.command.to_uppercase()
-            ),
-            Better::Lower,
-        )
-        .target(Target::RatioAtMost(0.5));
-        let mut vs_floor = Metric::new(
-            "12. fenced write",
-            &what("the write alone"),
-            "us",
-            &format!("{} alone (the floor)", write.command.to_uppercase()),
-            Better::Lower,
-        );
+        });
         let (fenced, scripted, alone) = commands(write, &sha);
         let ops = (cfg.ops / 4).max(1);
         for turn in 0..cfg.rounds * 4 {
