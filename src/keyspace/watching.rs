@@ -208,6 +208,11 @@ pub fn touched(db: i32, key: &[u8]) {
 
 /// Every watched key may have changed (a flush, `SWAPDB`, loading, a promotion).
 pub fn everything_changed() {
+    // Checked first, as in `touched`: it runs at every lock key's removal where the
+    // generic keyspace events cannot be followed.
+    if WATCHING.load(Ordering::Relaxed) == 0 {
+        return;
+    }
     let keys = with(|w| w.keys());
     if keys.is_empty() {
         return;
