@@ -5,7 +5,7 @@
 //! on the master, on the replica, and across the failover. Every follower must see terms
 //! strictly increase, and no two candidates may ever be told they lead the same term.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,6 +74,51 @@ impl Candidate {
 
 fn redis_cli() -> String {
     std::env::var("REDIS_CLI").unwrap_or_else(|_| "redis-cli".into())
+}
+
+/// How many terms a run must tell for the churn to have tested anything.
+const MIN_TERMS: usize = 5;
+
+/// The terms told so far, by term, and who was told last: no term may be told twice.
+struct Told {
+    by_term: HashMap<u64, String>,
+    last: Option<String>,
+    seed: u64,
+}
+
+impl Told {
+    fn new(seed: u64) -> Self {
+        Told {
+            by_term: HashMap::new(),
+            last: None,
+            seed,
+        }
+    }
+
+    fn insert(&mut self, name: &str, term: u64) {
+        if let Some(other) = self.by_term.insert(term, name.to_string()) {
+            panic!(
+                "term {term} told to {other} and {name} (CHURN_SEED={})",
+                self.seed
+            );
+        }
+        self.last = Some(name.to_string());
+    }
+
+    /// Takes in the terms told since the last call.
+    fn take(&mut self, claims: &mpsc::Receiver<(String, u64)>) {
+        while let Ok((name, term)) = claims.try_recv() {
+            self.insert(&name, term);
+        }
+    }
+
+    fn leader(&self) -> Option<&str> {
+        self.last.as_deref()
+    }
+
+    fn len(&self) -> usize {
+        self.by_term.len()
+    }
 }
 
 /// A tiny deterministic generator, so a failing run can be replayed from its seed.
@@ -152,7 +197,13 @@ fn terms_only_grow_and_no_term_has_two_leaders_under_churn() {
     let mut serving = master.port;
     let mut n = 0;
     let started = Instant::now();
-    for step in 0..120 {
+    let mut told = Told::new(seed);
+    // At least 120 steps, a failover at step 60, and on until enough terms were told:
+    // how many a random run tells depends on whom the dice kill, so the leader is
+    // the one killed half the time, and the churn goes on until it has turned over.
+    let mut step = 0;
+    while step < 120 || (told.len() < MIN_TERMS && started.elapsed() < Duration::from_secs(60)) {
+        told.take(&claims);
         if step == 60 {
             // Halfway: a coordinated failover; the candidates go to the new master.
             let mut con = master.connection();
@@ -176,8 +227,14 @@ fn terms_only_grow_and_no_term_has_two_leaders_under_churn() {
                 candidates.push(Candidate::start(serving, n, elected.clone()));
             }
             2 if !candidates.is_empty() => {
-                let mut gone = candidates.swap_remove(dice.roll(candidates.len()));
-                gone.kill();
+                let leader = told
+                    .leader()
+                    .and_then(|name| candidates.iter().position(|c| c.name == name));
+                let at = match leader {
+                    Some(at) if dice.roll(2) == 0 => at,
+                    _ => dice.roll(candidates.len()),
+                };
+                candidates.swap_remove(at).kill();
             }
             3 => {
                 let mut con = redis::Client::open(format!("redis://127.0.0.1:{serving}/"))
@@ -199,6 +256,7 @@ fn terms_only_grow_and_no_term_has_two_leaders_under_churn() {
         thread::sleep(Duration::from_millis(
             dice.roll(3 * LOCK_DELAY_MS as usize) as u64
         ));
+        step += 1;
     }
     // The last term: a fresh candidate after everyone else is gone.
     for candidate in &mut candidates {
@@ -207,15 +265,12 @@ fn terms_only_grow_and_no_term_has_two_leaders_under_churn() {
     n += 1;
     let mut last = Candidate::start(serving, n, elected.clone());
     drop(elected);
-    let mut told: HashMap<u64, String> = HashMap::new();
     let mut last_term = None;
     let deadline = Instant::now() + Duration::from_secs(20);
     while Instant::now() < deadline {
         match claims.recv_timeout(Duration::from_millis(100)) {
             Ok((name, term)) => {
-                if let Some(other) = told.insert(term, name.clone()) {
-                    panic!("term {term} told to {other} and {name} (CHURN_SEED={seed})");
-                }
+                told.insert(&name, term);
                 if name == last.name {
                     last_term = Some(term);
                     break;
@@ -237,16 +292,15 @@ fn terms_only_grow_and_no_term_has_two_leaders_under_churn() {
             .unwrap_or_else(|_| panic!("a follower never saw the last term (CHURN_SEED={seed})"));
         seen.push(terms);
     }
-    let elections: HashSet<u64> = told.keys().copied().collect();
     println!(
         "election churn: {n} candidates, {} terms told, followers saw {:?} terms",
-        elections.len(),
+        told.len(),
         seen.iter().map(Vec::len).collect::<Vec<_>>()
     );
     assert!(
-        elections.len() >= 5,
+        told.len() >= MIN_TERMS,
         "only {} terms in {:?} (CHURN_SEED={seed})",
-        elections.len(),
+        told.len(),
         started.elapsed()
     );
     for (i, terms) in seen.iter().enumerate() {
