@@ -60,6 +60,7 @@ bench: $(MODULE) ## benchmark module vs SET NX + Lua recipe (minutes; target/ben
 	    --no-install-recommends valgrind gnuplot-nox) \
 	    || echo "could not install them: no instruction counts, no chart"; \
 	fi
+	$(CARGO) build --release -p redis-lock-floor
 	$(CARGO) run --release -p redis-lock-bench -- $(BENCH_ARGS)
 
 soak: $(MODULE) ## a million locks and ten thousand waiters on one server, side by side with plain keys (minutes; target/soak/report.md, soak.png)

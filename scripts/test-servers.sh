@@ -37,6 +37,8 @@ module=target/release/libredis_lock.so
 if [ ! -e "$module" ] || [ "target/release/deps/libredis_lock.so" -nt "$module" ]; then
   cp -p target/release/deps/libredis_lock.so "$module.new" && mv "$module.new" "$module" || exit 1
 fi
+# The benchmark's floor module (bench/floor), which its smoke test loads beside ours.
+cargo build --release -p redis-lock-floor || exit 1
 # One line per test binary: kind (unit or suite), the directory cargo would run it in
 # (its crate's), the executable. Suites first, longest first, so the pool ends together.
 python3 - "$work/artifacts.json" >"$work/binaries" <<'EOF'

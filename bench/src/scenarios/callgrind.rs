@@ -18,7 +18,7 @@ use crate::results::{Better, Metric, Target};
 use crate::server::{Launch, Server};
 use crate::sides::{self, Side};
 
-const TTL: &[u8] = b"600000";
+pub const TTL: &[u8] = b"600000";
 /// Commands per pipeline batch: valgrind is slow enough without a round trip each.
 pub const BATCH: usize = 100;
 
@@ -178,9 +178,16 @@ fn acquire_valued_batch(conn: &mut Conn, keys: &[Vec<u8>], value: Option<&[u8]>)
 
 /// Runs the callgrind part of scenario 4.
 pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
+    // The floor module, where built, beside the lock module (`floor.rs`).
+    let floor = super::floor::module_beside(&cfg.module);
+    let floor_path = floor.as_ref().map(|p| p.display().to_string());
+    let extra: Vec<&str> = match &floor_path {
+        Some(path) => vec!["--loadmodule", path],
+        None => Vec::new(),
+    };
     let server = Server::start(&Launch {
         module: Some(&cfg.module),
-        extra: &[],
+        extra: &extra,
         callgrind: true,
     })?;
     let mut conn = server.conn()?;
@@ -277,12 +284,16 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         }
     }
     let mut metrics = Vec::new();
-    metrics.extend(native_compare_and_delete(
-        cfg,
-        &server,
-        &mut conn,
-        (&acquire, &release),
-    )?);
+    let own = native_compare_and_delete(cfg, &server, &mut conn, (&acquire, &release))?;
+    if floor.is_some() {
+        let native = super::floor::Native {
+            acquire: &acquire.recipe,
+            release: &own[0].recipe,
+            release_name: &own[0].recipe_label,
+        };
+        metrics.extend(super::floor::run(cfg, &server, &mut conn, &native)?);
+    }
+    metrics.splice(0..0, own);
     metrics.splice(0..0, [acquire, release, cycle]);
     if knows_value {
         metrics.push(valued);

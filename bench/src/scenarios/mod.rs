@@ -7,6 +7,7 @@ pub mod durability;
 pub mod election;
 pub mod expiry;
 pub mod fenced;
+pub mod floor;
 pub mod memory;
 pub mod session_close;
 pub mod sessions;

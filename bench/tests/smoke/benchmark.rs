@@ -33,6 +33,14 @@ fn a_smoke_run_measures_every_scenario_on_both_sides_and_writes_the_results() {
         assert!(!m.recipe_median().is_nan(), "{what}: recipe {:?}", m.recipe);
     }
     assert!(report.missed().is_empty(), "a smoke run judges no target");
+    // Where callgrind counted instructions, the API's floor was counted too (the floor
+    // module is built beside ours by `make test` and `make bench`).
+    let counted = |what: &str| report.metrics.iter().any(|m| m.what.contains(what));
+    if counted("callgrind") {
+        for floor in ["FLOOR.SETNX", "FLOOR.DELIFEQ", "FLOOR.NOOP"] {
+            assert!(counted(floor), "no {floor} in the instruction counts");
+        }
+    }
 
     // The report names the server it measured (REDIS_SERVER, as for `make test`).
     let version = std::process::Command::new(redis_lock_bench::server::binary())
