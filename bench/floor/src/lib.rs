@@ -11,6 +11,9 @@
 //! - `FLOOR.SETNX key token ttl-ms`: sets a string key to `token` with an expiry if the
 //!   key is empty (`OK`, else nil), and replicates the effect as `SET key token PXAT t`.
 //! - `FLOOR.DELIFEQ.LOCAL`, `FLOOR.SETNX.LOCAL`: the same without the replication.
+//! - `FLOOR.DO command [arg ...]`: runs the command through `RedisModule_Call` as
+//!   `LOCK.DO` does (format `!0CSMEv`) and replies with its reply, checking no lock: the
+//!   floor of a fenced write.
 //!
 //! Commands are plain C callbacks: no argument vectors built, no reply values, nothing
 //! between the server and the work.
@@ -135,18 +138,47 @@ fn set_if_empty(ctx: Ctx, argv: Argv, argc: c_int, replicate: Replicate) -> c_in
     }
 }
 
+extern "C" fn call(ctx: Ctx, argv: Argv, argc: c_int) -> c_int {
+    // SAFETY: ctx is the live context of this command and argv its `argc` live argument
+    // strings; the name is a server string, NUL-terminated; the reply, when there is one,
+    // is sent and then freed once.
+    unsafe {
+        if argc < 2 {
+            return raw::RedisModule_WrongArity.unwrap()(ctx);
+        }
+        let mut len = 0;
+        let name = raw::RedisModule_StringPtrLen.unwrap()(*argv.add(1), &mut len);
+        let reply = raw::RedisModule_Call.unwrap()(
+            ctx,
+            name,
+            c"!0CSMEv".as_ptr(),
+            argv.add(2),
+            (argc - 2) as usize,
+        );
+        if reply.is_null() {
+            return raw::RedisModule_ReplyWithError.unwrap()(ctx, c"ERR not run".as_ptr());
+        }
+        raw::RedisModule_ReplyWithCallReply.unwrap()(ctx, reply);
+        raw::RedisModule_FreeCallReply.unwrap()(reply);
+        OK
+    }
+}
+
 type Command = extern "C" fn(Ctx, Argv, c_int) -> c_int;
 
-const COMMANDS: [(&std::ffi::CStr, Command, &std::ffi::CStr); 5] = [
-    (c"floor.noop", noop, c"readonly fast"),
-    (c"floor.delifeq", delifeq, c"write fast"),
-    (c"floor.delifeq.local", delifeq_local, c"write fast"),
-    (c"floor.setnx", setnx, c"write deny-oom fast"),
-    (c"floor.setnx.local", setnx_local, c"write deny-oom fast"),
+/// Name, callback, flags, and the position of the key (`FLOOR.DO`'s is the inner
+/// command's first argument, as for the commands the benchmark runs through it).
+const COMMANDS: [(&std::ffi::CStr, Command, &std::ffi::CStr, c_int); 6] = [
+    (c"floor.noop", noop, c"readonly fast", 1),
+    (c"floor.delifeq", delifeq, c"write fast", 1),
+    (c"floor.delifeq.local", delifeq_local, c"write fast", 1),
+    (c"floor.setnx", setnx, c"write deny-oom fast", 1),
+    (c"floor.setnx.local", setnx_local, c"write deny-oom fast", 1),
+    (c"floor.do", call, c"write", 2),
 ];
 
 fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    for (name, command, flags) in COMMANDS {
+    for (name, command, flags, key) in COMMANDS {
         // SAFETY: ctx is the load context; the name and flags are static C strings.
         let created = unsafe {
             raw::RedisModule_CreateCommand.unwrap()(
@@ -154,8 +186,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
                 name.as_ptr(),
                 Some(command),
                 flags.as_ptr(),
-                1,
-                1,
+                key,
+                key,
                 1,
             )
         };

@@ -112,10 +112,19 @@ fn metric_pair(write: &Write, unit: &str, what: impl Fn(&str) -> String) -> (Met
 
 /// The same comparison in instructions in `processCommand` (callgrind), which the
 /// machine's load does not change: `callgrind_ops` calls per side per round, 3 rounds.
+/// Where the floor module is built (`bench/floor`), `FLOOR.DO` runs the same write through
+/// `RedisModule_Call` with no lock to check: the API's floor of any fenced write, counted
+/// against the script and against `LOCK.DO`.
 pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
+    let floor = super::floor::module_beside(&cfg.module);
+    let floor_path = floor.as_ref().map(|p| p.display().to_string());
+    let extra: Vec<&str> = match &floor_path {
+        Some(path) => vec!["--loadmodule", path],
+        None => Vec::new(),
+    };
     let server = Server::start(&Launch {
         module: Some(&cfg.module),
-        extra: &[],
+        extra: &extra,
         callgrind: true,
     })?;
     let mut admin = server.conn()?;
@@ -131,6 +140,23 @@ pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
                 write.command.to_uppercase()
             )
         });
+        let name = write.command.to_uppercase();
+        let api = |against: &str| {
+            Metric::new(
+                "12. fenced write",
+                &format!(
+                    "instructions per FLOOR.DO {name}, the API's floor (processCommand, callgrind) against {against}"
+                ),
+                "instr",
+                against,
+                Better::Lower,
+            )
+        };
+        let (mut api_vs_script, mut api_vs_module) = (api("the script"), api("LOCK.DO"));
+        let through_api: Argv = [&b"FLOOR.DO"[..]]
+            .into_iter()
+            .chain(alone.iter().copied())
+            .collect();
         let n = cfg.callgrind_ops;
         for _ in 0..cfg.rounds.min(3) {
             let (_, module) = callgrind::measured(&server, n, || send(&mut conn, &fenced, n))?;
@@ -140,9 +166,20 @@ pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
             vs_script.push(Side::Recipe, script, None);
             vs_floor.push(Side::Module, module, None);
             vs_floor.push(Side::Recipe, floor, None);
+            if floor_path.is_some() {
+                let (_, api) =
+                    callgrind::measured(&server, n, || send(&mut conn, &through_api, n))?;
+                api_vs_script.push(Side::Module, api, None);
+                api_vs_script.push(Side::Recipe, script, None);
+                api_vs_module.push(Side::Module, api, None);
+                api_vs_module.push(Side::Recipe, module, None);
+            }
         }
         metrics.push(vs_script);
         metrics.push(vs_floor);
+        if floor_path.is_some() {
+            metrics.extend([api_vs_script, api_vs_module]);
+        }
     }
     Ok(metrics)
 }

@@ -37,7 +37,7 @@ fn a_smoke_run_measures_every_scenario_on_both_sides_and_writes_the_results() {
     // module is built beside ours by `make test` and `make bench`).
     let counted = |what: &str| report.metrics.iter().any(|m| m.what.contains(what));
     if counted("callgrind") {
-        for floor in ["FLOOR.SETNX", "FLOOR.DELIFEQ", "FLOOR.NOOP"] {
+        for floor in ["FLOOR.SETNX", "FLOOR.DELIFEQ", "FLOOR.NOOP", "FLOOR.DO"] {
             assert!(counted(floor), "no {floor} in the instruction counts");
         }
     }
