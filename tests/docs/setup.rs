@@ -210,6 +210,10 @@ fn make_run_serves_the_module(vars: &[String]) {
                 .arg("run")
                 .args(vars)
                 .arg(format!("PORT={port}"))
+                // The module the suite built is served as it is: with sources newer than
+                // it (an edit since), make run would rebuild it under the other tests,
+                // which load it meanwhile.
+                .arg("MODULE_SOURCES=")
                 .current_dir(root())
                 .stdin(Stdio::null())
                 .stdout(fs::File::create(&log).expect("log file"))
