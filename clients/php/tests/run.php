@@ -35,26 +35,51 @@ function acquireCalls(Redis $redis): int
     return (int) ($m[1] ?? 0);
 }
 
+/** Starts `php $args...`; `finish()` collects its output. */
+function start(array $args): array
+{
+    $pipes = [];
+    $proc = proc_open(array_merge([PHP_BINARY], $args), [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes);
+    return [$proc, $pipes];
+}
+
+/** Waits for a process `start()` started and returns its output; exits if it failed. */
+function finish(array $started): string
+{
+    [$proc, $pipes] = $started;
+    $out = stream_get_contents($pipes[1]);
+    $err = stream_get_contents($pipes[2]);
+    $status = proc_close($proc);
+    if ($status !== 0) {
+        fwrite(STDERR, "a child failed ($status): $out $err\n");
+        exit(1);
+    }
+    return $out;
+}
+
 /** Runs `php $args...` processes at once; returns their outputs, in start order. */
 function runAll(array $commands): array
 {
-    $procs = [];
-    foreach ($commands as $args) {
-        $pipes = [];
-        $procs[] = [proc_open(array_merge([PHP_BINARY], $args), [1 => ['pipe', 'w'], 2 => ['pipe', 'w']], $pipes), $pipes];
-    }
-    $outputs = [];
-    foreach ($procs as [$proc, $pipes]) {
-        $out = stream_get_contents($pipes[1]);
-        $err = stream_get_contents($pipes[2]);
-        $status = proc_close($proc);
-        if ($status !== 0) {
-            fwrite(STDERR, "a child failed ($status): $out $err\n");
+    return array_map('finish', array_map('start', $commands));
+}
+
+/**
+ * Runs `$first`, waits until it holds `$lockKey`, then runs `$second`; returns both
+ * outputs. Started together, a loaded machine could start the second first.
+ */
+function afterItLocks(Redis $r, string $lockKey, array $first, array $second): array
+{
+    $running = start($first);
+    $deadline = microtime(true) + 20;
+    while ($r->exists($lockKey) !== 1) {
+        if (microtime(true) > $deadline) {
+            fwrite(STDERR, "$lockKey was never locked\n");
             exit(1);
         }
-        $outputs[] = $out;
+        usleep(1000);
     }
-    return $outputs;
+    $then = start($second);
+    return [finish($running), finish($then)];
 }
 
 $r = connect($port);
@@ -282,13 +307,17 @@ check('the stock is 0 and there are 20 orders, never more', trim(runAll([[$sale,
 check('each buyer ordered at most once', count(array_unique($r->lRange('sale:orders', 0, -1))) === 20);
 
 // A buyer that stalls past its lock's TTL, beside a punctual one, for the last item.
+// The stalled buyer takes the lock first (its lock lives 200 ms), and stalls long enough
+// for the punctual one, started once it holds the lock, to buy meanwhile.
 runAll([[$sale, (string) $port, 'setup', '1']]);
-$late = runAll([[$sale, (string) $port, 'recipe-stall', 'late', '600'], [$sale, (string) $port, 'recipe-buy', 'punctual']]);
+$late = afterItLocks($r, 'sale:recipe-lock', [$sale, (string) $port, 'recipe-stall', 'late', '1500'],
+    [$sale, (string) $port, 'recipe-buy', 'punctual']);
 check('the SET NX recipe sells the last item twice to a stalled buyer and a punctual one',
     array_map('trim', $late) === ['bought', 'bought']
     && trim(runAll([[$sale, (string) $port, 'report']])[0]) === 'stock=-1 orders=2');
 runAll([[$sale, (string) $port, 'setup', '1']]);
-$late = runAll([[$sale, (string) $port, 'stall', 'late', '600'], [$sale, (string) $port, 'buy', 'punctual', '100']]);
+$late = afterItLocks($r, 'Lock:sale', [$sale, (string) $port, 'stall', 'late', '1500'],
+    [$sale, (string) $port, 'buy', 'punctual']);
 check('with LOCK.DO the stalled buyer\'s DECR is refused: the item is sold once',
     array_map('trim', $late) === ['lost the lock', 'bought']
     && trim(runAll([[$sale, (string) $port, 'report']])[0]) === 'stock=0 orders=1');
