@@ -161,3 +161,16 @@ def test_a_process_with_a_hung_master_exits(redlock_ports, key):
     subprocess.run([sys.executable, "-c", program], check=True, timeout=4)
     assert time.monotonic() - started < 4
     sleeper.join()
+
+
+def test_a_master_is_free_for_the_next_call_once_the_last_one_answered():
+    # A release right after an extend must find the master's worker free: it used to be
+    # freed only after the caller was told the answer, and on a loaded machine the
+    # release then counted that master as busy (2 releases of 3 where all held).
+    from redis_lock_module._redlock import _Worker
+
+    worker = _Worker()
+    for n in range(20_000):
+        future = worker.submit(lambda: n)
+        assert future is not None, f"call {n} found the worker busy after the last answer"
+        assert future.result(timeout=5) == n

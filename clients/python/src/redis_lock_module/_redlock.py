@@ -217,13 +217,21 @@ class _Worker:
                         self._thread = None
                         return
                 continue
+            # The worker is free again before the caller hears the outcome: a caller that
+            # is woken by the future may submit its next call (a release after an
+            # extend) at once, and must not find this worker still busy.
             try:
-                future.set_result(call())
+                result = call()
             except BaseException as error:  # handed to the caller, who decides
+                self._free()
                 future.set_exception(error)
-            finally:
-                with self._lock:
-                    self._busy = False
+            else:
+                self._free()
+                future.set_result(result)
+
+    def _free(self) -> None:
+        with self._lock:
+            self._busy = False
 
 
 _WORKERS: "weakref.WeakKeyDictionary[Any, _Worker]" = weakref.WeakKeyDictionary()
