@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use crate::config::Config;
 use crate::resp::{Conn, Reply};
 use crate::results::{Better, Metric, Target};
-use crate::server::{Launch, Server};
+use crate::server::Server;
 use crate::sides::{self, Side};
 
 pub const TTL: &[u8] = b"600000";
@@ -178,18 +178,7 @@ fn acquire_valued_batch(conn: &mut Conn, keys: &[Vec<u8>], value: Option<&[u8]>)
 
 /// Runs the callgrind part of scenario 4.
 pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
-    // The floor module, where built, beside the lock module (`floor.rs`).
-    let floor = super::floor::module_beside(&cfg.module);
-    let floor_path = floor.as_ref().map(|p| p.display().to_string());
-    let extra: Vec<&str> = match &floor_path {
-        Some(path) => vec!["--loadmodule", path],
-        None => Vec::new(),
-    };
-    let server = Server::start(&Launch {
-        module: Some(&cfg.module),
-        extra: &extra,
-        callgrind: true,
-    })?;
+    let (server, with_floor) = super::floor::callgrind_server(cfg)?;
     let mut conn = server.conn()?;
     let sha = sides::load_script(&mut conn)?;
     let what = |cmd: &str, scope: &str| format!("instructions per {cmd} ({scope}, callgrind)");
@@ -285,7 +274,7 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
     }
     let mut metrics = Vec::new();
     let own = native_compare_and_delete(cfg, &server, &mut conn, (&acquire, &release))?;
-    if floor.is_some() {
+    if with_floor {
         let native = super::floor::Native {
             acquire: &acquire.recipe,
             release: &own[0].recipe,

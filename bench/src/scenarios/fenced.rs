@@ -17,7 +17,7 @@ use crate::info;
 use crate::resp::Conn;
 use crate::results::{Better, Metric, Target};
 use crate::scenarios::callgrind;
-use crate::server::{Launch, Server};
+use crate::server::Server;
 use crate::sides::Side;
 
 const BATCH: usize = 50;
@@ -116,17 +116,7 @@ fn metric_pair(write: &Write, unit: &str, what: impl Fn(&str) -> String) -> (Met
 /// `RedisModule_Call` with no lock to check: the API's floor of any fenced write, counted
 /// against the script and against `LOCK.DO`.
 pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
-    let floor = super::floor::module_beside(&cfg.module);
-    let floor_path = floor.as_ref().map(|p| p.display().to_string());
-    let extra: Vec<&str> = match &floor_path {
-        Some(path) => vec!["--loadmodule", path],
-        None => Vec::new(),
-    };
-    let server = Server::start(&Launch {
-        module: Some(&cfg.module),
-        extra: &extra,
-        callgrind: true,
-    })?;
+    let (server, with_floor) = super::floor::callgrind_server(cfg)?;
     let mut admin = server.conn()?;
     let mut conn = server.conn()?;
     hold_both(&mut admin)?;
@@ -166,7 +156,7 @@ pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
             vs_script.push(Side::Recipe, script, None);
             vs_floor.push(Side::Module, module, None);
             vs_floor.push(Side::Recipe, floor, None);
-            if floor_path.is_some() {
+            if with_floor {
                 let (_, api) =
                     callgrind::measured(&server, n, || send(&mut conn, &through_api, n))?;
                 api_vs_script.push(Side::Module, api, None);
@@ -177,7 +167,7 @@ pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
         }
         metrics.push(vs_script);
         metrics.push(vs_floor);
-        if floor_path.is_some() {
+        if with_floor {
             metrics.extend([api_vs_script, api_vs_module]);
         }
     }

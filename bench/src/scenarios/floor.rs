@@ -14,14 +14,30 @@ use std::path::{Path, PathBuf};
 use crate::config::Config;
 use crate::resp::{Conn, Reply};
 use crate::results::{Better, Metric};
-use crate::server::Server;
+use crate::server::{Launch, Server};
 use crate::sides::{self, Side};
 
 use super::callgrind::{BATCH, measured};
 
 /// The floor module, built beside the lock module (`make bench` builds both).
-pub fn module_beside(lock_module: &Path) -> Option<PathBuf> {
+fn module_beside(lock_module: &Path) -> Option<PathBuf> {
     Some(lock_module.with_file_name("libredis_lock_floor.so")).filter(|path| path.exists())
+}
+
+/// A server under callgrind with the lock module, and the floor module beside it where it
+/// is built; and whether it is (the floor's figures are left out otherwise).
+pub fn callgrind_server(cfg: &Config) -> io::Result<(Server, bool)> {
+    let floor = module_beside(&cfg.module).map(|path| path.display().to_string());
+    let extra: Vec<&str> = match &floor {
+        Some(path) => vec!["--loadmodule", path],
+        None => Vec::new(),
+    };
+    let server = Server::start(&Launch {
+        module: Some(&cfg.module),
+        extra: &extra,
+        callgrind: true,
+    })?;
+    Ok((server, floor.is_some()))
 }
 
 /// The server's own acquire and release per round (processCommand instructions), as the
