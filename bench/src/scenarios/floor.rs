@@ -1,4 +1,4 @@
-//! Scenario 4's floor: what the server's module API itself costs for a lock, measured
+//! The module API's floor: what the server's module API itself costs for a lock, measured
 //! with `bench/floor` (`libredis_lock_floor.so`), a module that does only the least a
 //! lock must do: `FLOOR.SETNX` opens the key, sets the token and its expiry, and
 //! replicates the effect as `SET ... PXAT`; `FLOOR.DELIFEQ` opens the key, compares the
@@ -6,7 +6,8 @@
 //! without replicating; `FLOOR.NOOP` is a module command that does nothing. Each is
 //! counted (instructions in `processCommand`, callgrind) against the server's own `SET NX
 //! PX` and `DELIFEQ`/`DEL`, on the same server as the rest of the scenario: where the
-//! floor is over the 1.5x, no module can meet it with the API as it is.
+//! floor is over the 1.5x, no module can meet it with the API as it is. Scenario
+//! 12 starts its server here too, for `FLOOR.DO`, the floor of a fenced write.
 
 use std::io;
 use std::path::{Path, PathBuf};
