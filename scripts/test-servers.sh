@@ -9,8 +9,13 @@
 # The binaries run directly, not through `cargo test` (which holds the build directory's
 # lock while its tests run), TEST_JOBS (default 4) at once, each with TEST_THREADS
 # (default 4) tests at once: the tests mostly wait on servers, so on two cores this is what
-# makes the suite take minutes. Each binary's output is printed whole when it ends, headed
-# with the server it ran on; the summary names every run that failed.
+# makes the suite take minutes. Each binary's output is printed whole as soon as it ends,
+# headed with the server it ran on and followed by the time it took; the summary names
+# every run that failed.
+# A run that takes longer than RUN_TIMEOUT seconds (default 900: the longest takes about
+# three minutes) is killed with every process it started (its servers too), and fails:
+# a test that hangs fails the suite with its name (libtest names every test running for
+# over 60 s) instead of stalling it. No run reads the terminal: stdin is /dev/null.
 # TEST_FILTER (a test-name filter, as `cargo test` takes) narrows every binary's tests.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +30,7 @@ else
 fi
 jobs=${TEST_JOBS:-4}
 threads=${TEST_THREADS:-4}
+run_timeout=${RUN_TIMEOUT:-900}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
@@ -59,21 +65,42 @@ for row in sorted(rows):
     print(*row[2:])
 EOF
 
-echo "==== the doc tests"
-cargo test --release --workspace --doc ${TEST_FILTER:+"$TEST_FILTER"} >"$work/doc.log" 2>&1
-echo $? >"$work/doc.status"
+# Runs a command with the time limit: timeout makes it a process group of its own and, at
+# the limit, signals the whole group (TERM, then KILL 10 s later). Prints how it ended.
+limited() {
+  local started=$SECONDS status
+  timeout --kill-after=10 "$run_timeout" "$@" </dev/null
+  status=$?
+  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
+    echo "==== KILLED: still running after ${run_timeout} s (RUN_TIMEOUT)"
+  fi
+  echo "==== took $((SECONDS - started)) s, exit status $status"
+  return "$status"
+}
 
-# One run: a binary on a server (or none). Writes <id>.log and <id>.status.
+# Prints a finished run's log whole, never interleaved with another's.
+show() {
+  flock "$work/output.lock" cat "$1"
+}
+
+echo "==== the doc tests"
+limited cargo test --release --workspace --doc ${TEST_FILTER:+"$TEST_FILTER"} >"$work/doc.log" 2>&1
+echo $? >"$work/doc.status"
+show "$work/doc.log"
+
+# One run: a binary on a server (or none). Writes <id>.log and <id>.status, then prints
+# the log.
 run_one() {
   local id=$1 dir=$2 executable=$3 server=$4 name
   name=$(basename "$executable" | sed 's/-[0-9a-f]*$//')
   {
     echo
     echo "==== $name on ${server:-no server} ($(basename "$(dirname "$dir")")/$(basename "$dir"))"
-    (cd "$dir" && REDIS_SERVER="$server" "$executable" --test-threads="$threads" \
+    (cd "$dir" && REDIS_SERVER="$server" limited "$executable" --test-threads="$threads" \
       ${TEST_FILTER:+"$TEST_FILTER"})
     echo $? >"$work/$id.status"
   } >"$work/$id.log" 2>&1
+  show "$work/$id.log"
 }
 
 ids=()
@@ -107,7 +134,6 @@ failed_total=0
 # report: log, status file, label
 report() {
   local log=$1 status_file=$2 label=$3 status passed failures
-  cat "$log"
   status=$(cat "$status_file" 2>/dev/null || echo 1)
   passed=$(grep -Eo '^test result: [a-zA-Z]+\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
   failures=$(grep -Eo '[0-9]+ failed;' "$log" | awk '{s+=$1} END {print s+0}')
