@@ -69,6 +69,8 @@ pub fn lock_do(ctx: &Context, args: &Args) -> RedisResult {
         Err(NotRun::Denied) => Err(error::inner_denied(command)),
         Err(NotRun::OutOfMemory) => Err(error::inner_out_of_memory()),
         Err(NotRun::Other(errno)) => Err(error::inner_not_run(command, errno)),
+        Err(NotRun::Lost(Some(text))) => Err(error::recovered(&text)),
+        Err(NotRun::Lost(None)) => Err(error::inner_reply_lost(command)),
     }
 }
 

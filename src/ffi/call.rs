@@ -17,7 +17,7 @@ use crate::ffi::command::Args;
 const FORMAT: &CStr = c"!0CSMEv";
 
 /// Why the server did not run the inner command, when it answered no reply at all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotRun {
     /// No such command.
     Unknown,
@@ -31,6 +31,9 @@ pub enum NotRun {
     OutOfMemory,
     /// Any other refusal, with the server's `errno`.
     Other(i32),
+    /// It ran, but the server handed back no reply for it: the error it had, when one
+    /// could be recovered (see `recover_lost_reply`), else nothing.
+    Lost(Option<Vec<u8>>),
 }
 
 /// Runs the command made of `args[from..]` as `FORMAT` says, and replies with its reply
@@ -85,6 +88,19 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
     if reply.is_null() {
         return Err(not_run(errno()));
     }
+    let mut proto_len = 0;
+    // SAFETY: reply is the call's live reply; only its length is read here. When it is
+    // empty it is freed here, once.
+    let empty = unsafe {
+        raw::RedisModule_CallReplyProto.expect("RedisModule_CallReplyProto")(reply, &mut proto_len);
+        if proto_len == 0 {
+            raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
+        }
+        proto_len == 0
+    };
+    if empty {
+        return Err(NotRun::Lost(recover_lost_reply(ctx)));
+    }
     // SAFETY: reply is the call's live reply: sent to the client, then freed once.
     unsafe {
         raw::RedisModule_ReplyWithCallReply.expect("RedisModule_ReplyWithCallReply")(
@@ -94,6 +110,42 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
         raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
     }
     Ok(())
+}
+
+/// Valkey 8.1 and later, while any module follows keyspace events (this one does), hand
+/// back an empty reply for a `GETDEL` or `GETSET` that fails (on a key of another type):
+/// the error is written to the server's pooled call client after the call returned. On
+/// Valkey 8.1 it stays there, and the next call on that client (any module's) would get
+/// it in front of its own reply; Valkey 9 drops it. A `PING` on the same client at once
+/// takes it out: its first reply is then the lost error, which is returned; `None` when
+/// nothing was left (the error is gone).
+fn recover_lost_reply(ctx: &Context) -> Option<Vec<u8>> {
+    // SAFETY: reading function pointers from the API table; ctx is the running command's
+    // context; the format takes no argument. The reply, if any, is read while live and
+    // freed once.
+    unsafe {
+        let call = raw::RedisModule_Call.expect("RedisModule_Call");
+        let reply = call(ctx.get_raw(), c"PING".as_ptr(), c"".as_ptr());
+        if reply.is_null() {
+            return None;
+        }
+        let error = (raw::RedisModule_CallReplyType.expect("RedisModule_CallReplyType")(reply)
+            == raw::REDISMODULE_REPLY_ERROR as i32)
+            .then(|| {
+                let mut len = 0;
+                let ptr = raw::RedisModule_CallReplyStringPtr
+                    .expect("RedisModule_CallReplyStringPtr")(
+                    reply, &mut len
+                );
+                if ptr.is_null() {
+                    Vec::new()
+                } else {
+                    std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec()
+                }
+            });
+        raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
+        error.filter(|text| !text.is_empty())
+    }
 }
 
 fn errno() -> i32 {

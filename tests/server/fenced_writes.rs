@@ -66,6 +66,54 @@ fn the_holder_runs_the_command_and_gets_its_own_reply() {
 }
 
 #[test]
+fn a_failed_getdel_or_getset_gets_its_error_and_the_next_command_its_own_reply() {
+    // Valkey 8.1 and later, while a module follows keyspace events (this one does),
+    // hand a module's call of a failing GETDEL or GETSET back with no reply: LOCK.DO
+    // answered nothing (the client waited for ever) and, on Valkey 8.1, the lost error
+    // came in front of the next call's reply. Found by the LOCK.DO fuzz test.
+    let server = TestServer::start();
+    let mut con = server.connection();
+    con.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    acquire(&mut con, "l", 60_000, &["TOKEN", "t"]).unwrap();
+    let _: i64 = redis::cmd("HSET")
+        .arg("h")
+        .arg("f")
+        .arg("v")
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET").arg("s").arg("v").query(&mut con).unwrap();
+    for inner in [
+        &["GETDEL", "h"][..],
+        &["GETSET", "h", "x"],
+        &["GETDEL", "h"],
+    ] {
+        let mut argv = vec!["l", "t"];
+        argv.extend_from_slice(inner);
+        let err = lock_do(&mut con, &argv).unwrap_err();
+        assert_eq!(err.code(), Some("WRONGTYPE"), "{inner:?}: {err}");
+        // The next command, on the same connection, gets its own reply and no other.
+        assert_eq!(
+            lock_do(&mut con, &["l", "t", "GET", "s"]).unwrap(),
+            redis::Value::BulkString(b"v".to_vec())
+        );
+        ping(&mut con);
+    }
+    // Nothing changed: the hash is there, the string too.
+    let field: Option<String> = redis::cmd("HGET")
+        .arg("h")
+        .arg("f")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(field.as_deref(), Some("v"));
+    assert_eq!(
+        lock_do(&mut con, &["l", "t", "GETDEL", "s"]).unwrap(),
+        redis::Value::BulkString(b"v".to_vec())
+    );
+    assert_eq!(get(&mut con, "s"), None);
+}
+
+#[test]
 fn a_token_that_does_not_hold_the_lock_runs_nothing() {
     let server = TestServer::start();
     let mut con = server.connection();
