@@ -13,7 +13,7 @@
 # headed with the server it ran on and followed by the time it took; the summary names
 # every run that failed.
 # A run that takes longer than RUN_TIMEOUT seconds (default 900: the longest takes about
-# three minutes) is killed with every process it started (its servers too), and fails:
+# a minute and a half) is killed with every process it started (its servers too), and fails:
 # a test that hangs fails the suite with its name (libtest names every test running for
 # over 60 s) instead of stalling it. No run reads the terminal: stdin is /dev/null.
 # TEST_FILTER (a test-name filter, as `cargo test` takes) narrows every binary's tests.

@@ -4,7 +4,7 @@
 use std::ffi::CStr;
 use std::os::raw::c_int;
 
-use redis_module::{Context, raw};
+use redis_module::{Context, RedisError, raw};
 
 use crate::ffi::command::Args;
 
@@ -33,7 +33,7 @@ pub enum NotRun {
     Other(i32),
     /// It ran, but the server handed back no reply for it: the error it had, when one
     /// could be recovered (see `recover_lost_reply`), else nothing.
-    Lost(Option<Vec<u8>>),
+    Lost(Option<String>),
 }
 
 /// Runs the command made of `args[from..]` as `FORMAT` says, and replies with its reply
@@ -89,16 +89,13 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
         return Err(not_run(errno()));
     }
     let mut proto_len = 0;
-    // SAFETY: reply is the call's live reply; only its length is read here. When it is
-    // empty it is freed here, once.
-    let empty = unsafe {
+    // SAFETY: reply is the call's live reply; only its length is read.
+    unsafe {
         raw::RedisModule_CallReplyProto.expect("RedisModule_CallReplyProto")(reply, &mut proto_len);
-        if proto_len == 0 {
-            raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
-        }
-        proto_len == 0
-    };
-    if empty {
+    }
+    if proto_len == 0 {
+        // SAFETY: reply is the call's live reply, freed once and not read again.
+        unsafe { raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply) };
         return Err(NotRun::Lost(recover_lost_reply(ctx)));
     }
     // SAFETY: reply is the call's live reply: sent to the client, then freed once.
@@ -115,36 +112,15 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
 /// Valkey 8.1 and later, while any module follows keyspace events (this one does), hand
 /// back an empty reply for a `GETDEL` or `GETSET` that fails (on a key of another type):
 /// the error is written to the server's pooled call client after the call returned. On
-/// Valkey 8.1 it stays there, and the next call on that client (any module's) would get
-/// it in front of its own reply; Valkey 9 drops it. A `PING` on the same client at once
-/// takes it out: its first reply is then the lost error, which is returned; `None` when
-/// nothing was left (the error is gone).
-fn recover_lost_reply(ctx: &Context) -> Option<Vec<u8>> {
-    // SAFETY: reading function pointers from the API table; ctx is the running command's
-    // context; the format takes no argument. The reply, if any, is read while live and
-    // freed once.
-    unsafe {
-        let call = raw::RedisModule_Call.expect("RedisModule_Call");
-        let reply = call(ctx.get_raw(), c"PING".as_ptr(), c"".as_ptr());
-        if reply.is_null() {
-            return None;
-        }
-        let error = (raw::RedisModule_CallReplyType.expect("RedisModule_CallReplyType")(reply)
-            == raw::REDISMODULE_REPLY_ERROR as i32)
-            .then(|| {
-                let mut len = 0;
-                let ptr = raw::RedisModule_CallReplyStringPtr
-                    .expect("RedisModule_CallReplyStringPtr")(
-                    reply, &mut len
-                );
-                if ptr.is_null() {
-                    Vec::new()
-                } else {
-                    std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec()
-                }
-            });
-        raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
-        error.filter(|text| !text.is_empty())
+/// Valkey 8.1 it stays there, and the next call on that client (any module's, in any
+/// later command) would get it in front of its own reply; Valkey 9 drops it when the
+/// command ends. A `PING` on the same client at once, through the binding's own call,
+/// takes it out on both: its first reply is then the lost error, which is returned;
+/// `None` when nothing was left.
+fn recover_lost_reply(ctx: &Context) -> Option<String> {
+    match ctx.call("PING", &[][..] as &[&[u8]]) {
+        Err(RedisError::String(text)) if !text.is_empty() => Some(text),
+        _ => None,
     }
 }
 

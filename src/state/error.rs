@@ -87,8 +87,8 @@ pub fn inner_not_run(name: &[u8], errno: i32) -> RedisError {
 }
 
 /// The server handed back no reply for `LOCK.DO`'s command, and its error could not be
-/// recovered (Valkey 9 drops a failed `GETDEL`'s or `GETSET`'s error while a module
-/// follows keyspace events; see `ffi::call`).
+/// recovered (Valkey 8.1 and later lose a failed `GETDEL`'s or `GETSET`'s error while a
+/// module follows keyspace events; see `ffi::call`).
 pub fn inner_reply_lost(name: &[u8]) -> RedisError {
     RedisError::String(format!(
         "ERR LOCK.DO: '{}' failed and the server lost its error reply",
@@ -97,13 +97,8 @@ pub fn inner_reply_lost(name: &[u8]) -> RedisError {
 }
 
 /// An error reply the server lost and the module recovered, as the server wrote it.
-pub fn recovered(text: &[u8]) -> RedisError {
-    RedisError::String(
-        String::from_utf8_lossy(text)
-            .chars()
-            .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
-            .collect(),
-    )
+pub fn recovered(text: &str) -> RedisError {
+    RedisError::String(text.replace(['\r', '\n'], " "))
 }
 
 /// `grace-ms` was not an integer from 0 to 2^47 - 1.
