@@ -16,6 +16,21 @@ use crate::ffi::command::Args;
 /// own text (`E`); its arguments are the vector that follows (`v`).
 const FORMAT: &CStr = c"!0CSMEv";
 
+/// The same with the arguments one by one (`s` each), for an inner command of up to
+/// eight: the server sizes its argument vector by the format's length, so a vector
+/// (`v`) costs it a second allocation that these do not (about 3% of a `LOCK.DO`).
+const FORMATS: [&CStr; 9] = [
+    c"!0CSME",
+    c"!0CSMEs",
+    c"!0CSMEss",
+    c"!0CSMEsss",
+    c"!0CSMEssss",
+    c"!0CSMEsssss",
+    c"!0CSMEssssss",
+    c"!0CSMEsssssss",
+    c"!0CSMEssssssss",
+];
+
 /// Why the server did not run the inner command, when it answered no reply at all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum NotRun {
@@ -70,21 +85,7 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
         long = [name_bytes, &[0]].concat();
         &long
     };
-    let rest = &inner[1..];
-    // SAFETY: reading a function pointer from the API table filled at load time.
-    let call = unsafe { raw::RedisModule_Call }.expect("RedisModule_Call");
-    // SAFETY: ctx is the live context of the running command; the format asks for one
-    // vector argument, passed as the pointer to `rest`'s strings (live server strings,
-    // which the call only reads) and its length.
-    let reply = unsafe {
-        call(
-            ctx.get_raw(),
-            name.as_ptr().cast(),
-            FORMAT.as_ptr(),
-            rest.as_ptr() as *mut *mut raw::RedisModuleString,
-            rest.len(),
-        )
-    };
+    let reply = call(ctx, name, &inner[1..]);
     if reply.is_null() {
         return Err(not_run(errno()));
     }
@@ -107,6 +108,46 @@ pub fn run_and_reply(ctx: &Context, args: &Args, from: usize) -> Result<(), NotR
         raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
     }
     Ok(())
+}
+
+/// `RedisModule_Call` of the command `name` (NUL-terminated) with the arguments `rest`,
+/// as `FORMAT` says: one by one when there are few, else as a vector.
+fn call(
+    ctx: &Context,
+    name: &[u8],
+    rest: &[*mut raw::RedisModuleString],
+) -> *mut raw::RedisModuleCallReply {
+    // SAFETY: reading a function pointer from the API table filled at load time.
+    let call = unsafe { raw::RedisModule_Call }.expect("RedisModule_Call");
+    let (ctx, name) = (ctx.get_raw(), name.as_ptr().cast());
+    let format = FORMATS.get(rest.len()).map(|f| f.as_ptr());
+    // SAFETY: ctx is the live context of the running command and name a NUL-terminated
+    // string. Each format asks for exactly the arguments passed after it: as many
+    // strings (`s`) as `rest` holds, or one vector (`v`), passed as the pointer to
+    // `rest`'s strings and its length. They are the server's live argument strings,
+    // which the call only reads (and retains for as long as it needs them).
+    unsafe {
+        match (format, rest) {
+            (Some(f), []) => call(ctx, name, f),
+            (Some(f), [a]) => call(ctx, name, f, *a),
+            (Some(f), [a, b]) => call(ctx, name, f, *a, *b),
+            (Some(f), [a, b, c]) => call(ctx, name, f, *a, *b, *c),
+            (Some(f), [a, b, c, d]) => call(ctx, name, f, *a, *b, *c, *d),
+            (Some(f), [a, b, c, d, e]) => call(ctx, name, f, *a, *b, *c, *d, *e),
+            (Some(f), [a, b, c, d, e, g]) => call(ctx, name, f, *a, *b, *c, *d, *e, *g),
+            (Some(f), [a, b, c, d, e, g, h]) => call(ctx, name, f, *a, *b, *c, *d, *e, *g, *h),
+            (Some(f), [a, b, c, d, e, g, h, i]) => {
+                call(ctx, name, f, *a, *b, *c, *d, *e, *g, *h, *i)
+            }
+            _ => call(
+                ctx,
+                name,
+                FORMAT.as_ptr(),
+                rest.as_ptr() as *mut *mut raw::RedisModuleString,
+                rest.len(),
+            ),
+        }
+    }
 }
 
 /// Valkey 8.1 and later, while any module follows keyspace events (this one does), hand

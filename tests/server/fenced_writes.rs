@@ -66,6 +66,42 @@ fn the_holder_runs_the_command_and_gets_its_own_reply() {
 }
 
 #[test]
+fn every_argument_reaches_the_inner_command_in_order_whatever_their_count() {
+    // Short commands are passed to the server one argument at a time, longer ones as a
+    // vector (`ffi/call.rs`): both ways, from none to many, give what the command alone
+    // gives.
+    let server = TestServer::start();
+    let mut con = server.connection();
+    acquire(&mut con, "list:lock", 60_000, &["TOKEN", "t"]).unwrap();
+    assert_eq!(
+        lock_do(&mut con, &["list:lock", "t", "PING"]).unwrap(),
+        redis::Value::SimpleString("PONG".into())
+    );
+    assert_eq!(
+        lock_do(&mut con, &["list:lock", "t", "DBSIZE"]).unwrap(),
+        redis::Value::Int(1)
+    );
+    for count in 1..=20 {
+        let key = format!("list:{count}");
+        let items: Vec<String> = (0..count).map(|i| format!("item-{i}")).collect();
+        let mut argv = vec!["list:lock", "t", "RPUSH", key.as_str()];
+        argv.extend(items.iter().map(String::as_str));
+        assert_eq!(
+            lock_do(&mut con, &argv).unwrap(),
+            redis::Value::Int(count),
+            "{count} items"
+        );
+        let stored: Vec<String> = redis::cmd("LRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(stored, items, "{count} items, in order");
+    }
+}
+
+#[test]
 fn a_failed_getdel_or_getset_gets_its_error_and_the_next_command_its_own_reply() {
     // Valkey 8.1 and later, while a module follows keyspace events (this one does),
     // hand a module's call of a failing GETDEL or GETSET back with no reply: LOCK.DO
