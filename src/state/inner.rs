@@ -34,9 +34,34 @@ impl Refusal {
 #[derive(Debug, Default)]
 pub struct Verdicts {
     names: Vec<(Box<[u8]>, Verdict)>,
-    /// The last name found: a caller that runs one command over and over compares it
-    /// once.
-    last: Option<usize>,
+    /// The last name found, as it was sent: a caller that runs one command over and over
+    /// compares its bytes once (a byte compare, not a folded one).
+    last: Option<Last>,
+}
+
+/// The longest name kept as sent in [`Last`]; a longer one is found by its folded form.
+const LAST_LEN: usize = 24;
+
+/// Where the last name found is in the list, and its bytes as sent.
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    index: usize,
+    len: usize,
+    sent: [u8; LAST_LEN],
+}
+
+impl Last {
+    fn new(index: usize, name: &[u8]) -> Last {
+        let mut sent = [0; LAST_LEN];
+        let len = name.len().min(LAST_LEN);
+        sent[..len].copy_from_slice(&name[..len]);
+        Last { index, len, sent }
+    }
+
+    /// Whether `name` is the name kept, byte for byte.
+    fn is(&self, name: &[u8]) -> bool {
+        name.len() <= LAST_LEN && self.sent[..self.len] == *name
+    }
 }
 
 /// Whether a command may run inside `LOCK.DO`, and if not, why.
@@ -54,13 +79,13 @@ impl Verdicts {
 
     /// The verdict on `name`, if known.
     pub fn get(&mut self, name: &[u8]) -> Option<Verdict> {
-        if let Some((known, verdict)) = self.last.and_then(|i| self.names.get(i))
-            && known.eq_ignore_ascii_case(name)
+        if let Some(last) = self.last.filter(|last| last.is(name))
+            && let Some((_, verdict)) = self.names.get(last.index)
         {
             return Some(*verdict);
         }
         let i = self.find(name).ok()?;
-        self.last = Some(i);
+        self.last = Some(Last::new(i, name));
         Some(self.names[i].1)
     }
 
@@ -119,6 +144,31 @@ mod tests {
             "replaced, not added"
         );
         assert_eq!(v.names.len(), 3);
+    }
+
+    #[test]
+    fn the_last_name_is_matched_byte_for_byte_and_a_long_one_by_its_folded_form() {
+        let mut v = Verdicts::default();
+        let long = b"a-command-name-longer-than-what-is-kept-as-sent";
+        v.insert(b"hincrby", Ok(()));
+        v.insert(long, Err(Refusal::Blocking));
+        assert_eq!(v.get(b"HINCRBY"), Some(Ok(())));
+        assert_eq!(v.get(b"HINCRBY"), Some(Ok(())), "the last one, as sent");
+        assert_eq!(
+            v.get(b"hincrbyfloat"),
+            None,
+            "a longer name is another name"
+        );
+        assert_eq!(v.get(b"HINCRB"), None, "so is a shorter one");
+        assert_eq!(v.get(long), Some(Err(Refusal::Blocking)));
+        assert_eq!(
+            v.get(long),
+            Some(Err(Refusal::Blocking)),
+            "again, not cut short"
+        );
+        let mut cut = long.to_vec();
+        cut[LAST_LEN + 1] = b'x';
+        assert_eq!(v.get(&cut), None, "a name that differs past what is kept");
     }
 
     #[test]
