@@ -12,8 +12,8 @@
 //!   key is empty (`OK`, else nil), and replicates the effect as `SET key token PXAT t`.
 //! - `FLOOR.DELIFEQ.LOCAL`, `FLOOR.SETNX.LOCAL`: the same without the replication.
 //! - `FLOOR.DO command [arg ...]`: runs the command through `RedisModule_Call` as
-//!   `LOCK.DO` does (format `!0CSMEv`) and replies with its reply, checking no lock: the
-//!   floor of a fenced write.
+//!   `LOCK.DO` does (format `!0CSME` and its arguments) and replies with its reply,
+//!   checking no lock: the floor of a fenced write.
 //!
 //! Commands are plain C callbacks: no argument vectors built, no reply values, nothing
 //! between the server and the work.
@@ -148,13 +148,16 @@ extern "C" fn call(ctx: Ctx, argv: Argv, argc: c_int) -> c_int {
         }
         let mut len = 0;
         let name = raw::RedisModule_StringPtrLen.unwrap()(*argv.add(1), &mut len);
-        let reply = raw::RedisModule_Call.unwrap()(
-            ctx,
-            name,
-            c"!0CSMEv".as_ptr(),
-            argv.add(2),
-            (argc - 2) as usize,
-        );
+        // As LOCK.DO: a short command's arguments one by one (the server then allocates
+        // its argument vector once), a longer one's as a vector.
+        let call = raw::RedisModule_Call.unwrap();
+        let arg = |i: usize| *argv.add(2 + i);
+        let reply = match argc - 2 {
+            1 => call(ctx, name, c"!0CSMEs".as_ptr(), arg(0)),
+            2 => call(ctx, name, c"!0CSMEss".as_ptr(), arg(0), arg(1)),
+            3 => call(ctx, name, c"!0CSMEsss".as_ptr(), arg(0), arg(1), arg(2)),
+            n => call(ctx, name, c"!0CSMEv".as_ptr(), argv.add(2), n as usize),
+        };
         if reply.is_null() {
             return raw::RedisModule_ReplyWithError.unwrap()(ctx, c"ERR not run".as_ptr());
         }
