@@ -13,7 +13,8 @@ use crate::keyspace::watching;
 /// Answers `[fence, value]` of the key's holder (its newest shared holder's fence, no
 /// value), or `[0, nil]` when nobody holds it, at once if that differs from `fence`,
 /// else when it does; nil when `timeout-ms` passes first (`0`: no limit). Inside
-/// `MULTI`/`EXEC` or a script it answers at once. Takes nothing, waits in no queue.
+/// `MULTI`/`EXEC` or a script it never blocks: nil when nothing changed. Takes nothing,
+/// waits in no queue.
 pub fn watch(ctx: &Context, args: &Args) -> RedisResult {
     if args.len() != 4 {
         return Err(RedisError::WrongArity);

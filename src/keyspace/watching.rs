@@ -147,9 +147,15 @@ pub fn watch(
 ) -> RedisResult {
     let key = Key::open_read(ctx, name);
     let now = view(&key)?;
-    if now.fence() != fence || ctx.get_flags().contains(ContextFlags::DENY_BLOCKING) {
+    if now.fence() != fence {
         stats::WATCH_REPLIES.bump();
         return Ok(now.reply());
+    }
+    // Inside MULTI/EXEC or a script nothing may block: nil, as a timeout would answer
+    // (as `BLPOP` answers in a transaction), so a reply with a fence always means a
+    // change.
+    if ctx.get_flags().contains(ContextFlags::DENY_BLOCKING) {
+        return Ok(RedisValue::Null);
     }
     let expire_at = key.expire_at();
     drop(key);
