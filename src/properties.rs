@@ -269,6 +269,7 @@ proptest! {
                         wake_timer: None,
                         ttl_ms: 1,
                         session: None,
+                        client: 0,
                         kind: crate::state::rules::Kind::Exclusive,
                         value: None,
                     });

@@ -1,9 +1,12 @@
-//! The commands: the public `LOCK.*` commands, the internal effect commands that
+//! The commands: the public `LOCK.*` commands (`LOCK.HOLDERS` in `holders.rs`; what
+//! `COMMAND DOCS` says of each in `docs.rs`), the internal effect commands that
 //! replicate and persist them, `LOCK.WATCH`, their arguments, and the `INFO lock`
 //! section.
 
 pub mod args;
+pub mod docs;
 pub mod fenced;
+pub mod holders;
 pub mod info;
 pub mod internal;
 pub mod public;

@@ -44,24 +44,30 @@ fn redact_acquire_tokens(ctx: &Context, argv: &[&[u8]]) {
 /// static: the server runs commands on its main thread only.)
 static LAST_CONNECTION: AtomicU64 = AtomicU64::new(0);
 
-/// The binding that `SESSION grace-ms` asks for: to the caller's connection (the one
-/// that ran `EXEC`, inside a transaction). Refused inside a script or function, where the
-/// module API does not name the client that ran it.
-fn session_of(ctx: &Context, grace_ms: Option<i64>) -> Result<Option<Session>, RedisError> {
-    let Some(grace_ms) = grace_ms else {
-        return Ok(None);
-    };
+/// The `CLIENT ID` of the caller's connection (the one that ran `EXEC`, inside a
+/// transaction); 0 inside a script or function, where the module API does not name the
+/// client that ran it.
+pub(crate) fn connection_of(ctx: &Context) -> u64 {
     // A script runs on a client of the server's own (on Valkey 9.1 one that exists only
     // while it runs), never the caller's connection.
     let client = ffi::client_id(ctx);
-    if client == 0 {
-        return Err(error::session_without_connection());
-    }
-    if client != LAST_CONNECTION.load(Ordering::Relaxed) {
+    if client != 0 && client != LAST_CONNECTION.load(Ordering::Relaxed) {
         if ctx.get_flags().contains(ContextFlags::LUA) {
-            return Err(error::session_without_connection());
+            return 0;
         }
         LAST_CONNECTION.store(client, Ordering::Relaxed);
+    }
+    client
+}
+
+/// The binding that `SESSION grace-ms` asks for: to the caller's connection `client`.
+/// Refused inside a script or function (`client` 0).
+fn session_of(client: u64, grace_ms: Option<i64>) -> Result<Option<Session>, RedisError> {
+    let Some(grace_ms) = grace_ms else {
+        return Ok(None);
+    };
+    if client == 0 {
+        return Err(error::session_without_connection());
     }
     Ok(Some(Session { grace_ms, client }))
 }
@@ -85,7 +91,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
         return Err(RedisError::WrongArity);
     }
     let (options, _) = args::acquire(&argv[2..])?;
-    let session = session_of(ctx, options.grace_ms)?;
+    let client = connection_of(ctx);
+    let session = session_of(client, options.grace_ms)?;
 
     let db = ffi::selected_db(ctx);
     let mut queued = blocking::queued(db, argv[1]);
@@ -116,7 +123,11 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
                 (db, argv[1]),
                 (token, options.kind),
                 options.ttl_ms,
-                (session, options.value),
+                store::Grantee {
+                    client,
+                    session,
+                    value: options.value,
+                },
                 |token, fence| ffi::reply_granted(ctx, token, fence),
             )?;
             handoff::watch_holders(ctx, db, argv[1], &key);
@@ -135,6 +146,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
                     options.ttl_ms,
                 )?;
             }
+            held_by(&mut key, token, client)?;
             let lock = key
                 .lock()?
                 .and_then(|value| value.lock_of(token))
@@ -157,6 +169,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
                         token: lock::token_buffer(options.token),
                         ttl_ms: options.ttl_ms,
                         session,
+                        client,
                         kind: options.kind,
                         value: options.value.map(Box::from),
                     };
@@ -168,6 +181,20 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
             }
         }
     }
+}
+
+/// Records that the connection `client` holds `token`'s lock on `key` now (a re-acquire
+/// from another connection: `LOCK.HOLDERS` names the one to look at). Inside a script
+/// (`client` 0) the connection that had it stays named.
+fn held_by(key: &mut Key, token: &[u8], client: u64) -> Result<(), RedisError> {
+    let named = key.lock()?.and_then(|value| value.lock_of(token));
+    if client == 0 || named.is_none_or(|lock| lock.client() == client) {
+        return Ok(());
+    }
+    if let Some(lock) = key.lock_mut()?.and_then(|value| value.lock_of_mut(token)) {
+        lock.set_client(client);
+    }
+    Ok(())
 }
 
 /// The idempotent re-acquire of an exclusive lock: its TTL is reset; if it was or asks

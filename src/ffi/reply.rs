@@ -42,3 +42,8 @@ pub fn reply_map(ctx: &Context, fields: &[(&str, Field)]) {
         };
     }
 }
+
+/// Starts an array reply of `len` elements, which the caller then sends.
+pub fn reply_array(ctx: &Context, len: usize) {
+    raw::reply_with_array(ctx.get_raw(), len as c_long);
+}

@@ -128,6 +128,8 @@ pub struct Request {
     pub ttl_ms: i64,
     /// The binding `SESSION` asks for.
     pub session: Option<Session>,
+    /// The `CLIENT ID` of the waiting connection.
+    pub client: u64,
     /// Exclusive or shared.
     pub kind: Kind,
     /// The value to publish once granted (`VALUE v`), if any.
@@ -148,6 +150,7 @@ pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i6
             wake_timer: None,
             ttl_ms: request.ttl_ms,
             session: request.session,
+            client: request.client,
             kind: request.kind,
             value: request.value,
         })

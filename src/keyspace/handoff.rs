@@ -186,7 +186,11 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         (waiter.key.0, &waiter.key.1),
         (NewToken::Given(&token), waiter.kind),
         waiter.ttl_ms,
-        (waiter.session, waiter.value.as_deref()),
+        store::Grantee {
+            client: waiter.client,
+            session: waiter.session,
+            value: waiter.value.as_deref(),
+        },
         |token, fence| Answer::Granted {
             token: token.into(),
             fence,

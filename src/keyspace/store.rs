@@ -30,8 +30,20 @@ pub const EVENT_EXTEND: &CStr = c"lock.extend";
 /// key's, which the server announces as `expired`).
 pub const EVENT_EXPIRED: &CStr = c"lock.expired";
 
-/// Grants `key` (named `name` in database `db`) to `token` for `ttl_ms` in `kind`, bound
-/// to `session`'s connection if given: a new fence, the holder's expiry (and the key's:
+/// Who a grant goes to, beyond its token and kind.
+#[derive(Debug, Clone, Copy)]
+pub struct Grantee<'a> {
+    /// The `CLIENT ID` of its connection (0: none, inside a script), which
+    /// `LOCK.HOLDERS` names.
+    pub client: u64,
+    /// The binding `SESSION` asks for.
+    pub session: Option<Session>,
+    /// The value `VALUE` publishes.
+    pub value: Option<&'a [u8]>,
+}
+
+/// Grants `key` (named `name` in database `db`) to `token` for `ttl_ms` in `kind`, for
+/// `grantee`'s connection and bound to its session if given: a new fence, the holder's expiry (and the key's:
 /// its longest-lived holder's), replication of the absolute state (`LOCK._SET` for an
 /// exclusive lock, `LOCK._HOLD` for a shared holder), the `lock.acquire` event and the
 /// `grants` counter. The caller has checked with the rules that the grant fits: the key
@@ -43,9 +55,14 @@ pub fn grant<R>(
     (db, name): (i32, &[u8]),
     (token, kind): (NewToken, Kind),
     ttl_ms: i64,
-    (session, value): (Option<Session>, Option<&[u8]>),
+    grantee: Grantee,
     reply: impl FnOnce(&[u8], u64) -> R,
 ) -> Result<(u64, R), RedisError> {
+    let Grantee {
+        client,
+        session,
+        value,
+    } = grantee;
     let now = ffi::now_ms();
     let fence = fence::clock()
         .next(now)
@@ -67,7 +84,10 @@ pub fn grant<R>(
             let text = token.text();
             // A session-bound lock that a cell can keep is written straight into one (a
             // cell keeps no published value).
-            match BoundLock::of(&token, fence, now, session).filter(|_| value.is_none()) {
+            // (A cell names the bound connection as the lock's client.)
+            match BoundLock::of(&token, fence, now, session)
+                .filter(|bound| value.is_none() && bound.session.client == client)
+            {
                 Some(bound) => key.set_bound_lock(bound, Some(expire_at))?,
                 None => {
                     let lock = match value {
@@ -76,6 +96,7 @@ pub fn grant<R>(
                             LockState::with_value(&text, fence, now, session, Some(value))
                         }
                     };
+                    let lock = lock.with_client(client);
                     key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
                 }
             }
@@ -83,7 +104,7 @@ pub fn grant<R>(
             reply(&text, fence)
         }
         Kind::Shared { limit } => {
-            let lock = LockState::granted(token, fence, now, session);
+            let lock = LockState::granted(token, fence, now, session).with_client(client);
             // The reply comes after every write: a failed write must not follow a sent
             // grant. (A copy of the token, on the shared path only.)
             let token: Box<[u8]> = (*lock.token()).into();

@@ -11,11 +11,10 @@ use crate::state::fence::{LOGICAL_BITS, MAX_FENCE};
 use crate::state::limits::MAX_TOKEN_LEN;
 use crate::state::token::{self, TokenText};
 
-/// The value of a lock key: 24 bytes. The common lock (a server-made token, or any token
+/// The value of a lock key: 32 bytes. The common lock (a server-made token, or any token
 /// of 32 lowercase hexadecimal digits, not session-bound, granted in the millisecond its
-/// fence names) is kept whole inside them: one allocation that glibc's malloc (the
-/// Valkey builds) serves from its 32-byte chunks, where 32 bytes took 48, and jemalloc
-/// from its 32-byte class. Any other lock keeps one allocation of its own beside them,
+/// fence names) is kept whole inside them, with the id of the connection it was granted
+/// to: one allocation. Any other lock keeps one allocation of its own beside them,
 /// except the common session-bound lock in the keyspace, which shares one block with its
 /// value (`ffi/cell.rs`).
 #[derive(Debug)]
@@ -23,6 +22,12 @@ pub struct LockState {
     /// The token (the secret that proves ownership; never shown to anyone but the
     /// holder), the grant's fence and time, and the binding.
     store: Store,
+    /// The `CLIENT ID` of the connection that was granted the lock on this server, or
+    /// that re-acquired it last (`LOCK.HOLDERS`); 0 when it arrived from elsewhere
+    /// (loading, replication, `RESTORE`, a slot move) or was granted inside a script.
+    /// It means nothing to another server, so it is neither saved nor replicated, and
+    /// two locks that differ only in it are equal.
+    client: u64,
 }
 
 /// How a lock is kept: exactly one form for each lock outside the keyspace. (In the
@@ -32,7 +37,7 @@ pub struct LockState {
 enum Store {
     /// The token's 16 bytes and the fence; the grant time is the fence's wall-clock part
     /// (`fence >> LOGICAL_BITS`). The mark's spare values are where the compiler keeps
-    /// which form this is, and `LockValue`'s kind, so that both stay 24 bytes.
+    /// which form this is, and `LockValue`'s kind, so that neither grows.
     Compact {
         mark: Mark,
         fence: [u8; 7],
@@ -151,10 +156,14 @@ impl Clone for LockState {
                     self.fence(),
                     self.acquired_ms(),
                     self.session(),
-                );
+                )
+                .with_client(self.client);
             }
         };
-        LockState { store }
+        LockState {
+            store,
+            client: self.client,
+        }
     }
 }
 
@@ -174,9 +183,28 @@ impl Eq for LockState {}
 impl LockState {
     /// The lock a cell keeps beside its value, in `cell` (see `ffi/cell.rs`).
     pub(crate) fn in_cell(cell: CellRef<BoundLock>) -> Self {
+        let client = cell.get().session.client;
         LockState {
             store: Store::Cell(cell),
+            client,
         }
+    }
+
+    /// The `CLIENT ID` of the connection granted the lock here (or that re-acquired it
+    /// last); 0 when it came from elsewhere.
+    pub fn client(&self) -> u64 {
+        self.client
+    }
+
+    /// This lock, as granted to (or re-acquired by) the connection `client`.
+    pub fn with_client(mut self, client: u64) -> Self {
+        self.client = client;
+        self
+    }
+
+    /// Records that the connection `client` holds the lock now (a re-acquire).
+    pub fn set_client(&mut self, client: u64) {
+        self.client = client;
     }
 
     /// Whether this lock is the one a cell keeps beside its value.
@@ -192,12 +220,14 @@ impl LockState {
             Store::Cell(cell) => Some(*cell.get()),
             // A cell keeps no published value.
             Store::Boxed(_) if self.value().is_some() => None,
+            // A cell names its bound connection as the lock's client.
             Store::Boxed(_) => BoundLock::of(
                 &NewToken::Given(&self.token()),
                 self.fence(),
                 self.acquired_ms(),
                 Some(self.session()?),
-            ),
+            )
+            .filter(|bound| bound.session.client == self.client),
         }
     }
 
@@ -238,6 +268,7 @@ impl LockState {
                     fence: seven(fence),
                     bytes,
                 },
+                client: 0,
             };
         }
         LockState::boxed(PACKED, &bytes, fence, acquired_ms, session, None)
@@ -287,6 +318,7 @@ impl LockState {
         };
         LockState {
             store: Store::Boxed(data),
+            client: 0,
         }
     }
 
@@ -328,7 +360,8 @@ impl LockState {
             self.acquired_ms(),
             self.session(),
             value,
-        );
+        )
+        .with_client(self.client);
     }
 
     /// The token that holds the lock.
@@ -426,7 +459,8 @@ impl LockState {
             self.acquired_ms(),
             session,
             value.as_deref(),
-        );
+        )
+        .with_client(self.client);
         *self = rebound;
     }
 

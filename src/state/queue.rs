@@ -29,6 +29,8 @@ pub struct Waiter {
     pub ttl_ms: i64,
     /// The connection the lock will be bound to, with its grace (`SESSION`), if any.
     pub session: Option<Session>,
+    /// The `CLIENT ID` of its connection, which the lock will name (`LOCK.HOLDERS`).
+    pub client: u64,
     /// How it asks to hold the key: exclusive, or shared (with the limit it gave).
     pub kind: Kind,
     /// The value it will publish once granted (`VALUE v`), if any.
@@ -176,6 +178,7 @@ mod tests {
             wake_timer: None,
             ttl_ms: 1000,
             session: None,
+            client: 0,
             kind: Kind::Exclusive,
             value: None,
         }

@@ -1,7 +1,7 @@
 //! What a lock key holds: one exclusive holder, or shared holders. Pure Rust, no FFI.
 //!
 //! The exclusive value is the one every plain lock has, and it stays as small as a
-//! `LockState` (24 bytes, one allocation with a server-made token): shared holders live
+//! `LockState` (32 bytes, one allocation with a server-made token): shared holders live
 //! behind one pointer in the same space, the variant's tag in the lock's spare values.
 
 use crate::state::holders::Holders;
@@ -42,6 +42,14 @@ impl LockValue {
         match self {
             LockValue::Exclusive(lock) => (lock.holds(token)).then_some(lock),
             LockValue::Shared(holders) => holders.get(token).map(|h| &h.lock),
+        }
+    }
+
+    /// The lock `token` holds here, to change what is not replicated (its client).
+    pub fn lock_of_mut(&mut self, token: &[u8]) -> Option<&mut LockState> {
+        match self {
+            LockValue::Exclusive(lock) => (lock.holds(token)).then_some(lock),
+            LockValue::Shared(holders) => holders.lock_mut(token),
         }
     }
 
@@ -119,10 +127,10 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_lock_is_one_allocation_of_twenty_four_bytes() {
+    fn a_plain_lock_is_one_allocation_of_thirty_two_bytes() {
         // The shared variant's tag lives in the lock's own spare values: a plain lock
         // with a server-made token, granted on the wall clock, is this one allocation.
-        assert_eq!(std::mem::size_of::<LockValue>(), 24);
+        assert_eq!(std::mem::size_of::<LockValue>(), 32);
         let now = 1_763_000_000_000_i64;
         let fence = (now as u64) << crate::state::fence::LOGICAL_BITS;
         let server_made = LockState::new(&crate::state::lock::new_token(), fence, now, None);

@@ -112,6 +112,17 @@ impl ServerKind {
         !(self.valkey && ((8, 1, 0)..(9, 1, 2)).contains(&self.version))
     }
 
+    /// Whether the server's module API lets a module add an ACL category
+    /// (`RedisModule_AddACLCategory`: Redis 7.4+, Valkey 8+), so the commands are in
+    /// `@lock`.
+    pub fn has_module_acl_categories(&self) -> bool {
+        if self.valkey {
+            self.version >= (8, 0, 0)
+        } else {
+            self.version >= (7, 4, 0)
+        }
+    }
+
     /// Whether the server runs post-notification jobs (Redis 7.2+, every Valkey), so
     /// that a lock removed by `DEL` or expiry is handed over inside that same event.
     pub fn has_post_jobs(&self) -> bool {

@@ -1,13 +1,16 @@
+mod acl_category;
 mod acquire_release;
 mod async_load;
 mod chaos;
 mod command_declarations;
+mod command_docs;
 #[path = "../common/mod.rs"]
 mod common;
 mod errors;
 mod expiry;
 mod fence;
 mod fenced_writes;
+mod holders;
 mod info_stats;
 mod internals_hidden;
 mod keyspace;
