@@ -8,7 +8,7 @@ MODULE := target/release/libredis_lock.so
 # as it is instead of being rebuilt under the running tests.
 MODULE_SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 
-.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean
+.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean dist
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -32,6 +32,10 @@ $(MODULE): $(MODULE_SOURCES) | deps
 run: $(MODULE) ## build (when the sources changed), then start redis-server with the module (port 7379, or PORT=...; REDIS_SERVER=path for another server)
 	@mkdir -p target/run
 	$${REDIS_SERVER:-redis-server} redis.conf --port $(PORT)
+
+DIST ?= dist
+dist: $(MODULE) ## the release tarball, for a server without a Rust toolchain: $(DIST)/redis-lock-<version>-<arch>-linux-gnu.tar.gz (stripped module, its debug symbols, a loadmodule line, README, LICENSE, SHA256SUMS)
+	@scripts/dist.sh $(DIST)
 
 test: deps deps-test ## build once, run every test on every server CI tests (REDIS_SERVER=path: on that one only)
 	@scripts/test-servers.sh

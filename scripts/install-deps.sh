@@ -17,6 +17,8 @@ command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v make >/dev/null 2>&1 || missing+=(make)
+# `make dist` strips the module and keeps its debug symbols apart.
+command -v objcopy >/dev/null 2>&1 || missing+=(binutils)
 # bindgen loads libclang at build time and needs clang's own headers (stddef.h).
 if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 \
   || ! ls /usr/lib/llvm-*/lib/clang/*/include/stddef.h >/dev/null 2>&1; then

@@ -2,6 +2,7 @@
 mod cluster_common;
 #[path = "../common/mod.rs"]
 mod common;
+mod dist;
 #[path = "../docs_common/mod.rs"]
 mod docs_common;
 mod pages;
