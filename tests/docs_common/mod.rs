@@ -186,9 +186,17 @@ pub fn matches(
         known.insert(expected[1..33].into(), actual[1..33].into());
         return true;
     }
+    if expected.starts_with("id=") {
+        return client_line_matches(expected, actual, known);
+    }
     let (Some(page), Some(got)) = (integer(expected), integer(actual)) else {
         return false;
     };
+    // A connection's `CLIENT ID` (`LOCK.HOLDERS`' `client`): remembered, as a token is.
+    if previous.is_some_and(|p| split_index(p).1 == "\"client\"") && page > 0 && got > 0 {
+        known.insert(page.to_string(), got.to_string());
+        return true;
+    }
     const FENCE_FROM: i64 = 1 << 50;
     const DAY_MS: i64 = 86_400_000;
     if page >= FENCE_FROM && (FENCE_FROM..1 << 53).contains(&got) {
@@ -200,6 +208,33 @@ pub fn matches(
     }
     let after_ttl = previous.is_some_and(|p| split_index(p).1 == "\"ttl\"");
     after_ttl && page > 0 && got > 0 && (got - page).abs() <= page / 10 + 2_000
+}
+
+/// A `CLIENT LIST` line as a page shows it: `id=`, then `key=value` fields, `...` where it
+/// leaves fields out. The connection's id (as remembered), `name`, `db`, `user` and `cmd`
+/// must be the same; every other field the page shows must be there, with any value
+/// (addresses, ages and buffers differ from run to run).
+fn client_line_matches(expected: &str, actual: &str, known: &HashMap<String, String>) -> bool {
+    let fields: HashMap<&str, &str> = actual
+        .split_whitespace()
+        .filter_map(|field| field.split_once('='))
+        .collect();
+    expected
+        .split_whitespace()
+        .filter(|&field| field != "...")
+        .all(|field| {
+            let Some((name, page)) = field.split_once('=') else {
+                return false;
+            };
+            let Some(&got) = fields.get(name) else {
+                return false;
+            };
+            match name {
+                "id" => known.get(page).map_or(page, String::as_str) == got,
+                "name" | "db" | "user" | "cmd" => page == got,
+                _ => true,
+            }
+        })
 }
 
 /// A running `redis-cli` (or any command) whose output is read line by line as it comes,
