@@ -2,7 +2,7 @@
 //! value in one block.
 //!
 //! A value is a `LockValue` at the start of a block of the module's allocator: a
-//! `Box<LockValue>` (32 bytes), or a cell. A plain lock fits its value whole; the common
+//! `Box<LockValue>` (24 bytes), or a cell. A plain lock fits its value whole; the common
 //! session-bound lock (a packed token, a fence that names its grant time, a binding,
 //! `BoundLock`) does not, and kept beside its value in a block of its own it cost every
 //! `SESSION` acquire a second allocation and a second block to touch. A cell is one block: the value, whose lock points at the

@@ -83,20 +83,13 @@ pub fn grant<R>(
             // sent from here, with no second look at the key.
             let text = token.text();
             // A session-bound lock that a cell can keep is written straight into one (a
-            // cell keeps no published value).
-            // (A cell names the bound connection as the lock's client.)
+            // cell keeps no published value, and names its binding's connection).
             match BoundLock::of(&token, fence, now, session)
                 .filter(|bound| value.is_none() && bound.session.client == client)
             {
                 Some(bound) => key.set_bound_lock(bound, Some(expire_at))?,
                 None => {
-                    let lock = match value {
-                        None => LockState::granted(token, fence, now, session),
-                        Some(value) => {
-                            LockState::with_value(&text, fence, now, session, Some(value))
-                        }
-                    };
-                    let lock = lock.with_client(client);
+                    let lock = LockState::granted(token, (fence, now), session, value, client);
                     key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
                 }
             }
@@ -104,7 +97,7 @@ pub fn grant<R>(
             reply(&text, fence)
         }
         Kind::Shared { limit } => {
-            let lock = LockState::granted(token, fence, now, session).with_client(client);
+            let lock = LockState::granted(token, (fence, now), session, None, client);
             // The reply comes after every write: a failed write must not follow a sent
             // grant. (A copy of the token, on the shared path only.)
             let token: Box<[u8]> = (*lock.token()).into();

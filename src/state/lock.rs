@@ -7,27 +7,30 @@
 //! session-bound lock, the connection it is bound to.
 
 use crate::ffi::cell_ref::CellRef;
+use crate::state::connections;
 use crate::state::fence::{LOGICAL_BITS, MAX_FENCE};
 use crate::state::limits::MAX_TOKEN_LEN;
 use crate::state::token::{self, TokenText};
 
-/// The value of a lock key: 32 bytes. The common lock (a server-made token, or any token
+/// The value of a lock key: 24 bytes. The common lock (a server-made token, or any token
 /// of 32 lowercase hexadecimal digits, not session-bound, granted in the millisecond its
-/// fence names) is kept whole inside them, with the id of the connection it was granted
-/// to: one allocation. Any other lock keeps one allocation of its own beside them,
+/// fence names) is kept whole inside them: one allocation that glibc's malloc (the
+/// Valkey builds) serves from its 32-byte chunks, where 32 bytes took 48, and jemalloc
+/// from its 32-byte class. Any other lock keeps one allocation of its own beside them,
 /// except the common session-bound lock in the keyspace, which shares one block with its
 /// value (`ffi/cell.rs`).
+///
+/// A lock also names the connection it was granted to on this server (or that
+/// re-acquired it last): its `CLIENT ID`, for `LOCK.HOLDERS`; 0 when it arrived from
+/// elsewhere (loading, replication, `RESTORE`, a slot move) or was granted inside a
+/// script. It means nothing to another server, so it is neither saved nor replicated,
+/// and two locks that differ only in it are equal. A compact lock keeps a slot number for
+/// it in its spare bits (`connections.rs`), a boxed one the id, a cell its binding's.
 #[derive(Debug)]
 pub struct LockState {
     /// The token (the secret that proves ownership; never shown to anyone but the
-    /// holder), the grant's fence and time, and the binding.
+    /// holder), the grant's fence and time, the binding and the connection.
     store: Store,
-    /// The `CLIENT ID` of the connection that was granted the lock on this server, or
-    /// that re-acquired it last (`LOCK.HOLDERS`); 0 when it arrived from elsewhere
-    /// (loading, replication, `RESTORE`, a slot move) or was granted inside a script.
-    /// It means nothing to another server, so it is neither saved nor replicated, and
-    /// two locks that differ only in it are equal.
-    client: u64,
 }
 
 /// How a lock is kept: exactly one form for each lock outside the keyspace. (In the
@@ -36,15 +39,18 @@ pub struct LockState {
 #[derive(Debug)]
 enum Store {
     /// The token's 16 bytes and the fence; the grant time is the fence's wall-clock part
-    /// (`fence >> LOGICAL_BITS`). The mark's spare values are where the compiler keeps
-    /// which form this is, and `LockValue`'s kind, so that neither grows.
+    /// (`fence >> LOGICAL_BITS`). The slot naming the holder's connection is the mark's
+    /// value times 8 plus the fence bytes' top 3 bits (a fence has 53). The mark's spare
+    /// values are where the compiler keeps which form this is, and `LockValue`'s kind, so
+    /// that neither grows.
     Compact {
         mark: Mark,
         fence: [u8; 7],
         bytes: [u8; 16],
     },
-    /// Everything in one allocation: a header (flags, grant time, fence), the token (its
-    /// 16 bytes when packed, else as given), then the binding when bound.
+    /// Everything in one allocation: a header (flags, grant time, fence), the connection's
+    /// id when it has one, the token (its 16 bytes when packed, else as given), then the
+    /// binding when bound, and the value.
     Boxed(Box<[u8]>),
     /// A session-bound lock in the keyspace, kept beside its value in one block (a cell).
     /// Only a cell makes this form, and only a shared borrow reaches it: a copy of it is
@@ -89,11 +95,25 @@ impl BoundLock {
     }
 }
 
-/// The first byte of a compact lock: one value, so the other 255 are free for tags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Mark {
-    Compact = 0,
+mod mark;
+use mark::Mark;
+
+/// The fence bits of a compact lock's seven fence bytes; the 3 above carry the low bits
+/// of its connection's slot.
+const FENCE_BITS: u64 = (1 << 53) - 1;
+
+/// A compact lock's mark and fence bytes for `fence` and connection slot `slot`.
+fn compact_parts(fence: u64, slot: u16) -> (Mark, [u8; 7]) {
+    let slot = usize::from(slot);
+    // Slots stop below `mark::COUNT * 8` (`connections::SLOTS`).
+    let mark = Mark::of(slot >> 3).unwrap_or(Mark::M0);
+    let low = (slot & 7) as u64;
+    (mark, seven((fence & FENCE_BITS) | (low << 53)))
+}
+
+/// The connection slot a compact lock keeps in its mark and fence bytes.
+fn compact_slot(mark: Mark, fence: &[u8; 7]) -> u16 {
+    ((mark.value() << 3) | (from_seven(fence) >> 53) as usize) as u16
 }
 
 /// Header of a boxed lock: flags (1 byte), grant time (7 bytes), fence (8 bytes).
@@ -104,6 +124,13 @@ const PACKED: u8 = 1;
 const BOUND: u8 = 2;
 /// A published value (`VALUE v`) follows the binding, then its length in two bytes.
 const VALUED: u8 = 4;
+/// The `CLIENT ID` of the lock's connection follows the header (8 bytes).
+const NAMED: u8 = 8;
+
+/// Where a boxed lock's token starts: after the header and, if named, the connection.
+fn token_start(flags: u8) -> usize {
+    HEADER + if flags & NAMED != 0 { 8 } else { 0 }
+}
 /// Bytes of a binding after the token: the grace, then the connection id.
 const SESSION_BYTES: usize = 16;
 
@@ -141,28 +168,45 @@ fn from_seven(kept: &[u8]) -> u64 {
 }
 
 impl Clone for LockState {
-    /// A copy that owns what it keeps: a cell's lock is boxed.
+    /// A copy that owns what it keeps (a cell's lock is boxed), and names the same
+    /// connection.
     fn clone(&self) -> Self {
         let store = match &self.store {
-            Store::Compact { mark, fence, bytes } => Store::Compact {
-                mark: *mark,
-                fence: *fence,
-                bytes: *bytes,
-            },
+            Store::Compact { mark, fence, bytes } => {
+                let slot = compact_slot(*mark, fence);
+                if slot != 0 {
+                    connections::retain(slot);
+                }
+                Store::Compact {
+                    mark: *mark,
+                    fence: *fence,
+                    bytes: *bytes,
+                }
+            }
             Store::Boxed(data) => Store::Boxed(data.clone()),
             Store::Cell(_) => {
-                return LockState::new(
+                return LockState::build(
                     &self.token(),
                     self.fence(),
                     self.acquired_ms(),
                     self.session(),
-                )
-                .with_client(self.client);
+                    None,
+                    self.client(),
+                );
             }
         };
-        LockState {
-            store,
-            client: self.client,
+        LockState { store }
+    }
+}
+
+impl Drop for LockState {
+    /// A compact lock no longer names its connection's slot.
+    fn drop(&mut self) {
+        if let Store::Compact { mark, fence, .. } = &self.store {
+            let slot = compact_slot(*mark, fence);
+            if slot != 0 {
+                connections::release(slot);
+            }
         }
     }
 }
@@ -183,28 +227,44 @@ impl Eq for LockState {}
 impl LockState {
     /// The lock a cell keeps beside its value, in `cell` (see `ffi/cell.rs`).
     pub(crate) fn in_cell(cell: CellRef<BoundLock>) -> Self {
-        let client = cell.get().session.client;
         LockState {
             store: Store::Cell(cell),
-            client,
         }
     }
 
     /// The `CLIENT ID` of the connection granted the lock here (or that re-acquired it
     /// last); 0 when it came from elsewhere.
     pub fn client(&self) -> u64 {
-        self.client
-    }
-
-    /// This lock, as granted to (or re-acquired by) the connection `client`.
-    pub fn with_client(mut self, client: u64) -> Self {
-        self.client = client;
-        self
+        match &self.store {
+            Store::Compact { mark, fence, .. } => match compact_slot(*mark, fence) {
+                0 => 0,
+                slot => connections::client_of(slot),
+            },
+            Store::Boxed(data) if data[0] & NAMED != 0 => {
+                let mut id = [0u8; 8];
+                id.copy_from_slice(&data[HEADER..HEADER + 8]);
+                u64::from_le_bytes(id)
+            }
+            Store::Boxed(_) => 0,
+            // A cell names its binding's connection.
+            Store::Cell(cell) => cell.get().session.client,
+        }
     }
 
     /// Records that the connection `client` holds the lock now (a re-acquire).
     pub fn set_client(&mut self, client: u64) {
-        self.client = client;
+        if self.client() == client {
+            return;
+        }
+        let renamed = LockState::build(
+            &self.token(),
+            self.fence(),
+            self.acquired_ms(),
+            self.session(),
+            self.value(),
+            client,
+        );
+        *self = renamed;
     }
 
     /// Whether this lock is the one a cell keeps beside its value.
@@ -227,19 +287,17 @@ impl LockState {
                 self.acquired_ms(),
                 Some(self.session()?),
             )
-            .filter(|bound| bound.session.client == self.client),
+            .filter(|bound| bound.session.client == self.client()),
         }
     }
 
     /// A lock held by `token`, granted with `fence` at `acquired_ms`, bound as `session`.
     pub fn new(token: &[u8], fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
-        match token::packed(token) {
-            Some(bytes) => LockState::packed(bytes, fence, acquired_ms, session),
-            None => LockState::boxed(0, token, fence, acquired_ms, session, None),
-        }
+        LockState::build(token, fence, acquired_ms, session, None, 0)
     }
 
     /// As `new`, publishing `value` (`VALUE v`; `None`: no value, which costs nothing).
+    #[cfg(test)]
     pub fn with_value(
         token: &[u8],
         fence: u64,
@@ -247,54 +305,86 @@ impl LockState {
         session: Option<Session>,
         value: Option<&[u8]>,
     ) -> Self {
-        let Some(value) = value else {
-            return LockState::new(token, fence, acquired_ms, session);
-        };
-        match token::packed(token) {
-            Some(bytes) => {
-                LockState::boxed(PACKED, &bytes, fence, acquired_ms, session, Some(value))
-            }
-            None => LockState::boxed(0, token, fence, acquired_ms, session, Some(value)),
-        }
+        LockState::build(token, fence, acquired_ms, session, value, 0)
     }
 
-    /// A lock whose token is the 32 hexadecimal digits that `bytes` spell.
-    fn packed(bytes: [u8; 16], fence: u64, acquired_ms: i64, session: Option<Session>) -> Self {
-        let fence = fence.min(MAX_FENCE);
-        if session.is_none() && u64::try_from(acquired_ms) == Ok(fence >> LOGICAL_BITS) {
-            return LockState {
-                store: Store::Compact {
-                    mark: Mark::Compact,
-                    fence: seven(fence),
-                    bytes,
-                },
-                client: 0,
-            };
-        }
-        LockState::boxed(PACKED, &bytes, fence, acquired_ms, session, None)
-    }
-
-    /// A lock in one allocation of its own: header, `token` (as kept), binding, value
-    /// and its length.
-    fn boxed(
-        flags: u8,
+    /// A lock as `new` makes it, publishing `value` (`VALUE v`; `None`: no value, which
+    /// costs nothing) and naming the connection `client` (0: none), in the smallest form
+    /// that keeps it all.
+    fn build(
         token: &[u8],
         fence: u64,
         acquired_ms: i64,
         session: Option<Session>,
         value: Option<&[u8]>,
+        client: u64,
+    ) -> Self {
+        match (token::packed(token), value) {
+            (Some(bytes), None) => LockState::packed(bytes, fence, acquired_ms, session, client),
+            (Some(bytes), Some(value)) => LockState::boxed(
+                PACKED,
+                &bytes,
+                (fence, acquired_ms),
+                session,
+                Some(value),
+                client,
+            ),
+            (None, value) => {
+                LockState::boxed(0, token, (fence, acquired_ms), session, value, client)
+            }
+        }
+    }
+
+    /// A lock whose token is the 32 hexadecimal digits that `bytes` spell, naming the
+    /// connection `client`: compact when it can be (a free slot for the connection).
+    fn packed(
+        bytes: [u8; 16],
+        fence: u64,
+        acquired_ms: i64,
+        session: Option<Session>,
+        client: u64,
+    ) -> Self {
+        let fence = fence.min(MAX_FENCE);
+        if session.is_none() && u64::try_from(acquired_ms) == Ok(fence >> LOGICAL_BITS) {
+            let slot = if client == 0 {
+                Some(0)
+            } else {
+                connections::take(client)
+            };
+            if let Some(slot) = slot {
+                let (mark, fence) = compact_parts(fence, slot);
+                return LockState {
+                    store: Store::Compact { mark, fence, bytes },
+                };
+            }
+        }
+        LockState::boxed(PACKED, &bytes, (fence, acquired_ms), session, None, client)
+    }
+
+    /// A lock in one allocation of its own: header, connection, `token` (as kept),
+    /// binding, value and its length.
+    fn boxed(
+        flags: u8,
+        token: &[u8],
+        (fence, acquired_ms): (u64, i64),
+        session: Option<Session>,
+        value: Option<&[u8]>,
+        client: u64,
     ) -> Self {
         let flags = flags
             | if session.is_some() { BOUND } else { 0 }
-            | if value.is_some() { VALUED } else { 0 };
+            | if value.is_some() { VALUED } else { 0 }
+            | if client != 0 { NAMED } else { 0 };
         let mut header = [0u8; HEADER];
         header[0] = flags;
         header[1..8].copy_from_slice(&seven(acquired_ms.clamp(0, MAX_TIME_MS) as u64));
         header[8..].copy_from_slice(&fence.min(MAX_FENCE).to_le_bytes());
+        let named = client.to_le_bytes();
+        let named: &[u8] = if client != 0 { &named } else { &[] };
         let data: Box<[u8]> = match (session, <&[u8; 16]>::try_from(token), value) {
             // The common session-bound lock (a packed token), written whole in place:
             // one allocation of its exact size, with no length checked per piece.
-            (Some(session), Ok(token), None) => {
+            (Some(session), Ok(token), None) if client == 0 => {
                 let mut data = [0u8; HEADER + 16 + SESSION_BYTES];
                 data[..HEADER].copy_from_slice(&header);
                 data[HEADER..HEADER + 16].copy_from_slice(token);
@@ -304,21 +394,22 @@ impl LockState {
             (_, _, None) => {
                 let binding = session.map(binding_bytes);
                 let binding: &[u8] = binding.as_ref().map_or(&[], |b| &b[..]);
-                [&header[..], token, binding].concat().into_boxed_slice()
+                [&header[..], named, token, binding]
+                    .concat()
+                    .into_boxed_slice()
             }
             (_, _, Some(value)) => {
                 let binding = session.map(binding_bytes);
                 let binding: &[u8] = binding.as_ref().map_or(&[], |b| &b[..]);
                 // At most 4096 bytes (the parser's and the loaders' limit).
                 let len = u16::try_from(value.len()).unwrap_or(u16::MAX).to_le_bytes();
-                [&header[..], token, binding, value, &len]
+                [&header[..], named, token, binding, value, &len]
                     .concat()
                     .into_boxed_slice()
             }
         };
         LockState {
             store: Store::Boxed(data),
-            client: 0,
         }
     }
 
@@ -338,7 +429,7 @@ impl LockState {
         let flags = data[0];
         let (end, _) = LockState::value_split(data);
         let end = end - if flags & BOUND != 0 { SESSION_BYTES } else { 0 };
-        (flags, &data[HEADER..end])
+        (flags, &data[token_start(flags)..end])
     }
 
     /// The published value (`VALUE v`), if the grant has one.
@@ -354,14 +445,14 @@ impl LockState {
         if self.value() == value {
             return;
         }
-        *self = LockState::with_value(
+        *self = LockState::build(
             &self.token(),
             self.fence(),
             self.acquired_ms(),
             self.session(),
             value,
-        )
-        .with_client(self.client);
+            self.client(),
+        );
     }
 
     /// The token that holds the lock.
@@ -401,7 +492,7 @@ impl LockState {
     /// The fence of this grant.
     pub fn fence(&self) -> u64 {
         match &self.store {
-            Store::Compact { fence, .. } => from_seven(fence),
+            Store::Compact { fence, .. } => from_seven(fence) & FENCE_BITS,
             Store::Boxed(data) => {
                 let mut bytes = [0u8; 8];
                 bytes.copy_from_slice(&data[8..HEADER]);
@@ -414,7 +505,7 @@ impl LockState {
     /// Unix time in ms when the lock was granted.
     pub fn acquired_ms(&self) -> i64 {
         let ms = match &self.store {
-            Store::Compact { fence, .. } => from_seven(fence) >> LOGICAL_BITS,
+            Store::Compact { fence, .. } => (from_seven(fence) & FENCE_BITS) >> LOGICAL_BITS,
             Store::Boxed(data) => from_seven(&data[1..8]),
             Store::Cell(cell) => cell.get().fence >> LOGICAL_BITS,
         };
@@ -453,14 +544,14 @@ impl LockState {
             return;
         }
         let value = self.value().map(<[u8]>::to_vec);
-        let rebound = LockState::with_value(
+        let rebound = LockState::build(
             &self.token(),
             self.fence(),
             self.acquired_ms(),
             session,
             value.as_deref(),
-        )
-        .with_client(self.client);
+            self.client(),
+        );
         *self = rebound;
     }
 
@@ -516,16 +607,22 @@ impl<'a> NewToken<'a> {
 }
 
 impl LockState {
-    /// A lock granted now to `token`: see [`LockState::new`].
+    /// A lock granted now to `token`, publishing `value`, to the connection `client`
+    /// (0: none): see [`LockState::build`].
     pub fn granted(
         token: NewToken,
-        fence: u64,
-        acquired_ms: i64,
+        (fence, acquired_ms): (u64, i64),
         session: Option<Session>,
+        value: Option<&[u8]>,
+        client: u64,
     ) -> Self {
-        match token {
-            NewToken::Made(bytes) => LockState::packed(bytes, fence, acquired_ms, session),
-            NewToken::Given(text) => LockState::new(text, fence, acquired_ms, session),
+        match (token, value) {
+            (NewToken::Made(bytes), None) => {
+                LockState::packed(bytes, fence, acquired_ms, session, client)
+            }
+            (token, value) => {
+                LockState::build(&token.text(), fence, acquired_ms, session, value, client)
+            }
         }
     }
 }

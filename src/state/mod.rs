@@ -5,6 +5,7 @@
 pub mod bindings;
 pub mod client_locks;
 pub mod cluster;
+pub mod connections;
 pub mod decimal;
 pub mod error;
 pub mod events;

@@ -1,7 +1,7 @@
 //! What a lock key holds: one exclusive holder, or shared holders. Pure Rust, no FFI.
 //!
 //! The exclusive value is the one every plain lock has, and it stays as small as a
-//! `LockState` (32 bytes, one allocation with a server-made token): shared holders live
+//! `LockState` (24 bytes, one allocation with a server-made token): shared holders live
 //! behind one pointer in the same space, the variant's tag in the lock's spare values.
 
 use crate::state::holders::Holders;
@@ -127,10 +127,10 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_lock_is_one_allocation_of_thirty_two_bytes() {
+    fn a_plain_lock_is_one_allocation_of_twenty_four_bytes() {
         // The shared variant's tag lives in the lock's own spare values: a plain lock
         // with a server-made token, granted on the wall clock, is this one allocation.
-        assert_eq!(std::mem::size_of::<LockValue>(), 32);
+        assert_eq!(std::mem::size_of::<LockValue>(), 24);
         let now = 1_763_000_000_000_i64;
         let fence = (now as u64) << crate::state::fence::LOGICAL_BITS;
         let server_made = LockState::new(&crate::state::lock::new_token(), fence, now, None);

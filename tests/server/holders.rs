@@ -333,3 +333,32 @@ fn a_replica_answers_with_client_zero() {
     assert_eq!(holder.value.as_deref(), Some(&b"v"[..]));
     assert_eq!(clients(&mut on_replica, "shared"), [0]);
 }
+
+#[test]
+fn every_lock_names_its_connection_when_thousands_of_connections_hold_locks() {
+    // A compact lock names its connection by a slot, of which there are about 2,000; the
+    // connections past them are named by a lock kept in an allocation of its own.
+    let server = TestServer::start();
+    let mut admin = server.connection();
+    let mut holders_of: Vec<(redis::Connection, i64)> = Vec::new();
+    for i in 0..2_100 {
+        let mut con = server.connection();
+        let id = client_id(&mut con);
+        acquire(&mut con, &format!("k{i}"), 60_000, &[]).unwrap();
+        holders_of.push((con, id));
+    }
+    for (i, (_, id)) in holders_of.iter().enumerate() {
+        assert_eq!(clients(&mut admin, &format!("k{i}")), [*id], "k{i}");
+    }
+    // Released, the slots serve the next connections.
+    drop(holders_of);
+    // Freed on the server's background thread.
+    let () = redis::cmd("FLUSHALL")
+        .arg("ASYNC")
+        .query(&mut admin)
+        .unwrap();
+    let mut late = server.connection();
+    let id = client_id(&mut late);
+    acquire(&mut late, "late", 60_000, &[]).unwrap();
+    assert_eq!(clients(&mut admin, "late"), [id]);
+}

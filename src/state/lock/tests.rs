@@ -19,8 +19,7 @@ fn held(token: &[u8]) -> LockState {
 
 #[test]
 fn a_binding_is_kept_after_the_token_and_costs_plain_locks_nothing() {
-    // 24 bytes of lock and the id of the connection it was granted to.
-    assert_eq!(std::mem::size_of::<LockState>(), 32);
+    assert_eq!(std::mem::size_of::<LockState>(), 24);
     let session = Session {
         grace_ms: 5_000,
         client: u64::MAX,
@@ -54,7 +53,7 @@ fn a_plain_lock_granted_on_the_wall_clock_is_kept_whole_in_its_value() {
     let now: i64 = 1_763_000_000_000;
     let fence = (now as u64) << LOGICAL_BITS | 5;
     let made = [7u8; 16];
-    let lock = LockState::granted(NewToken::Made(made), fence, now, None);
+    let lock = LockState::granted(NewToken::Made(made), (fence, now), None, None, 0);
     assert_eq!(lock.heap_bytes(), 0, "compact");
     assert_eq!((lock.fence(), lock.acquired_ms()), (fence, now));
     assert_eq!(*lock.token(), token::spelled(&made));
@@ -78,7 +77,8 @@ fn a_plain_lock_granted_on_the_wall_clock_is_kept_whole_in_its_value() {
         ),
         (MAX_FENCE, MAX_TIME_MS, None),
     ] {
-        let mut lock = LockState::granted(NewToken::Made(made), fence, acquired, session);
+        let mut lock =
+            LockState::granted(NewToken::Made(made), (fence, acquired), session, None, 0);
         assert_eq!(
             lock.heap_bytes(),
             HEADER + 16 + if session.is_some() { 16 } else { 0 }
@@ -118,7 +118,7 @@ fn a_grant_reads_back_the_token_it_was_made_with() {
                 client: 2,
             }),
         ] {
-            let lock = LockState::granted(token.clone(), 9 << LOGICAL_BITS, 9, session);
+            let lock = LockState::granted(token.clone(), (9 << LOGICAL_BITS, 9), session, None, 0);
             assert_eq!(*lock.token(), *token.text(), "{token:?}");
             assert!(lock.holds(&token.text()));
         }
@@ -191,4 +191,64 @@ fn a_published_value_is_kept_beside_any_form_and_changes_nothing_else() {
         LockState::new(&token, 1 << LOGICAL_BITS, 1, None).value(),
         None
     );
+}
+
+#[test]
+fn a_compact_lock_keeps_its_connection_slot_beside_a_fence_of_every_size() {
+    for slot in [0, 1, 7, 8, 1000, super::connections::SLOTS - 1] {
+        for fence in [1, (1 << 53) - 1, 1_838_378_060_229_633] {
+            let (mark, bytes) = super::compact_parts(fence, slot);
+            assert_eq!(super::compact_slot(mark, &bytes), slot);
+            assert_eq!(super::from_seven(&bytes) & super::FENCE_BITS, fence);
+        }
+    }
+}
+
+#[test]
+fn a_lock_names_the_connection_it_was_granted_to_in_every_form() {
+    let now: i64 = 1_763_000_000_000;
+    let fence = (now as u64) << LOGICAL_BITS | 5;
+    let client = 9_100_001;
+    // Compact: the slot, no allocation.
+    let lock = LockState::granted(NewToken::Made([3; 16]), (fence, now), None, None, client);
+    assert_eq!(lock.heap_bytes(), 0);
+    assert_eq!(
+        (lock.client(), lock.fence(), lock.acquired_ms()),
+        (client, fence, now)
+    );
+    // Its copy names it too, after the original is gone; equal whatever they name.
+    let copy = lock.clone();
+    drop(lock);
+    assert_eq!(copy.client(), client);
+    let mut renamed = copy.clone();
+    renamed.set_client(9_100_002);
+    assert_eq!((renamed.client(), copy.client()), (9_100_002, client));
+    assert_eq!(
+        renamed, copy,
+        "the connection is not part of what a lock holds"
+    );
+    renamed.set_client(0);
+    assert_eq!(renamed.client(), 0);
+    // Boxed (a token of another form, a value, a binding): the id itself.
+    let session = Some(Session {
+        grace_ms: 100,
+        client: 7,
+    });
+    let token = NewToken::Given(b"worker-1");
+    let mut boxed = LockState::granted(token, (fence, now), session, Some(b"addr"), client);
+    assert_eq!(boxed.client(), client);
+    assert_eq!(&*boxed.token(), b"worker-1");
+    assert_eq!(
+        (boxed.session(), boxed.value()),
+        (session, Some(&b"addr"[..]))
+    );
+    boxed.set_value(Some(b"other"));
+    boxed.set_session(None);
+    assert_eq!(
+        (boxed.client(), boxed.value()),
+        (client, Some(&b"other"[..]))
+    );
+    assert!(boxed.holds(b"worker-1"));
+    // What arrives from elsewhere names nobody.
+    assert_eq!(LockState::new(b"x", fence, now, None).client(), 0);
 }
