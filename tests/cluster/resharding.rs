@@ -259,6 +259,18 @@ fn manual_migration_moves_locks_and_redirects_waiters(
         "{step}: slot moved"
     );
 
+    // What a slot move brings names no connection of the target (`LOCK.HOLDERS`).
+    for key in [&held, &readers] {
+        let holders: Vec<HashMap<String, redis::Value>> = redis::cmd("LOCK.HOLDERS")
+            .arg(key)
+            .query(&mut dst)
+            .expect("LOCK.HOLDERS");
+        assert!(!holders.is_empty(), "{step}: {key} has holders");
+        for holder in holders {
+            assert_eq!(holder.get("client"), Some(&redis::Value::Int(0)), "{step}: {key}");
+        }
+    }
+
     // The shared holders arrived, each with its own expiry, which still ends it.
     assert_eq!(info_field(&mut dst, &readers, "holders"), Some(2), "{step}");
     assert_eq!(

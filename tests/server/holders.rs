@@ -332,6 +332,17 @@ fn a_replica_answers_with_client_zero() {
     assert_eq!((holder.fence, holder.client), (fence, 0));
     assert_eq!(holder.value.as_deref(), Some(&b"v"[..]));
     assert_eq!(clients(&mut on_replica, "shared"), [0]);
+    // Promoted, it names no connection of its own for what it had.
+    let () = redis::cmd("REPLICAOF")
+        .arg("NO")
+        .arg("ONE")
+        .query(&mut on_replica)
+        .unwrap();
+    assert_eq!(clients(&mut on_replica, "k"), [0]);
+    let mut promoted = replica.connection();
+    let id = client_id(&mut promoted);
+    acquire(&mut promoted, "new", 60_000, &[]).unwrap();
+    assert_eq!(clients(&mut on_replica, "new"), [id]);
 }
 
 #[test]
