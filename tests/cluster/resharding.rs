@@ -267,7 +267,11 @@ fn manual_migration_moves_locks_and_redirects_waiters(
             .expect("LOCK.HOLDERS");
         assert!(!holders.is_empty(), "{step}: {key} has holders");
         for holder in holders {
-            assert_eq!(holder.get("client"), Some(&redis::Value::Int(0)), "{step}: {key}");
+            assert_eq!(
+                holder.get("client"),
+                Some(&redis::Value::Int(0)),
+                "{step}: {key}"
+            );
         }
     }
 
