@@ -5,8 +5,10 @@
 //! first-come-first-served waits, replication, persistence and cluster routing. This file registers the module. The layers, each
 //! using only those below it:
 //!
-//! - `commands/`: the commands (`public.rs`, `watch.rs`, `fenced.rs`, the internal
-//!   effect commands in `internal.rs`), their arguments and the `INFO lock` section;
+//! - `commands/`: one file per command (`acquire.rs`, `release.rs`, `extend.rs`,
+//!   `info.rs`, `holders.rs`, `watch.rs`, `fenced.rs` for `LOCK.DO`, `debug.rs`, and the
+//!   internal effect commands in `internal.rs`), their arguments, their `COMMAND DOCS`
+//!   and the `INFO lock` section;
 //! - `server/`: the server's identity (which server and version, what it supports) and
 //!   the server events the module follows;
 //! - `keyspace/`: writes to lock keys (`store.rs`), the handoff of a freed lock to its
@@ -81,7 +83,7 @@ struct CommandSpec {
 const COMMANDS: [CommandSpec; 11] = [
     CommandSpec {
         name: c"lock.acquire",
-        entry: command_entry!(commands::public::acquire),
+        entry: command_entry!(commands::acquire::acquire),
         flags: c"write deny-oom",
         keys: (1, 1, 1),
         arity: -3,
@@ -91,7 +93,7 @@ const COMMANDS: [CommandSpec; 11] = [
     },
     CommandSpec {
         name: c"lock.release",
-        entry: command_entry!(commands::public::release),
+        entry: command_entry!(commands::release::release),
         flags: c"write fast",
         keys: (1, 1, 1),
         arity: 3,
@@ -101,7 +103,7 @@ const COMMANDS: [CommandSpec; 11] = [
     },
     CommandSpec {
         name: c"lock.extend",
-        entry: command_entry!(commands::public::extend),
+        entry: command_entry!(commands::extend::extend),
         flags: c"write fast",
         keys: (1, 1, 1),
         arity: 4,
@@ -111,7 +113,7 @@ const COMMANDS: [CommandSpec; 11] = [
     },
     CommandSpec {
         name: c"lock.info",
-        entry: command_entry!(commands::public::info),
+        entry: command_entry!(commands::info::info),
         flags: c"readonly fast",
         keys: (1, 1, 1),
         arity: 2,
@@ -181,7 +183,7 @@ const COMMANDS: [CommandSpec; 11] = [
     },
     CommandSpec {
         name: c"lock.debug",
-        entry: command_entry!(commands::public::debug),
+        entry: command_entry!(commands::debug::debug),
         flags: c"admin",
         keys: (0, 0, 0),
         arity: 2,
@@ -278,7 +280,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     ffi::set_module_options(ctx, options);
     // Replaces the binding's default INFO handler with the `lock_stats` section.
-    redis_module::raw::register_info_function(ctx.get_raw(), Some(commands::info::section));
+    redis_module::raw::register_info_function(ctx.get_raw(), Some(commands::info_section::section));
     keyspace::blocking::init(found.unblock_is_safe());
     state::footprint::set_server_cells(found.memory_usage_leaves_out());
     state::footprint::set_allocator(&ffi::server_allocator(ctx));

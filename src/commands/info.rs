@@ -1,38 +1,76 @@
-//! The module's `INFO` section, `lock_stats` (`INFO lock`): the counters of `stats.rs`,
-//! the number of clients waiting now, which the blocking layer knows, and the bytes the
-//! module holds, which its allocator counts.
+//! `LOCK.INFO`: the state of a lock, never its token.
 
-use redis_module::{InfoContext, RedisResult, raw};
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
 
-use crate::ffi;
-use crate::ffi::guard;
+use crate::datatype::LockKey;
+use crate::ffi::command::Args;
+use crate::ffi::{self, Field, Key};
 use crate::keyspace::blocking;
 use crate::keyspace::watching;
-use crate::state::stats;
+use crate::state::value::LockValue;
 
-/// Adds section `lock_stats` to `INFO lock` / `INFO everything`.
-pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
-    let _ = guard::callback(Ok(()), || -> RedisResult<()> {
-        let info = InfoContext::new(ctx);
-        let fields = [
-            ("grants", stats::GRANTS.get()),
-            ("contended", stats::CONTENDED.get()),
-            ("releases", stats::RELEASES.get()),
-            ("extends", stats::EXTENDS.get()),
-            ("expired", stats::EXPIRED.get()),
-            ("waits", stats::WAITS.get()),
-            ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
-            ("waiters", blocking::total() as u64),
-            ("watchers", watching::total() as u64),
-            ("watch_replies", stats::WATCH_REPLIES.get()),
-            ("session_releases", stats::SESSION_RELEASES.get()),
-            ("session_reclaims", stats::SESSION_RECLAIMS.get()),
-            ("allocated_bytes", ffi::alloc::held_bytes() as u64),
-        ];
-        let mut section = info.builder().add_section("stats");
-        for (name, value) in fields {
-            section = section.field(name, value)?;
+/// LOCK.INFO <key>
+///
+/// Nil when the key does not exist; otherwise the fields `ttl` (the key's: its
+/// longest-lived holder's), `fence` (the newest holder's), `acquired` (the oldest
+/// holder's grant), `waiters`, `watchers` (clients blocked in `LOCK.WATCH` on it),
+/// `session` (the grace, -1 when not bound) and `connected`
+/// (1 while the bound connection is open, 0 while the grace runs, -1 when not bound;
+/// both -1 for shared holders, which are bound each on its own), `mode` (`exclusive` or
+/// `shared`), `holders` and `limit` (-1 when none): a map in RESP3, a flat field/value
+/// array in RESP2. Never a token.
+pub fn info(ctx: &Context, args: &Args) -> RedisResult {
+    if args.len() != 2 {
+        return Err(RedisError::WrongArity);
+    }
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let key = Key::open_read(ctx, &name);
+    let Some(value) = key.lock()? else {
+        return Ok(RedisValue::Null);
+    };
+    let ttl = key
+        .expire_at()
+        .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
+    let waiting = blocking::count(ffi::selected_db(ctx), args.get(1));
+    let watching = watching::count(ffi::selected_db(ctx), args.get(1));
+    let published = match value {
+        LockValue::Exclusive(lock) => lock.value(),
+        LockValue::Shared(_) => None,
+    };
+    let (grace, connected, mode, holders, limit) = match value {
+        LockValue::Exclusive(lock) => {
+            let (grace, connected) = match lock.session() {
+                None => (-1, -1),
+                Some(session) => (
+                    session.grace_ms,
+                    i64::from(ffi::client_connected(session.client)),
+                ),
+            };
+            (grace, connected, "exclusive", 1, -1)
         }
-        section.build_section()?.build_info().map(|_| ())
-    });
+        LockValue::Shared(shared) => (
+            -1,
+            -1,
+            "shared",
+            shared.len() as i64,
+            shared.limit().map_or(-1, i64::from),
+        ),
+    };
+    ffi::reply_map(
+        ctx,
+        &[
+            ("ttl", Field::Integer(ttl)),
+            ("fence", Field::Integer(value.newest_fence() as i64)),
+            ("acquired", Field::Integer(value.oldest_grant())),
+            ("waiters", Field::Integer(waiting as i64)),
+            ("watchers", Field::Integer(watching as i64)),
+            ("session", Field::Integer(grace)),
+            ("connected", Field::Integer(connected)),
+            ("mode", Field::Word(mode)),
+            ("holders", Field::Integer(holders)),
+            ("limit", Field::Integer(limit)),
+            ("value", Field::Bulk(published)),
+        ],
+    );
+    Ok(RedisValue::NoReply)
 }

@@ -1,19 +1,31 @@
-//! The commands: the public `LOCK.*` commands (`LOCK.HOLDERS` in `holders.rs`; what
-//! `COMMAND DOCS` says of each in `docs.rs`), the internal effect commands that
-//! replicate and persist them, `LOCK.WATCH`, their arguments, and the `INFO lock`
-//! section.
+//! The commands, one file each, as mini-redis keeps `src/cmd/`: parse every argument,
+//! decide with the rules, carry out through the keyspace layer, reply.
+//!
+//! - the public commands: `acquire.rs`, `release.rs`, `extend.rs`, `info.rs`
+//!   (`LOCK.INFO`), `holders.rs`, `watch.rs`, `fenced.rs` (`LOCK.DO`), `debug.rs`;
+//! - the internal effect commands that replicate and persist them: `internal.rs`;
+//! - what they share: their arguments (`args.rs`), what `COMMAND DOCS` says of each
+//!   (`docs.rs`); and the `INFO lock` section (`info_section.rs`).
 
+pub mod acquire;
 pub mod args;
+pub mod debug;
 pub mod docs;
+pub mod extend;
 pub mod fenced;
 pub mod holders;
 pub mod info;
+pub mod info_section;
 pub mod internal;
-pub mod public;
+pub mod release;
 pub mod watch;
 
-use redis_module::{Context, RedisResult};
+use redis_module::{Context, RedisError, RedisResult, RedisString};
 
+use crate::datatype::LockKey;
+use crate::ffi::Key;
+use crate::keyspace::blocking;
+use crate::keyspace::handoff;
 use crate::keyspace::watching;
 
 /// The reply of a command that may have changed keys, once the watchers of what it
@@ -21,4 +33,24 @@ use crate::keyspace::watching;
 fn settled(ctx: &Context, reply: RedisResult) -> RedisResult {
     watching::settle(ctx);
     reply
+}
+
+/// Opens `name` (raw `raw`, in database `db`) for a release or an extend with the lock's
+/// waiters served first, when it was freed where the server runs the handoff only later:
+/// a `DEL` earlier in the same `MULTI`/`EXEC` (post-notification jobs run when the
+/// transaction is over) or, on Redis 7.0, a command just before. The command then sees
+/// the key as every later one will, as `LOCK.ACQUIRE` does. A held key costs no lookup.
+fn open_served<'c>(
+    ctx: &'c Context,
+    db: i32,
+    name: &'c RedisString,
+    raw: &[u8],
+) -> Result<Key<'c>, RedisError> {
+    let key = Key::open_write(ctx, name);
+    if key.lock()?.is_some() || !blocking::queued(db, raw) {
+        return Ok(key);
+    }
+    drop(key);
+    handoff::handoff(ctx, db, raw);
+    Ok(Key::open_write(ctx, name))
 }

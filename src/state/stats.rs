@@ -1,6 +1,6 @@
 //! The counters behind `INFO lock` (section `lock_stats`).
 //!
-//! A leaf: anyone may add to a counter, and nothing here calls out (`commands/info.rs` shows them,
+//! A leaf: anyone may add to a counter, and nothing here calls out (`commands/info_section.rs` shows them,
 //! `server/events.rs` counts expiries). Every count is made on the server's main thread
 //! (commands, timers, server events), so a counter is bumped with a plain load and store,
 //! not a locked add (tens of cycles on every acquire); atomics all the same, so that

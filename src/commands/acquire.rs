@@ -1,26 +1,25 @@
-//! One function per command: parse, check, apply, reply, replicate.
+//! `LOCK.ACQUIRE`: parse, decide with the rules, grant, renew or wait, reply.
 //!
 //! Every argument is validated before the key is opened, so bad input changes nothing.
 //! Effects replicate as absolute state (`LOCK._SET` with the token and fence the master
-//! chose, `PEXPIREAT` with an absolute time, `DEL`), never as the command itself: a
-//! replica or an AOF replay must not invent its own token, fence or clock reading.
+//! chose, `PEXPIREAT` with an absolute time), never as the command itself: a replica or
+//! an AOF replay must not invent its own token, fence or clock reading.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
 
 use crate::commands::args;
+use crate::commands::extend::set_ttl;
 use crate::datatype::LockKey;
 use crate::ffi::command::Args;
-use crate::ffi::{self, Field, Key};
+use crate::ffi::{self, Key};
 use crate::keyspace::blocking;
 use crate::keyspace::blocking::Request;
 use crate::keyspace::handoff;
 use crate::keyspace::session;
-use crate::keyspace::store::{self, EVENT_ACQUIRE, EVENT_EXTEND, EVENT_RELEASE};
-use crate::keyspace::watching;
+use crate::keyspace::store::{self, EVENT_ACQUIRE};
 use crate::state::error;
-use crate::state::events;
 use crate::state::lock::{self, Session};
 use crate::state::rules::{self, Decision, Kind};
 use crate::state::stats;
@@ -47,7 +46,7 @@ static LAST_CONNECTION: AtomicU64 = AtomicU64::new(0);
 /// The `CLIENT ID` of the caller's connection (the one that ran `EXEC`, inside a
 /// transaction); 0 inside a script or function, where the module API does not name the
 /// client that ran it.
-pub(crate) fn connection_of(ctx: &Context) -> u64 {
+fn connection_of(ctx: &Context) -> u64 {
     // A script runs on a client of the server's own (on Valkey 9.1 one that exists only
     // while it runs), never the caller's connection.
     let client = ffi::client_id(ctx);
@@ -280,226 +279,4 @@ fn rebind(
     store::replicate(ctx, key, lock, &lock.token(), expire_at);
     handoff::deadline_moved(ctx, db, name, Some(expire_at));
     Ok(())
-}
-
-/// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
-/// and moves the waiters' hand-over to the new deadline.
-fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
-    let expire_at = ffi::now_ms().saturating_add(ttl_ms);
-    key.set_expire_at(Some(expire_at))?;
-    ffi::replicate_pexpireat(ctx, key.name(), expire_at);
-    handoff::deadline_moved(
-        ctx,
-        ffi::selected_db(ctx),
-        key.name().as_slice(),
-        Some(expire_at),
-    );
-    Ok(())
-}
-
-/// Opens `name` (raw `raw`, in database `db`) for a release or an extend with the lock's
-/// waiters served first, when it was freed where the server runs the handoff only later:
-/// a `DEL` earlier in the same `MULTI`/`EXEC` (post-notification jobs run when the
-/// transaction is over) or, on Redis 7.0, a command just before. The command then sees
-/// the key as every later one will, as `LOCK.ACQUIRE` does. A held key costs no lookup.
-fn open_served<'c>(
-    ctx: &'c Context,
-    db: i32,
-    name: &'c RedisString,
-    raw: &[u8],
-) -> Result<Key<'c>, RedisError> {
-    let key = Key::open_write(ctx, name);
-    if key.lock()?.is_some() || !blocking::queued(db, raw) {
-        return Ok(key);
-    }
-    drop(key);
-    handoff::handoff(ctx, db, raw);
-    Ok(Key::open_write(ctx, name))
-}
-
-/// LOCK.RELEASE <key> <token>
-///
-/// Deletes the lock if, and only if, `token` holds it (for shared holders: takes that
-/// holder out, and the key with the last one): `1` released, `0` not held by this token.
-/// The next waiters, if any, are granted the lock at once.
-pub fn release(ctx: &Context, args: &Args) -> RedisResult {
-    super::settled(ctx, run_release(ctx, args))
-}
-
-fn run_release(ctx: &Context, args: &Args) -> RedisResult {
-    if args.len() > 2 {
-        ffi::redact(ctx, 2);
-    }
-    if args.len() != 3 {
-        return Err(RedisError::WrongArity);
-    }
-    let token = args::token(args.get(2))?;
-
-    let db = ffi::selected_db(ctx);
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let mut key = open_served(ctx, db, &name, args.get(1))?;
-    let expired = store::expire_holders(ctx, &mut key)?;
-    let (released, shared) = match key.lock()? {
-        Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
-            events::releasing(|| key.delete());
-            ffi::replicate_del(ctx, key.name());
-            watching::touched(db, args.get(1));
-            (true, false)
-        }
-        Some(LockValue::Shared(_)) => (store::drop_holder(ctx, &mut key, token)?.is_some(), true),
-        _ => (false, false),
-    };
-    if released {
-        ffi::notify(ctx, EVENT_RELEASE, key.name());
-        stats::RELEASES.bump();
-    }
-    if shared || expired > 0 {
-        handoff::watch_holders(ctx, db, args.get(1), &key);
-    }
-    if released || expired > 0 {
-        drop(key);
-        handoff::handoff(ctx, db, args.get(1));
-    }
-    Ok(RedisValue::Integer(i64::from(released)))
-}
-
-/// LOCK.EXTEND <key> <token> <ttl-ms>
-///
-/// If `token` holds the lock (or a shared place in it), sets its remaining time to
-/// `ttl-ms` from now: `1` extended, `0` not held by this token.
-pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
-    super::settled(ctx, run_extend(ctx, args))
-}
-
-fn run_extend(ctx: &Context, args: &Args) -> RedisResult {
-    if args.len() > 2 {
-        ffi::redact(ctx, 2);
-    }
-    if args.len() != 4 {
-        return Err(RedisError::WrongArity);
-    }
-    let token = args::token(args.get(2))?;
-    let ttl_ms = args::ttl(args.get(3))?;
-
-    let db = ffi::selected_db(ctx);
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let mut key = open_served(ctx, db, &name, args.get(1))?;
-    let expired = store::expire_holders(ctx, &mut key)?;
-    let extended = match key.lock()? {
-        Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
-            set_ttl(ctx, &key, ttl_ms)?;
-            true
-        }
-        Some(LockValue::Shared(_)) => {
-            let expire_at = ffi::now_ms().saturating_add(ttl_ms);
-            store::update_holder(ctx, &mut key, token, expire_at, None)?.is_some()
-        }
-        _ => false,
-    };
-    if extended {
-        ffi::notify(ctx, EVENT_EXTEND, key.name());
-        stats::EXTENDS.bump();
-    }
-    if extended || expired > 0 {
-        handoff::watch_holders(ctx, db, args.get(1), &key);
-    }
-    if expired > 0 {
-        drop(key);
-        handoff::handoff(ctx, db, args.get(1));
-    }
-    Ok(RedisValue::Integer(i64::from(extended)))
-}
-
-/// LOCK.INFO <key>
-///
-/// Nil when the key does not exist; otherwise the fields `ttl` (the key's: its
-/// longest-lived holder's), `fence` (the newest holder's), `acquired` (the oldest
-/// holder's grant), `waiters`, `watchers` (clients blocked in `LOCK.WATCH` on it),
-/// `session` (the grace, -1 when not bound) and `connected`
-/// (1 while the bound connection is open, 0 while the grace runs, -1 when not bound;
-/// both -1 for shared holders, which are bound each on its own), `mode` (`exclusive` or
-/// `shared`), `holders` and `limit` (-1 when none): a map in RESP3, a flat field/value
-/// array in RESP2. Never a token.
-pub fn info(ctx: &Context, args: &Args) -> RedisResult {
-    if args.len() != 2 {
-        return Err(RedisError::WrongArity);
-    }
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
-    let key = Key::open_read(ctx, &name);
-    let Some(value) = key.lock()? else {
-        return Ok(RedisValue::Null);
-    };
-    let ttl = key
-        .expire_at()
-        .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
-    let waiting = blocking::count(ffi::selected_db(ctx), args.get(1));
-    let watching = watching::count(ffi::selected_db(ctx), args.get(1));
-    let published = match value {
-        LockValue::Exclusive(lock) => lock.value(),
-        LockValue::Shared(_) => None,
-    };
-    let (grace, connected, mode, holders, limit) = match value {
-        LockValue::Exclusive(lock) => {
-            let (grace, connected) = match lock.session() {
-                None => (-1, -1),
-                Some(session) => (
-                    session.grace_ms,
-                    i64::from(ffi::client_connected(session.client)),
-                ),
-            };
-            (grace, connected, "exclusive", 1, -1)
-        }
-        LockValue::Shared(shared) => (
-            -1,
-            -1,
-            "shared",
-            shared.len() as i64,
-            shared.limit().map_or(-1, i64::from),
-        ),
-    };
-    ffi::reply_map(
-        ctx,
-        &[
-            ("ttl", Field::Integer(ttl)),
-            ("fence", Field::Integer(value.newest_fence() as i64)),
-            ("acquired", Field::Integer(value.oldest_grant())),
-            ("waiters", Field::Integer(waiting as i64)),
-            ("watchers", Field::Integer(watching as i64)),
-            ("session", Field::Integer(grace)),
-            ("connected", Field::Integer(connected)),
-            ("mode", Field::Word(mode)),
-            ("holders", Field::Integer(holders)),
-            ("limit", Field::Integer(limit)),
-            ("value", Field::Bulk(published)),
-        ],
-    );
-    Ok(RedisValue::NoReply)
-}
-
-/// LOCK.DEBUG PANIC
-///
-/// Panics inside a command, to prove that the guard turns it into an error reply and
-/// the server keeps running. Refused unless the server allows debugging commands.
-pub fn debug(ctx: &Context, args: &Args) -> RedisResult {
-    if args.len() != 2 {
-        return Err(RedisError::WrongArity);
-    }
-    let setting = ctx.call("CONFIG", &["GET", "enable-debug-command"])?;
-    let setting = match &setting {
-        RedisValue::Array(pair) => pair.get(1).and_then(|v| String::try_from(v.clone()).ok()),
-        _ => None,
-    };
-    // As for `DEBUG` itself: `yes` for everyone, `local` for clients on this machine.
-    let allowed = match setting.as_deref() {
-        Some("yes") => true,
-        Some("local") => ffi::client_is_local(ctx),
-        _ => false,
-    };
-    if !allowed {
-        return Err(error::debug_disabled());
-    }
-    if args.get(1).eq_ignore_ascii_case(b"PANIC") {
-        panic!("LOCK.DEBUG PANIC: a deliberate panic to test the guard");
-    }
-    Err(error::unknown_debug_subcommand(args.get(1)))
 }

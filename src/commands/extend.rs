@@ -1,0 +1,74 @@
+//! `LOCK.EXTEND`: a holder's new deadline.
+
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::commands::args;
+use crate::datatype::LockKey;
+use crate::ffi::command::Args;
+use crate::ffi::{self, Key};
+use crate::keyspace::handoff;
+use crate::keyspace::store::{self, EVENT_EXTEND};
+use crate::state::stats;
+use crate::state::value::LockValue;
+
+/// LOCK.EXTEND <key> <token> <ttl-ms>
+///
+/// If `token` holds the lock (or a shared place in it), sets its remaining time to
+/// `ttl-ms` from now: `1` extended, `0` not held by this token.
+pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_extend(ctx, args))
+}
+
+fn run_extend(ctx: &Context, args: &Args) -> RedisResult {
+    if args.len() > 2 {
+        ffi::redact(ctx, 2);
+    }
+    if args.len() != 4 {
+        return Err(RedisError::WrongArity);
+    }
+    let token = args::token(args.get(2))?;
+    let ttl_ms = args::ttl(args.get(3))?;
+
+    let db = ffi::selected_db(ctx);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let mut key = super::open_served(ctx, db, &name, args.get(1))?;
+    let expired = store::expire_holders(ctx, &mut key)?;
+    let extended = match key.lock()? {
+        Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
+            set_ttl(ctx, &key, ttl_ms)?;
+            true
+        }
+        Some(LockValue::Shared(_)) => {
+            let expire_at = ffi::now_ms().saturating_add(ttl_ms);
+            store::update_holder(ctx, &mut key, token, expire_at, None)?.is_some()
+        }
+        _ => false,
+    };
+    if extended {
+        ffi::notify(ctx, EVENT_EXTEND, key.name());
+        stats::EXTENDS.bump();
+    }
+    if extended || expired > 0 {
+        handoff::watch_holders(ctx, db, args.get(1), &key);
+    }
+    if expired > 0 {
+        drop(key);
+        handoff::handoff(ctx, db, args.get(1));
+    }
+    Ok(RedisValue::Integer(i64::from(extended)))
+}
+
+/// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
+/// and moves the waiters' hand-over to the new deadline.
+pub(super) fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
+    let expire_at = ffi::now_ms().saturating_add(ttl_ms);
+    key.set_expire_at(Some(expire_at))?;
+    ffi::replicate_pexpireat(ctx, key.name(), expire_at);
+    handoff::deadline_moved(
+        ctx,
+        ffi::selected_db(ctx),
+        key.name().as_slice(),
+        Some(expire_at),
+    );
+    Ok(())
+}

@@ -1,0 +1,60 @@
+//! `LOCK.RELEASE`: the holder lets go; the oldest waiters get the lock at once.
+
+use redis_module::{Context, RedisError, RedisResult, RedisValue};
+
+use crate::commands::args;
+use crate::datatype::LockKey;
+use crate::ffi;
+use crate::ffi::command::Args;
+use crate::keyspace::handoff;
+use crate::keyspace::store::{self, EVENT_RELEASE};
+use crate::keyspace::watching;
+use crate::state::events;
+use crate::state::stats;
+use crate::state::value::LockValue;
+
+/// LOCK.RELEASE <key> <token>
+///
+/// Deletes the lock if, and only if, `token` holds it (for shared holders: takes that
+/// holder out, and the key with the last one): `1` released, `0` not held by this token.
+/// The next waiters, if any, are granted the lock at once.
+pub fn release(ctx: &Context, args: &Args) -> RedisResult {
+    super::settled(ctx, run_release(ctx, args))
+}
+
+fn run_release(ctx: &Context, args: &Args) -> RedisResult {
+    if args.len() > 2 {
+        ffi::redact(ctx, 2);
+    }
+    if args.len() != 3 {
+        return Err(RedisError::WrongArity);
+    }
+    let token = args::token(args.get(2))?;
+
+    let db = ffi::selected_db(ctx);
+    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let mut key = super::open_served(ctx, db, &name, args.get(1))?;
+    let expired = store::expire_holders(ctx, &mut key)?;
+    let (released, shared) = match key.lock()? {
+        Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
+            events::releasing(|| key.delete());
+            ffi::replicate_del(ctx, key.name());
+            watching::touched(db, args.get(1));
+            (true, false)
+        }
+        Some(LockValue::Shared(_)) => (store::drop_holder(ctx, &mut key, token)?.is_some(), true),
+        _ => (false, false),
+    };
+    if released {
+        ffi::notify(ctx, EVENT_RELEASE, key.name());
+        stats::RELEASES.bump();
+    }
+    if shared || expired > 0 {
+        handoff::watch_holders(ctx, db, args.get(1), &key);
+    }
+    if released || expired > 0 {
+        drop(key);
+        handoff::handoff(ctx, db, args.get(1));
+    }
+    Ok(RedisValue::Integer(i64::from(released)))
+}
