@@ -40,13 +40,7 @@ pub fn holders(ctx: &Context, args: &Args) -> RedisResult {
     listed.sort_unstable_by_key(|(lock, _)| lock.fence());
     ffi::reply_array(ctx, listed.len());
     for (lock, expire_at) in listed {
-        let (grace, connected) = match lock.session() {
-            None => (-1, -1),
-            Some(session) => (
-                session.grace_ms,
-                i64::from(ffi::client_connected(session.client)),
-            ),
-        };
+        let (grace, connected) = super::binding_fields(lock);
         ffi::reply_map(
             ctx,
             &[

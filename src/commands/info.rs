@@ -39,13 +39,7 @@ pub fn info(ctx: &Context, args: &Args) -> RedisResult {
     };
     let (grace, connected, mode, holders, limit) = match value {
         LockValue::Exclusive(lock) => {
-            let (grace, connected) = match lock.session() {
-                None => (-1, -1),
-                Some(session) => (
-                    session.grace_ms,
-                    i64::from(ffi::client_connected(session.client)),
-                ),
-            };
+            let (grace, connected) = super::binding_fields(lock);
             (grace, connected, "exclusive", 1, -1)
         }
         LockValue::Shared(shared) => (

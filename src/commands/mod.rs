@@ -27,6 +27,7 @@ use crate::ffi::Key;
 use crate::keyspace::blocking;
 use crate::keyspace::handoff;
 use crate::keyspace::watching;
+use crate::state::lock::LockState;
 
 /// The reply of a command that may have changed keys, once the watchers of what it
 /// changed are answered: in the same command.
@@ -53,4 +54,17 @@ fn open_served<'c>(
     drop(key);
     handoff::handoff(ctx, db, raw);
     Ok(Key::open_write(ctx, name))
+}
+
+/// The `session` and `connected` fields of `lock` (`LOCK.INFO`, `LOCK.HOLDERS`): its
+/// grace, and 1 while its bound connection is open, 0 when it is not; both -1 when it is
+/// not session-bound.
+fn binding_fields(lock: &LockState) -> (i64, i64) {
+    match lock.session() {
+        None => (-1, -1),
+        Some(session) => (
+            session.grace_ms,
+            i64::from(crate::ffi::client_connected(session.client)),
+        ),
+    }
 }
