@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::common::{TestServer, poll_until, server_binary};
+use crate::common::{TestServer, fresh_dir, poll_until, server_binary};
 
 /// The public commands and their synopsis, as `COMMAND DOCS` must give it.
 const SYNOPSES: [(&str, &str); 7] = [
@@ -137,14 +137,14 @@ fn the_internal_commands_have_no_docs_to_show() {
 }
 
 /// Every cli this machine has for the servers under test: Debian's `redis-cli`, and the
-/// one beside the server binary if it has one (`valkey-cli` of Valkey 8.1.8).
+/// one beside the server binary if it has one (`valkey-cli` of Valkey 8.1.8), each once.
 fn clis() -> Vec<PathBuf> {
-    let mut found = vec![PathBuf::from("redis-cli")];
+    let mut found = vec![PathBuf::from("/usr/bin/redis-cli")];
     let server = PathBuf::from(server_binary());
     if let Some(dir) = server.parent() {
         for name in ["valkey-cli", "redis-cli"] {
             let beside = dir.join(name);
-            if beside.is_file() {
+            if beside.is_file() && !found.contains(&beside) {
                 found.push(beside);
             }
         }
@@ -194,34 +194,48 @@ fn cli_help_prints_the_synopsis_and_summary_of_each_command() {
     }
 }
 
-/// A tmux session running one interactive cli, killed when dropped.
+/// A tmux server of its own (its socket in a fresh directory, so tests running at once
+/// never share one) running one interactive cli; killed, and its directory removed, when
+/// dropped.
 struct Terminal {
-    name: String,
+    dir: PathBuf,
 }
 
 impl Terminal {
     fn open(cli: &std::path::Path, port: u16) -> Self {
-        let name = format!("lock-cli-{}-{port}", std::process::id());
-        let status = Command::new("tmux")
-            .args(["new-session", "-d", "-s", &name, "-x", "220", "-y", "20"])
+        let terminal = Terminal {
+            dir: fresh_dir("tmux"),
+        };
+        let status = terminal
+            .tmux()
+            .args(["new-session", "-d", "-x", "220", "-y", "20"])
             .arg(format!("{} -p {port}", cli.display()))
             .status()
             .expect("tmux (installed by scripts/install-deps.sh --test)");
         assert!(status.success(), "tmux new-session");
-        Terminal { name }
+        terminal
+    }
+
+    /// A tmux command on this terminal's server.
+    fn tmux(&self) -> Command {
+        let mut command = Command::new("tmux");
+        command.arg("-S").arg(self.dir.join("socket"));
+        command
     }
 
     fn screen(&self) -> String {
-        let output = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.name])
+        let output = self
+            .tmux()
+            .args(["capture-pane", "-p"])
             .output()
             .expect("tmux capture-pane");
         String::from_utf8_lossy(&output.stdout).into_owned()
     }
 
     fn type_text(&self, text: &str) {
-        let status = Command::new("tmux")
-            .args(["send-keys", "-t", &self.name, "-l", text])
+        let status = self
+            .tmux()
+            .args(["send-keys", "-l", text])
             .status()
             .expect("tmux send-keys");
         assert!(status.success());
@@ -230,9 +244,8 @@ impl Terminal {
 
 impl Drop for Terminal {
     fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.name])
-            .status();
+        let _ = self.tmux().arg("kill-server").status();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
