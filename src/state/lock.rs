@@ -102,10 +102,14 @@ use mark::Mark;
 /// of its connection's slot.
 const FENCE_BITS: u64 = (1 << 53) - 1;
 
+// Every slot the table hands out has a mark: the slot is the mark's value times 8 plus
+// 3 fence bits.
+const _: () = assert!(connections::SLOTS as usize == mark::COUNT * 8);
+
 /// A compact lock's mark and fence bytes for `fence` and connection slot `slot`.
 fn compact_parts(fence: u64, slot: u16) -> (Mark, [u8; 7]) {
     let slot = usize::from(slot);
-    // Slots stop below `mark::COUNT * 8` (`connections::SLOTS`).
+    // Slots stop below `mark::COUNT * 8` (asserted above).
     let mark = Mark::of(slot >> 3).unwrap_or(Mark::M0);
     let low = (slot & 7) as u64;
     (mark, seven((fence & FENCE_BITS) | (low << 53)))

@@ -10,11 +10,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common::{free_port, fresh_dir, server_binary};
+use crate::docs_common::root;
 use redis_lock_testkit::poll_until;
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn readme() -> String {
     fs::read_to_string(root().join("README.md")).expect("README.md")
