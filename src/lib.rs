@@ -14,14 +14,16 @@
 //! - `keyspace/`: writes to lock keys (`store.rs`), the handoff of a freed lock to its
 //!   waiters (`handoff.rs`, `blocking.rs`), the watchers of `LOCK.WATCH`
 //!   (`watching.rs`), session-bound locks' graces and releases (`session.rs`, the running
-//!   server's registry in `registry.rs`), slots being imported (`slot_import.rs`);
-//! - `datatype.rs`: the data type: saving, loading, rewriting, measuring a lock value;
-//! - `state/`: pure state and rules, tested without a server: a lock, its holders, who may
-//!   be granted it, the queues, fences, tokens, the session registry, the error texts;
+//!   server's registry in `registry.rs`), what follows a change the type's callbacks
+//!   report (`changes.rs`), cluster routing (`routing.rs`), slots being imported
+//!   (`slot_import.rs`);
+//! - `datatype/`: the data type: saving, loading, rewriting, measuring a lock value, and
+//!   what its callbacks report (`events.rs`, to the keyspace's `changes.rs`, wired below);
 //! - `ffi/`: the server's C API, the only home of `unsafe`; it reads and writes lock values
-//!   for the layers above. The state names one thing in it: `CellRef` (`cell_ref.rs`), a
-//!   generic pointer that imports nothing from the crate, through which a lock kept in a
-//!   cell is read.
+//!   for the layers above, and turns the core's errors into error replies (`reply.rs`);
+//! - the core crate (`core/`, `lock_core`, named `state` here): pure state and rules,
+//!   with no server in it: a lock, its holders, who may be granted it, the queues,
+//!   fences, tokens, the session registry, the typed `Error`. Everything above uses it.
 
 #![deny(unsafe_code)]
 
@@ -31,16 +33,20 @@ mod datatype;
 mod ffi;
 mod keyspace;
 #[cfg(test)]
+mod layers;
+#[cfg(test)]
 mod properties;
 mod server;
-mod state;
+
+/// The core crate, named for what it keeps: the lock's state and rules.
+use lock_core as state;
 
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisString, Status, redis_module};
 
 use crate::commands::docs;
-use crate::datatype::LOCK_TYPE;
 use crate::ffi::command_info::{self, Doc, KeyUse};
+use redis_module::native_types::RedisType;
 
 /// Memory comes from the server's allocator, counted (`ffi::alloc`), so `INFO memory` and
 /// `maxmemory` count it and `INFO lock` tells the module's part; unit tests, which run
@@ -258,7 +264,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     let Some(found) = check_server(ctx) else {
         return Status::Err;
     };
-    if !datatype::register() {
+    if !datatype::register(&LOCK_TYPE) {
         ctx.log_warning("lock: the server did not create the lock type");
         return Status::Err;
     }
@@ -284,9 +290,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     keyspace::blocking::init(found.unblock_is_safe());
     state::footprint::set_server_cells(found.memory_usage_leaves_out());
     state::footprint::set_allocator(&ffi::server_allocator(ctx));
-    keyspace::handoff::init();
     keyspace::watching::init(found.key_moves_can_be_followed());
-    keyspace::session::init();
     state::bindings::instance();
     if !ffi::init_detached(ctx) || !server::events::init(ctx) {
         ctx.log_warning(
@@ -306,6 +310,10 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     }
     Status::Ok
 }
+
+/// The lock type, whose callbacks tell the keyspace what they learn of lock keys
+/// (`keyspace/changes.rs`).
+static LOCK_TYPE: RedisType = datatype::lock_type::<keyspace::changes::Changes>();
 
 redis_module! {
     name: MODULE_NAME,

@@ -7,11 +7,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, ContextFlags, RedisValue};
 
 use crate::commands::args;
 use crate::commands::extend::set_ttl;
 use crate::datatype::LockKey;
+use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
 use crate::keyspace::blocking;
@@ -19,7 +20,7 @@ use crate::keyspace::blocking::Request;
 use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::store::{self, EVENT_ACQUIRE};
-use crate::state::error;
+use crate::state::error::Error;
 use crate::state::lock::{self, Session};
 use crate::state::rules::{self, Decision, Kind};
 use crate::state::stats;
@@ -61,12 +62,12 @@ fn connection_of(ctx: &Context) -> u64 {
 
 /// The binding that `SESSION grace-ms` asks for: to the caller's connection `client`.
 /// Refused inside a script or function (`client` 0).
-fn session_of(client: u64, grace_ms: Option<i64>) -> Result<Option<Session>, RedisError> {
+fn session_of(client: u64, grace_ms: Option<i64>) -> Result<Option<Session>, Error> {
     let Some(grace_ms) = grace_ms else {
         return Ok(None);
     };
     if client == 0 {
-        return Err(error::session_without_connection());
+        return Err(Error::SessionWithoutConnection);
     }
     Ok(Some(Session { grace_ms, client }))
 }
@@ -79,15 +80,15 @@ fn session_of(client: u64, grace_ms: Option<i64>) -> Result<Option<Session>, Red
 /// refuses a kind or limit that disagrees with the holders, and otherwise answers nil at
 /// once or, with `WAIT`, blocks the client in the key's first-come-first-served queue
 /// (`blocking.rs`), where the handoff (`handoff.rs`) grants it when its turn comes.
-pub fn acquire(ctx: &Context, args: &Args) -> RedisResult {
+pub fn acquire(ctx: &Context, args: &Args) -> Reply {
     super::settled(ctx, run_acquire(ctx, args))
 }
 
-fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
+fn run_acquire(ctx: &Context, args: &Args) -> Reply {
     let argv = args.bytes();
     redact_acquire_tokens(ctx, argv);
     if argv.len() < 3 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let (options, _) = args::acquire(&argv[2..])?;
     let client = connection_of(ctx);
@@ -95,7 +96,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
 
     let db = ffi::selected_db(ctx);
     let mut queued = blocking::queued(db, argv[1]);
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
     let expired = store::expire_holders(ctx, &mut key)?;
     if queued && (expired > 0 || !matches!(key.lock()?, Some(LockValue::Exclusive(_)))) {
@@ -113,7 +114,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
         .and_then(|token| held.and_then(|value| value.kind_of(token)));
     let holding = held.and_then(LockValue::holding);
     match rules::decide(holding, mine, options.kind, queued) {
-        Decision::Refused(refusal) => Err(error::refused(refusal)),
+        Decision::Refused(refusal) => Err(Error::Refused(refusal)),
         Decision::Grant => {
             let token = lock::NewToken::for_grant(options.token);
             store::grant(
@@ -133,7 +134,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
             Ok(RedisValue::NoReply)
         }
         Decision::Renew => {
-            let token = options.token.ok_or_else(error::renew_without_token)?;
+            let token = options.token.ok_or(Error::RenewWithoutToken)?;
             if matches!(options.kind, Kind::Shared { .. }) {
                 renew_holder(ctx, &mut key, (db, argv[1]), token, session, options.ttl_ms)?;
             } else {
@@ -149,7 +150,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
             let lock = key
                 .lock()?
                 .and_then(|value| value.lock_of(token))
-                .ok_or_else(error::vanished_while_renewing)?;
+                .ok_or(Error::VanishedWhileRenewing)?;
             ffi::notify(ctx, EVENT_ACQUIRE, key.name());
             ffi::reply_granted(ctx, &lock.token(), lock.fence());
             Ok(RedisValue::NoReply)
@@ -185,7 +186,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> RedisResult {
 /// Records that the connection `client` holds `token`'s lock on `key` now (a re-acquire
 /// from another connection: `LOCK.HOLDERS` names the one to look at). Inside a script
 /// (`client` 0) the connection that had it stays named.
-fn held_by(key: &mut Key, token: &[u8], client: u64) -> Result<(), RedisError> {
+fn held_by(key: &mut Key, token: &[u8], client: u64) -> Result<(), Error> {
     let named = key.lock()?.and_then(|value| value.lock_of(token));
     if client == 0 || named.is_none_or(|lock| lock.client() == client) {
         return Ok(());
@@ -205,7 +206,7 @@ fn renew(
     at: (i32, &[u8]),
     (session, value): (Option<Session>, Option<&[u8]>),
     ttl_ms: i64,
-) -> Result<(), RedisError> {
+) -> Result<(), Error> {
     let (was_bound, new_value) = match key.lock()? {
         Some(LockValue::Exclusive(lock)) => (
             lock.session(),
@@ -230,7 +231,7 @@ fn renew_holder(
     token: &[u8],
     session: Option<Session>,
     ttl_ms: i64,
-) -> Result<(), RedisError> {
+) -> Result<(), Error> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     let was = store::update_holder(ctx, key, token, expire_at, Some(session))?;
     if let Some(Some(old)) = was {
@@ -256,7 +257,7 @@ fn rebind(
     (was_bound, session): (Option<Session>, Option<Session>),
     new_value: Option<&[u8]>,
     ttl_ms: i64,
-) -> Result<(), RedisError> {
+) -> Result<(), Error> {
     // The lock changes first: if the key cannot be written, the registry still tells
     // where the binding is.
     if let Some(LockValue::Exclusive(lock)) = key.lock_mut()? {
@@ -274,7 +275,7 @@ fn rebind(
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     let Some(LockValue::Exclusive(lock)) = key.lock()? else {
-        return Err(error::vanished_while_renewing());
+        return Err(Error::VanishedWhileRenewing);
     };
     store::replicate(ctx, key, lock, &lock.token(), expire_at);
     handoff::deadline_moved(ctx, db, name, Some(expire_at));

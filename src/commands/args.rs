@@ -3,9 +3,7 @@
 //! Works on byte slices so that the rules are unit-tested without a server. Every
 //! argument is checked here, before a command opens its key: bad input changes nothing.
 
-use redis_module::RedisError;
-
-use crate::state::error;
+use crate::state::error::Error;
 use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::state::rules::Kind;
 
@@ -59,48 +57,48 @@ pub fn integer(arg: &[u8]) -> Option<i64> {
 }
 
 /// A duration in ms: an integer from `least` to [`MAX_TTL_MS`], else `invalid()`.
-fn millis(arg: &[u8], least: i64, invalid: fn() -> RedisError) -> Result<i64, RedisError> {
+fn millis(arg: &[u8], least: i64, invalid: Error) -> Result<i64, Error> {
     integer(arg)
         .filter(|ms| (least..=MAX_TTL_MS).contains(ms))
-        .ok_or_else(invalid)
+        .ok_or(invalid)
 }
 
 /// `ttl-ms`: an integer from 1 to [`MAX_TTL_MS`].
-pub fn ttl(arg: &[u8]) -> Result<i64, RedisError> {
-    millis(arg, 1, error::invalid_ttl)
+pub fn ttl(arg: &[u8]) -> Result<i64, Error> {
+    millis(arg, 1, Error::InvalidTtl)
 }
 
 /// `timeout-ms`: an integer from 0 to [`MAX_TTL_MS`].
-pub fn timeout(arg: &[u8]) -> Result<i64, RedisError> {
-    millis(arg, 0, error::invalid_timeout)
+pub fn timeout(arg: &[u8]) -> Result<i64, Error> {
+    millis(arg, 0, Error::InvalidTimeout)
 }
 
 /// `grace-ms`: an integer from 0 to [`MAX_TTL_MS`].
-pub fn grace(arg: &[u8]) -> Result<i64, RedisError> {
-    millis(arg, 0, error::invalid_grace)
+pub fn grace(arg: &[u8]) -> Result<i64, Error> {
+    millis(arg, 0, Error::InvalidGrace)
 }
 
 /// `fence` (of `LOCK.WATCH`): an integer from 0 (nobody holds the key) to 2^63 - 1.
-pub fn fence(arg: &[u8]) -> Result<u64, RedisError> {
+pub fn fence(arg: &[u8]) -> Result<u64, Error> {
     integer(arg)
         .and_then(|n| u64::try_from(n).ok())
-        .ok_or_else(error::invalid_fence)
+        .ok_or(Error::InvalidFence)
 }
 
 /// `LIMIT n`: an integer from 1 to [`MAX_LIMIT`].
-pub fn limit(arg: &[u8]) -> Result<u32, RedisError> {
+pub fn limit(arg: &[u8]) -> Result<u32, Error> {
     integer(arg)
         .and_then(|n| u32::try_from(n).ok())
         .filter(|n| (1..=MAX_LIMIT).contains(n))
-        .ok_or_else(error::invalid_limit)
+        .ok_or(Error::InvalidLimit)
 }
 
 /// A token: 1 to [`MAX_TOKEN_LEN`] bytes, any bytes.
-pub fn token(arg: &[u8]) -> Result<&[u8], RedisError> {
+pub fn token(arg: &[u8]) -> Result<&[u8], Error> {
     if (1..=MAX_TOKEN_LEN).contains(&arg.len()) {
         Ok(arg)
     } else {
-        Err(error::invalid_token())
+        Err(Error::InvalidToken)
     }
 }
 
@@ -138,9 +136,9 @@ const LIMIT: u64 = word(b"limit");
 const VALUE: u64 = word(b"value");
 
 /// `VALUE v`: 0 to [`MAX_VALUE_LEN`] bytes, binary-safe.
-pub fn value(arg: &[u8]) -> Result<&[u8], RedisError> {
+pub fn value(arg: &[u8]) -> Result<&[u8], Error> {
     if arg.len() > MAX_VALUE_LEN {
-        return Err(error::invalid_value());
+        return Err(Error::InvalidValue);
     }
     Ok(arg)
 }
@@ -150,8 +148,8 @@ pub fn value(arg: &[u8]) -> Result<&[u8], RedisError> {
 ///
 /// Returns, with the options, the index within `rest` of the token value (if any) so the
 /// caller can redact it from `SLOWLOG` and `MONITOR`.
-pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usize>), RedisError> {
-    let (ttl_arg, options) = rest.split_first().ok_or(RedisError::WrongArity)?;
+pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usize>), Error> {
+    let (ttl_arg, options) = rest.split_first().ok_or(Error::WrongArity)?;
     let ttl_ms = ttl(ttl_arg)?;
     let mut parsed = AcquireOptions {
         ttl_ms,
@@ -166,17 +164,17 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
     let mut i = 0;
     while i < options.len() {
         let name = options[i];
-        let option = folded(name).ok_or_else(|| error::unknown_option(name))?;
+        let option = folded(name).ok_or_else(|| Error::UnknownOption(name.to_vec()))?;
         if option == SHARED {
             if shared {
-                return Err(error::repeated_option(name));
+                return Err(Error::RepeatedOption(name.to_vec()));
             }
             shared = true;
             i += 1;
             continue;
         }
         if ![TOKEN, WAIT, SESSION, LIMIT, VALUE].contains(&option) {
-            return Err(error::unknown_option(name));
+            return Err(Error::UnknownOption(name.to_vec()));
         }
         let given = match option {
             TOKEN => parsed.token.is_some(),
@@ -186,12 +184,12 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
             _ => limit_given.is_some(),
         };
         if given {
-            return Err(error::repeated_option(name));
+            return Err(Error::RepeatedOption(name.to_vec()));
         }
         let value = options
             .get(i + 1)
             .copied()
-            .ok_or_else(|| error::missing_value(name))?;
+            .ok_or_else(|| Error::MissingValue(name.to_vec()))?;
         match option {
             TOKEN => {
                 parsed.token = Some(token(value)?);
@@ -206,7 +204,7 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
     }
     if shared || limit_given.is_some() {
         if parsed.value.is_some() {
-            return Err(error::value_with_shared());
+            return Err(Error::ValueWithShared);
         }
         parsed.kind = Kind::Shared { limit: limit_given };
     }
@@ -217,7 +215,7 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
 mod tests {
     use super::*;
 
-    fn msg(result: Result<impl std::fmt::Debug, RedisError>) -> String {
+    fn msg(result: Result<impl std::fmt::Debug, Error>) -> String {
         result.unwrap_err().to_string()
     }
 

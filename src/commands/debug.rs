@@ -1,20 +1,23 @@
 //! `LOCK.DEBUG PANIC`: proof that a panic inside a command becomes an error reply.
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisValue};
 
 use crate::ffi;
+use crate::ffi::Reply;
 use crate::ffi::command::Args;
-use crate::state::error;
+use crate::state::error::Error;
 
 /// LOCK.DEBUG PANIC
 ///
 /// Panics inside a command, to prove that the guard turns it into an error reply and
 /// the server keeps running. Refused unless the server allows debugging commands.
-pub fn debug(ctx: &Context, args: &Args) -> RedisResult {
+pub fn debug(ctx: &Context, args: &Args) -> Reply {
     if args.len() != 2 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
-    let setting = ctx.call("CONFIG", &["GET", "enable-debug-command"])?;
+    let setting = ctx
+        .call("CONFIG", &["GET", "enable-debug-command"])
+        .map_err(|err| Error::Server(err.to_string()))?;
     let setting = match &setting {
         RedisValue::Array(pair) => pair.get(1).and_then(|v| String::try_from(v.clone()).ok()),
         _ => None,
@@ -26,10 +29,10 @@ pub fn debug(ctx: &Context, args: &Args) -> RedisResult {
         _ => false,
     };
     if !allowed {
-        return Err(error::debug_disabled());
+        return Err(Error::DebugDisabled);
     }
     if args.get(1).eq_ignore_ascii_case(b"PANIC") {
         panic!("LOCK.DEBUG PANIC: a deliberate panic to test the guard");
     }
-    Err(error::unknown_debug_subcommand(args.get(1)))
+    Err(Error::UnknownDebugSubcommand(args.get(1).to_vec()))
 }

@@ -1,13 +1,15 @@
 //! `LOCK.EXTEND`: a holder's new deadline.
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisValue};
 
 use crate::commands::args;
 use crate::datatype::LockKey;
+use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
 use crate::keyspace::handoff;
 use crate::keyspace::store::{self, EVENT_EXTEND};
+use crate::state::error::Error;
 use crate::state::stats;
 use crate::state::value::LockValue;
 
@@ -15,22 +17,22 @@ use crate::state::value::LockValue;
 ///
 /// If `token` holds the lock (or a shared place in it), sets its remaining time to
 /// `ttl-ms` from now: `1` extended, `0` not held by this token.
-pub fn extend(ctx: &Context, args: &Args) -> RedisResult {
+pub fn extend(ctx: &Context, args: &Args) -> Reply {
     super::settled(ctx, run_extend(ctx, args))
 }
 
-fn run_extend(ctx: &Context, args: &Args) -> RedisResult {
+fn run_extend(ctx: &Context, args: &Args) -> Reply {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
     if args.len() != 4 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let token = args::token(args.get(2))?;
     let ttl_ms = args::ttl(args.get(3))?;
 
     let db = ffi::selected_db(ctx);
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = super::open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
     let extended = match key.lock()? {
@@ -60,7 +62,7 @@ fn run_extend(ctx: &Context, args: &Args) -> RedisResult {
 
 /// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
 /// and moves the waiters' hand-over to the new deadline.
-pub(super) fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), RedisError> {
+pub(super) fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), Error> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     ffi::replicate_pexpireat(ctx, key.name(), expire_at);

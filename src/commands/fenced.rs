@@ -5,15 +5,16 @@
 
 use std::sync::LazyLock;
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisValue};
 
 use crate::commands::args;
 use crate::datatype::LockKey;
+use crate::ffi::Reply;
 use crate::ffi::call::{self, KeyFlags, NotRun};
 use crate::ffi::command::Args;
 use crate::ffi::main_thread::MainThread;
 use crate::ffi::{self, Key};
-use crate::state::error;
+use crate::state::error::Error;
 use crate::state::inner::{self, Refusal, Verdicts};
 use crate::state::value::LockValue;
 
@@ -30,7 +31,7 @@ static VERDICTS: LazyLock<MainThread<Verdicts>> =
 /// The inner command's own reply; `NOTHELD` (nothing run) when `token` does not hold
 /// `key`; an `ERR` naming the command when `LOCK.DO` may not run it. Answering a keys
 /// request (`getkeys-api`), it declares `key` and the inner command's keys.
-pub fn lock_do(ctx: &Context, args: &Args) -> RedisResult {
+pub fn lock_do(ctx: &Context, args: &Args) -> Reply {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
@@ -39,12 +40,12 @@ pub fn lock_do(ctx: &Context, args: &Args) -> RedisResult {
         return Ok(RedisValue::NoReply);
     }
     if args.len() <= INNER {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let token = args::token(args.get(2))?;
     let command = args.get(INNER);
     allowed(ctx, args)?;
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let key = Key::open_read(ctx, &name);
     let held = match key.lock()? {
         Some(LockValue::Exclusive(lock)) => lock.holds(token),
@@ -56,21 +57,21 @@ pub fn lock_do(ctx: &Context, args: &Args) -> RedisResult {
     };
     drop(key);
     if !held {
-        return Err(error::not_held(args.get(1)));
+        return Err(Error::NotHeld(args.get(1).to_vec()));
     }
     match call::run_and_reply(ctx, args, INNER) {
         Ok(()) => Ok(RedisValue::NoReply),
-        Err(NotRun::Unknown) => Err(error::unknown_inner(command)),
-        Err(NotRun::Arity) => Err(error::inner_arity(command)),
-        Err(NotRun::NotInScript) => Err(error::not_in_lock_do(
-            command,
-            Refusal::NotInScript.reason(),
-        )),
-        Err(NotRun::Denied) => Err(error::inner_denied(command)),
-        Err(NotRun::OutOfMemory) => Err(error::inner_out_of_memory()),
-        Err(NotRun::Other(errno)) => Err(error::inner_not_run(command, errno)),
-        Err(NotRun::Lost(Some(text))) => Err(error::recovered(&text)),
-        Err(NotRun::Lost(None)) => Err(error::inner_reply_lost(command)),
+        Err(NotRun::Unknown) => Err(Error::UnknownInner(command.to_vec())),
+        Err(NotRun::Arity) => Err(Error::InnerArity(command.to_vec())),
+        Err(NotRun::NotInScript) => Err(not_in_lock_do(command, Refusal::NotInScript)),
+        Err(NotRun::Denied) => Err(Error::InnerDenied(command.to_vec())),
+        Err(NotRun::OutOfMemory) => Err(Error::InnerOutOfMemory),
+        Err(NotRun::Other(errno)) => Err(Error::InnerNotRun {
+            name: command.to_vec(),
+            errno,
+        }),
+        Err(NotRun::Lost(Some(text))) => Err(Error::Recovered(text)),
+        Err(NotRun::Lost(None)) => Err(Error::InnerReplyLost(command.to_vec())),
     }
 }
 
@@ -86,7 +87,7 @@ fn declare_keys(ctx: &Context, args: &Args) {
 
 /// Refuses what a script may not run, and the module's own commands, before anything is
 /// looked at; an unknown command is left to the server, which names it.
-fn allowed(ctx: &Context, args: &Args) -> Result<(), RedisError> {
+fn allowed(ctx: &Context, args: &Args) -> Result<(), Error> {
     let command = args.get(INNER);
     let verdict = match VERDICTS.with(|v| v.get(command)) {
         Some(verdict) => verdict,
@@ -101,13 +102,21 @@ fn allowed(ctx: &Context, args: &Args) -> Result<(), RedisError> {
                 full.push(b'|');
                 full.extend(args.get(INNER + 1).to_ascii_lowercase());
                 if let Some((sub, _)) = look_up(ctx, &full) {
-                    return sub.map_err(|r| error::not_in_lock_do(command, r.reason()));
+                    return sub.map_err(|r| not_in_lock_do(command, r));
                 }
             }
             verdict
         }
     };
-    verdict.map_err(|refusal| error::not_in_lock_do(command, refusal.reason()))
+    verdict.map_err(|refusal| not_in_lock_do(command, refusal))
+}
+
+/// `LOCK.DO` may not run `command`, for the reason `refusal` gives.
+fn not_in_lock_do(command: &[u8], refusal: Refusal) -> Error {
+    Error::NotInLockDo {
+        name: command.to_vec(),
+        reason: refusal.reason(),
+    }
 }
 
 /// `COMMAND INFO name`: its verdict (kept for next time, unless it is a container) and

@@ -1,11 +1,13 @@
 //! `LOCK.HOLDERS key`: who holds a lock, so an operator can trace a stuck one to its
 //! connection (`CLIENT LIST ID`) and end it (`CLIENT KILL ID`). Never a token.
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisValue};
 
 use crate::datatype::LockKey;
+use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Field, Key};
+use crate::state::error::Error;
 use crate::state::lock::LockState;
 use crate::state::value::LockValue;
 
@@ -17,11 +19,11 @@ use crate::state::value::LockValue;
 /// when it came from elsewhere), `session` (the grace, -1 when not bound), `connected`
 /// (1 while the bound connection is open, 0 when not, -1 when not bound) and `value`.
 /// A shared holder past its time is not listed (it leaves within milliseconds).
-pub fn holders(ctx: &Context, args: &Args) -> RedisResult {
+pub fn holders(ctx: &Context, args: &Args) -> Reply {
     if args.len() != 2 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let key = Key::open_read(ctx, &name);
     let Some(value) = key.lock()? else {
         return Ok(RedisValue::Null);

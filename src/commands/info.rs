@@ -1,12 +1,14 @@
 //! `LOCK.INFO`: the state of a lock, never its token.
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisValue};
 
 use crate::datatype::LockKey;
+use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Field, Key};
 use crate::keyspace::blocking;
 use crate::keyspace::watching;
+use crate::state::error::Error;
 use crate::state::value::LockValue;
 
 /// LOCK.INFO <key>
@@ -19,11 +21,11 @@ use crate::state::value::LockValue;
 /// both -1 for shared holders, which are bound each on its own), `mode` (`exclusive` or
 /// `shared`), `holders` and `limit` (-1 when none): a map in RESP3, a flat field/value
 /// array in RESP2. Never a token.
-pub fn info(ctx: &Context, args: &Args) -> RedisResult {
+pub fn info(ctx: &Context, args: &Args) -> Reply {
     if args.len() != 2 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let key = Key::open_read(ctx, &name);
     let Some(value) = key.lock()? else {
         return Ok(RedisValue::Null);

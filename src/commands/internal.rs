@@ -5,16 +5,18 @@
 //! replica never grants a smaller one) and passes itself on verbatim to the server's own
 //! AOF and sub-replicas.
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, ContextFlags, RedisValue};
 
 use crate::commands::args;
 use crate::datatype::LockKey;
+use crate::datatype::events;
+use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
+use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::watching;
-use crate::state::error;
-use crate::state::events;
+use crate::state::error::Error;
 use crate::state::fence;
 use crate::state::holders::{Holder, Holders};
 use crate::state::limits::MAX_LIMIT;
@@ -22,7 +24,7 @@ use crate::state::lock::{self, LockState, Session};
 use crate::state::value::LockValue;
 
 /// Refuses a client; hides the token (argument 2) from `SLOWLOG` and `MONITOR`.
-fn only_from_master(ctx: &Context, args: &Args, name: &str) -> Result<(), RedisError> {
+fn only_from_master(ctx: &Context, args: &Args, name: &'static str) -> Result<(), Error> {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
@@ -30,7 +32,7 @@ fn only_from_master(ctx: &Context, args: &Args, name: &str) -> Result<(), RedisE
         .get_flags()
         .intersects(ContextFlags::REPLICATED | ContextFlags::LOADING)
     {
-        return Err(error::internal_command(name));
+        return Err(Error::InternalCommand(name));
     }
     Ok(())
 }
@@ -39,30 +41,47 @@ fn only_from_master(ctx: &Context, args: &Args, name: &str) -> Result<(), RedisE
 /// `token fence acquired-ms expire-at-ms` (the expiry -1 for none).
 fn lock_state(
     args: &Args,
-    name: &str,
+    name: &'static str,
     grace: Option<&[u8]>,
-) -> Result<(LockState, Option<i64>), RedisError> {
+) -> Result<(LockState, Option<i64>), Error> {
     let token = args::token(args.get(2))?.to_vec();
-    let number = |i: usize, what: &str| -> Result<i64, RedisError> {
-        args::integer(args.get(i)).ok_or_else(|| error::invalid_internal(name, what))
+    let number = |i: usize, what: &'static str| -> Result<i64, Error> {
+        args::integer(args.get(i)).ok_or(Error::InvalidInternal {
+            command: name,
+            what,
+        })
     };
     let fence = u64::try_from(number(3, "fence")?)
         .ok()
         .filter(|f| (1..=fence::MAX_FENCE).contains(f))
-        .ok_or_else(|| error::invalid_internal(name, "fence"))?;
+        .ok_or(Error::InvalidInternal {
+            command: name,
+            what: "fence",
+        })?;
     let acquired_ms = number(4, "acquired-ms")?;
     if !lock::in_contract(&token, fence, acquired_ms) {
-        return Err(error::invalid_internal(name, "acquired-ms"));
+        return Err(Error::InvalidInternal {
+            command: name,
+            what: "acquired-ms",
+        });
     }
     let expire_at = match number(5, "expire-at-ms")? {
         -1 => None,
         at if at >= 0 => Some(at),
-        _ => return Err(error::invalid_internal(name, "expire-at-ms")),
+        _ => {
+            return Err(Error::InvalidInternal {
+                command: name,
+                what: "expire-at-ms",
+            });
+        }
     };
     let session = match grace {
         None | Some(b"-1") => None,
         Some(grace) => Some(Session {
-            grace_ms: args::grace(grace).map_err(|_| error::invalid_internal(name, "grace-ms"))?,
+            grace_ms: args::grace(grace).map_err(|_| Error::InvalidInternal {
+                command: name,
+                what: "grace-ms",
+            })?,
             client: 0,
         }),
     };
@@ -78,22 +97,24 @@ fn lock_state(
 /// The replicated effect of an exclusive grant: sets the lock to exactly this state.
 /// With `grace-ms` the lock is session-bound, to no connection here: its grace starts
 /// when this server serves it. With `value` it publishes that value.
-pub fn set(ctx: &Context, args: &Args) -> RedisResult {
+pub fn set(ctx: &Context, args: &Args) -> Reply {
     super::settled(ctx, run_set(ctx, args))
 }
 
-fn run_set(ctx: &Context, args: &Args) -> RedisResult {
+fn run_set(ctx: &Context, args: &Args) -> Reply {
     only_from_master(ctx, args, "LOCK._SET")?;
     if !(6..=8).contains(&args.len()) {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let (mut lock, expire_at) = lock_state(args, "LOCK._SET", args.bytes().get(6).copied())?;
     if let Some(value) = args.bytes().get(7) {
-        let value =
-            args::value(value).map_err(|_| error::invalid_internal("LOCK._SET", "value"))?;
+        let value = args::value(value).map_err(|_| Error::InvalidInternal {
+            command: "LOCK._SET",
+            what: "value",
+        })?;
         lock.set_value(Some(value));
     }
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let key = Key::open_write(ctx, &name);
     let (fence, session) = (lock.fence(), lock.session());
     key.set_lock(LockValue::Exclusive(lock), expire_at)?;
@@ -113,43 +134,53 @@ fn run_set(ctx: &Context, args: &Args) -> RedisResult {
 /// extended, rebound): the holder with this token is set to exactly this state, added if
 /// it was not there. A key that held anything else (an exclusive lock, holders of another
 /// limit, a key of another type) is replaced, as the master's was.
-pub fn hold(ctx: &Context, args: &Args) -> RedisResult {
+pub fn hold(ctx: &Context, args: &Args) -> Reply {
     super::settled(ctx, run_hold(ctx, args))
 }
 
-fn run_hold(ctx: &Context, args: &Args) -> RedisResult {
+fn run_hold(ctx: &Context, args: &Args) -> Reply {
     only_from_master(ctx, args, "LOCK._HOLD")?;
     if args.len() != 8 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let (lock, expire_at) = lock_state(args, "LOCK._HOLD", Some(args.get(7)))?;
-    let expire_at =
-        expire_at.ok_or_else(|| error::invalid_internal("LOCK._HOLD", "expire-at-ms"))?;
+    let expire_at = expire_at.ok_or(Error::InvalidInternal {
+        command: "LOCK._HOLD",
+        what: "expire-at-ms",
+    })?;
     let limit = match args::integer(args.get(6)) {
         Some(-1) => None,
         Some(n) => Some(
             u32::try_from(n)
                 .ok()
                 .filter(|n| (1..=MAX_LIMIT).contains(n))
-                .ok_or_else(|| error::invalid_internal("LOCK._HOLD", "limit"))?,
+                .ok_or(Error::InvalidInternal {
+                    command: "LOCK._HOLD",
+                    what: "limit",
+                })?,
         ),
-        None => return Err(error::invalid_internal("LOCK._HOLD", "limit")),
+        None => {
+            return Err(Error::InvalidInternal {
+                command: "LOCK._HOLD",
+                what: "limit",
+            });
+        }
     };
     let (fence, session) = (lock.fence(), lock.session());
     let db = ffi::selected_db(ctx);
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
     let holder = Holder { lock, expire_at };
     let joins = matches!(key.lock(), Ok(Some(LockValue::Shared(h))) if h.limit() == limit);
     let last = match key.lock_mut() {
         Ok(Some(LockValue::Shared(holders))) if joins => {
             holders.remove(&holder.lock.token());
-            holders.insert(holder).map_err(|_| error::hold_not_set())?;
+            holders.insert(holder).map_err(|_| Error::HoldNotSet)?;
             holders.last_expiry()
         }
         _ => {
             let mut holders = Holders::new(limit);
-            holders.insert(holder).map_err(|_| error::hold_not_set())?;
+            holders.insert(holder).map_err(|_| Error::HoldNotSet)?;
             // Whatever was there is replaced, as the master's was.
             key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
             Some(expire_at)
@@ -159,7 +190,7 @@ fn run_hold(ctx: &Context, args: &Args) -> RedisResult {
     if let Some(session) = session {
         session::arrived(db, key.name().as_slice(), session);
     }
-    events::shared_arrived(db, key.name().as_slice());
+    handoff::shared_arrived(db, key.name().as_slice());
     watching::touched(db, key.name().as_slice());
     fence::clock().observe(fence);
     ctx.replicate_verbatim();
@@ -170,17 +201,17 @@ fn run_hold(ctx: &Context, args: &Args) -> RedisResult {
 ///
 /// The replicated effect of one shared holder's release or expiry: the holder goes, and
 /// the key with its last holder; the key's expiry follows the longest-lived one left.
-pub fn drop_holder(ctx: &Context, args: &Args) -> RedisResult {
+pub fn drop_holder(ctx: &Context, args: &Args) -> Reply {
     super::settled(ctx, run_drop_holder(ctx, args))
 }
 
-fn run_drop_holder(ctx: &Context, args: &Args) -> RedisResult {
+fn run_drop_holder(ctx: &Context, args: &Args) -> Reply {
     only_from_master(ctx, args, "LOCK._DROP")?;
     if args.len() != 3 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let token = args::token(args.get(2))?;
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
     let Ok(Some(LockValue::Shared(holders))) = key.lock_mut() else {
         ctx.replicate_verbatim();

@@ -20,18 +20,20 @@ pub mod internal;
 pub mod release;
 pub mod watch;
 
-use redis_module::{Context, RedisError, RedisResult, RedisString};
+use redis_module::{Context, RedisString};
 
 use crate::datatype::LockKey;
 use crate::ffi::Key;
+use crate::ffi::Reply;
 use crate::keyspace::blocking;
 use crate::keyspace::handoff;
 use crate::keyspace::watching;
+use crate::state::error::Error;
 use crate::state::lock::LockState;
 
 /// The reply of a command that may have changed keys, once the watchers of what it
 /// changed are answered: in the same command.
-fn settled(ctx: &Context, reply: RedisResult) -> RedisResult {
+fn settled(ctx: &Context, reply: Reply) -> Reply {
     watching::settle(ctx);
     reply
 }
@@ -46,7 +48,7 @@ fn open_served<'c>(
     db: i32,
     name: &'c RedisString,
     raw: &[u8],
-) -> Result<Key<'c>, RedisError> {
+) -> Result<Key<'c>, Error> {
     let key = Key::open_write(ctx, name);
     if key.lock()?.is_some() || !blocking::queued(db, raw) {
         return Ok(key);

@@ -1,15 +1,17 @@
 //! `LOCK.RELEASE`: the holder lets go; the oldest waiters get the lock at once.
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisValue};
 
 use crate::commands::args;
 use crate::datatype::LockKey;
+use crate::datatype::events;
 use crate::ffi;
+use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::keyspace::handoff;
 use crate::keyspace::store::{self, EVENT_RELEASE};
 use crate::keyspace::watching;
-use crate::state::events;
+use crate::state::error::Error;
 use crate::state::stats;
 use crate::state::value::LockValue;
 
@@ -18,21 +20,21 @@ use crate::state::value::LockValue;
 /// Deletes the lock if, and only if, `token` holds it (for shared holders: takes that
 /// holder out, and the key with the last one): `1` released, `0` not held by this token.
 /// The next waiters, if any, are granted the lock at once.
-pub fn release(ctx: &Context, args: &Args) -> RedisResult {
+pub fn release(ctx: &Context, args: &Args) -> Reply {
     super::settled(ctx, run_release(ctx, args))
 }
 
-fn run_release(ctx: &Context, args: &Args) -> RedisResult {
+fn run_release(ctx: &Context, args: &Args) -> Reply {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
     if args.len() != 3 {
-        return Err(RedisError::WrongArity);
+        return Err(Error::WrongArity);
     }
     let token = args::token(args.get(2))?;
 
     let db = ffi::selected_db(ctx);
-    let name = args.string(1).ok_or(RedisError::WrongArity)?;
+    let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = super::open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
     let (released, shared) = match key.lock()? {

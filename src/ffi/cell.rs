@@ -17,7 +17,7 @@ use std::alloc::{self, Layout};
 use std::os::raw::c_void;
 use std::ptr::NonNull;
 
-use super::cell_ref::CellRef;
+use crate::state::cell_ref::CellRef;
 use crate::state::lock::{BoundLock, LockState};
 use crate::state::value::LockValue;
 
@@ -66,11 +66,14 @@ pub fn place(lock: BoundLock) -> ServerValue {
         alloc::handle_alloc_error(layout)
     };
     // SAFETY: `cell` is a fresh block of a Cell's layout; both fields are written in
-    // place, the lock first, whose address the value keeps and which never moves.
+    // place, the lock first, whose address the value keeps and which never moves. The
+    // reference to it is `'static` only in name: it lives in the value beside it, in the
+    // same block, which only `free` frees, dropping the value first; the lock is never
+    // written again, and only a shared borrow of the value reaches it (see above).
     unsafe {
         let at = &raw mut (*cell.as_ptr()).lock;
         at.write(lock);
-        let lock = LockState::in_cell(CellRef::new(NonNull::new_unchecked(at)));
+        let lock = LockState::in_cell(CellRef::new(&*at));
         (&raw mut (*cell.as_ptr()).value).write(LockValue::Exclusive(lock));
     }
     ServerValue(cell.cast())

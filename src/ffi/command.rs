@@ -11,7 +11,9 @@ use std::mem::ManuallyDrop;
 use std::ops::Deref;
 use std::os::raw::c_int;
 
-use redis_module::{Context, RedisResult, RedisString, raw};
+use redis_module::{Context, RedisString, raw};
+
+use crate::ffi::reply::{Reply, error_reply};
 
 use crate::ffi::guard;
 
@@ -79,7 +81,7 @@ impl Deref for Borrowed<'_> {
 }
 
 /// A command handler as the module registers it.
-pub type Handler = fn(&Context, &Args) -> RedisResult;
+pub type Handler = fn(&Context, &Args) -> Reply;
 
 /// Runs `handler` on the command the server dispatched, through the panic guard, and
 /// sends its reply. What every command's `extern "C"` entry calls.
@@ -130,7 +132,7 @@ pub unsafe fn dispatch(
         args.spilled = argv.iter().map(read).collect();
     }
     let reply = guard::command(&context, &args, handler);
-    context.reply(reply) as c_int
+    context.reply(reply.map_err(error_reply)) as c_int
 }
 
 /// An `extern "C"` entry for the server that runs `handler` (a path to a [`Handler`]).

@@ -7,15 +7,17 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use redis_module::{Context, RedisResult};
+use redis_module::Context;
 
-use crate::state::error;
+use crate::ffi::reply::Reply;
+
+use crate::state::error::Error;
 
 /// Runs a command handler on its arguments; a panic becomes an `ERR` reply.
-pub fn command<A>(ctx: &Context, args: A, handler: fn(&Context, A) -> RedisResult) -> RedisResult {
+pub fn command<A>(ctx: &Context, args: A, handler: fn(&Context, A) -> Reply) -> Reply {
     catch_unwind(AssertUnwindSafe(|| handler(ctx, args))).unwrap_or_else(|_| {
         ctx.log_warning("lock: a command panicked; the error was sent to the client");
-        Err(error::internal_panic())
+        Err(Error::InternalPanic)
     })
 }
 

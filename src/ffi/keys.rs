@@ -6,10 +6,10 @@
 use std::os::raw::{c_int, c_void};
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use redis_module::{Context, RedisError, RedisString, raw};
+use redis_module::{Context, RedisString, raw};
 
 use super::*;
-use crate::state::error;
+use crate::state::error::Error;
 use crate::state::value::LockValue;
 
 /// The server's handle of the module's data type: every module key whose type is this
@@ -25,9 +25,9 @@ pub fn register_value_type(handle: *mut raw::RedisModuleType) -> bool {
 }
 
 /// Refuses to touch a value before the type is registered.
-fn check_value_type() -> Result<(), RedisError> {
+fn check_value_type() -> Result<(), Error> {
     if VALUE_TYPE.load(Ordering::Acquire).is_null() {
-        Err(error::type_not_registered())
+        Err(Error::TypeNotRegistered)
     } else {
         Ok(())
     }
@@ -109,7 +109,7 @@ impl<'ctx> Key<'ctx> {
 
     /// The value the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
     /// something else.
-    pub fn value(&self) -> Result<Option<&LockValue>, RedisError> {
+    pub fn value(&self) -> Result<Option<&LockValue>, Error> {
         // SAFETY: a value of the registered type always starts with a LockValue (a Box,
         // or a cell: register_value_type and cell.rs); the borrow ends before the key
         // handle is closed.
@@ -121,7 +121,7 @@ impl<'ctx> Key<'ctx> {
     /// The value the key holds, to change in place (the key must be open for writing):
     /// as `value`, without replacing it (a replacement would look like a removal). Only
     /// through `lock_value_mut`, which never lets a cell's lock be reached this way.
-    fn value_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
+    fn value_mut(&mut self) -> Result<Option<&mut LockValue>, Error> {
         // SAFETY: as in `value`; the borrow is exclusive through &mut self, and the server
         // does not touch the value while a command runs.
         Ok(self
@@ -130,11 +130,11 @@ impl<'ctx> Key<'ctx> {
     }
 
     /// The pointer to the value of a key of the module's type.
-    fn raw_value(&self) -> Result<Option<*mut LockValue>, RedisError> {
+    fn raw_value(&self) -> Result<Option<*mut LockValue>, Error> {
         check_value_type()?;
         match self.kind() {
             KeyKind::Empty => Ok(None),
-            KeyKind::Other => Err(error::wrong_type()),
+            KeyKind::Other => Err(Error::WrongType),
             // SAFETY: self.key is an open, non-null key handle of a module key.
             KeyKind::Module => Ok(Some(unsafe {
                 raw::RedisModule_ModuleTypeGetValue.expect("RedisModule_ModuleTypeGetValue")(
@@ -149,7 +149,7 @@ impl<'ctx> Key<'ctx> {
     /// `value`, without replacing it (a replacement would look like a removal). A lock
     /// kept in a cell is first moved into a value of its own (`cell.rs`), which takes the
     /// cell's place with the key's expiry unchanged.
-    pub fn lock_value_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
+    pub fn lock_value_mut(&mut self) -> Result<Option<&mut LockValue>, Error> {
         let Some(value) = self.raw_value()? else {
             return Ok(None);
         };
@@ -171,7 +171,7 @@ impl<'ctx> Key<'ctx> {
             };
             if status != raw::REDISMODULE_OK as c_int {
                 // Refused: `own` is still ours, and dropping it frees it.
-                return Err(error::key_not_written());
+                return Err(Error::KeyNotWritten);
             }
             // The server holds it now.
             own.into_raw();
@@ -188,10 +188,10 @@ impl<'ctx> Key<'ctx> {
         &self,
         value: cell::ServerValue,
         expire_at: Option<i64>,
-    ) -> Result<(), RedisError> {
+    ) -> Result<(), Error> {
         check_value_type()?;
         if self.key.is_null() {
-            return Err(error::key_not_open());
+            return Err(Error::KeyNotOpen);
         }
         // SAFETY: self.key is a non-null key open for writing; the type handle is the
         // registered one, whose values cell.rs makes; on success the server takes
@@ -205,7 +205,7 @@ impl<'ctx> Key<'ctx> {
         };
         if status != raw::REDISMODULE_OK as c_int {
             // Refused: `value` is still ours, and dropping it frees it.
-            return Err(error::key_not_written());
+            return Err(Error::KeyNotWritten);
         }
         // The server holds it now.
         value.into_raw();
@@ -215,7 +215,7 @@ impl<'ctx> Key<'ctx> {
     }
 
     /// Sets the key's expiry to the absolute unix time `at_ms` (`None`: no expiry).
-    pub fn set_expire_at(&self, at_ms: Option<i64>) -> Result<(), RedisError> {
+    pub fn set_expire_at(&self, at_ms: Option<i64>) -> Result<(), Error> {
         let written = self.write_expire(at_ms);
         if written.is_ok() {
             self.modified();
@@ -224,9 +224,9 @@ impl<'ctx> Key<'ctx> {
     }
 
     /// Writes the key's expiry without signalling the change (the callers do, once).
-    fn write_expire(&self, at_ms: Option<i64>) -> Result<(), RedisError> {
+    fn write_expire(&self, at_ms: Option<i64>) -> Result<(), Error> {
         if self.key.is_null() {
-            return Err(error::key_not_open());
+            return Err(Error::KeyNotOpen);
         }
         // SAFETY: self.key is an open, non-null key handle; the server checks the mode.
         let status = unsafe {
@@ -243,7 +243,7 @@ impl<'ctx> Key<'ctx> {
         if status == raw::REDISMODULE_OK as c_int {
             Ok(())
         } else {
-            Err(error::expiry_not_set())
+            Err(Error::ExpiryNotSet)
         }
     }
 

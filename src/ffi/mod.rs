@@ -16,7 +16,6 @@ pub mod alloc;
 pub mod blocked;
 pub mod call;
 pub mod cell;
-pub mod cell_ref;
 pub mod command;
 pub mod command_info;
 pub mod guard;

@@ -2,7 +2,23 @@
 
 use std::os::raw::c_long;
 
-use redis_module::{Context, raw};
+use redis_module::{Context, RedisError, RedisValue, raw};
+
+use crate::state::error::Error;
+
+/// What a command returns: its reply, or one of the core's errors, which the command's
+/// entry (`command.rs`) turns into the error reply (`error_reply`).
+pub type Reply = Result<RedisValue, Error>;
+
+/// `err` as the server's error reply: its text, code first.
+pub fn error_reply(err: Error) -> RedisError {
+    match err {
+        // The binding sends the server's own constant.
+        Error::WrongType => RedisError::WrongType,
+        Error::WrongArity => RedisError::WrongArity,
+        other => RedisError::String(other.to_string()),
+    }
+}
 
 /// Replies `[token, fence]`, the answer to a granted acquire.
 pub fn reply_granted(ctx: &Context, token: &[u8], fence: u64) {

@@ -23,11 +23,12 @@
 
 use std::cell::{Cell, RefCell};
 
-use redis_module::{Context, RedisError, RedisResult, RedisValue};
+use redis_module::{Context, RedisValue};
 
+use crate::ffi::Reply;
 use crate::ffi::{self, blocked};
-use crate::state::error;
-use crate::state::events;
+use crate::keyspace::handoff;
+use crate::state::error::Error;
 use crate::state::lock::Session;
 use crate::state::queue::{KeyId, Queues, Waiter};
 use crate::state::rules::{Holding, Kind};
@@ -46,7 +47,7 @@ pub enum Answer {
     /// Its wait ended without the lock: nil.
     Nil,
     /// An error reply (a cluster redirection, a refusal), starting with its code.
-    Error(String),
+    Error(Error),
 }
 
 thread_local! {
@@ -63,7 +64,7 @@ fn with_queues<T>(f: impl FnOnce(&mut Queues) -> T) -> T {
 
 /// The queue key of `key` in database `db`.
 pub fn key_id(db: i32, key: &[u8]) -> KeyId {
-    (db, key.to_vec())
+    KeyId::new(db, key)
 }
 
 /// Sets whether `CLIENT UNBLOCK` may end a wait on this server (once, at load).
@@ -138,9 +139,9 @@ pub struct Request {
 
 /// Blocks the calling client until it is answered: granted the lock on `key` as
 /// `request` asks, or `timeout_ms` passes (`0`: no limit).
-pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i64) -> RedisResult {
+pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i64) -> Reply {
     let Some(handle) = blocked::block::<LockWaits>(ctx, admin_unblock()) else {
-        return Err(error::client_not_blocked());
+        return Err(Error::ClientNotBlocked);
     };
     let id = with_queues(|q| {
         q.push(Waiter {
@@ -196,7 +197,7 @@ fn leave(id: u64) -> Option<Waiter> {
     });
     let waiter = waiter?;
     if was_head && busy(&waiter.key) {
-        events::head_left(waiter.key.0, &waiter.key.1);
+        handoff::head_left(waiter.key.db, &waiter.key.name);
     }
     Some(waiter)
 }
@@ -221,7 +222,7 @@ impl blocked::Waits for LockWaits {
         match answer {
             Some(Answer::Granted { token, fence }) => ffi::reply_granted(ctx, token, *fence),
             Some(Answer::Error(message)) => {
-                ctx.reply(Err(RedisError::String(message.clone())));
+                ctx.reply(Err(ffi::error_reply(message.clone())));
             }
             Some(Answer::Nil) | None => {
                 ctx.reply(Ok(RedisValue::Null));

@@ -34,12 +34,11 @@ use redis_module::Context;
 use crate::datatype::LockKey;
 use crate::ffi::{self, Key, KeyKind};
 use crate::keyspace::blocking::{self, Answer};
+use crate::keyspace::routing;
 use crate::keyspace::slot_import;
 use crate::keyspace::store;
 use crate::keyspace::watching;
-use crate::state::cluster;
-use crate::state::error;
-use crate::state::events;
+use crate::state::error::Error;
 use crate::state::lock::NewToken;
 use crate::state::queue::{KeyId, Waiter};
 use crate::state::room;
@@ -81,7 +80,7 @@ pub fn handoff(ctx: &Context, db: i32, name: &[u8]) {
 /// the waiters that fit are granted, and a timer is armed for what comes next (the next
 /// holder's expiry, the key's deadline while waiters remain).
 fn settle(ctx: &Context, id: &KeyId) {
-    if ffi::is_replica(ctx) || slot_import::is_importing(&id.1) {
+    if ffi::is_replica(ctx) || slot_import::is_importing(&id.name) {
         // Replicas follow their master, and a slot being imported follows its source;
         // the holders are looked at once this node serves the key.
         PENDING.with(|p| p.borrow_mut().insert(id.clone()));
@@ -91,10 +90,10 @@ fn settle(ctx: &Context, id: &KeyId) {
         arm_timer(ctx, id, ffi::now_ms().saturating_add(PAUSED_RETRY_MS));
         return;
     }
-    if ffi::selected_db(ctx) != id.0 && !ffi::select_db(ctx, id.0) {
+    if ffi::selected_db(ctx) != id.db && !ffi::select_db(ctx, id.db) {
         return;
     }
-    let key_name = ctx.create_string(id.1.as_slice());
+    let key_name = ctx.create_string(id.name.as_slice());
     loop {
         // Opened for writing: a key whose time has passed is deleted here, on any server.
         let mut key = Key::open_write(ctx, &key_name);
@@ -151,7 +150,7 @@ pub fn watch_holders(ctx: &Context, db: i32, name: &[u8], key: &Key) {
 
 /// Shared holders arrived at `key` (loaded, restored, copied, moved, replicated): their
 /// expiries are watched now, or once this server serves its keys.
-fn shared_arrived(db: i32, key: &[u8]) {
+pub fn shared_arrived(db: i32, key: &[u8]) {
     let ctx = ffi::detached();
     let id = blocking::key_id(db, key);
     if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
@@ -176,14 +175,14 @@ pub fn serving(ctx: &Context) {
 
 /// Writes the grant of `key` to `waiter`, and returns what it is told.
 fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer) {
-    if let Some(redirect) = cluster::route(ctx, &waiter.key.1).redirect() {
+    if let Some(redirect) = routing::route(ctx, &waiter.key.name).redirect() {
         return (waiter, Answer::Error(redirect));
     }
     let token = std::mem::take(&mut waiter.token);
     let answer = match store::grant(
         ctx,
         key,
-        (waiter.key.0, &waiter.key.1),
+        (waiter.key.db, &waiter.key.name),
         (NewToken::Given(&token), waiter.kind),
         waiter.ttl_ms,
         store::Grantee {
@@ -197,7 +196,7 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         },
     ) {
         Ok((_, granted)) => granted,
-        Err(err) => Answer::Error(err.to_string()),
+        Err(err) => Answer::Error(err),
     };
     (waiter, answer)
 }
@@ -216,8 +215,9 @@ pub fn waiting_for(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
 }
 
 /// A lock key left the keyspace other than by a release (the type's unlink callback,
-/// through `events`): if clients wait for it, hand it over as soon as writes are allowed.
-fn lock_gone(db: i32, key: &[u8]) {
+/// through `changes.rs`): if clients wait for it, hand it over as soon as writes are
+/// allowed.
+pub fn lock_gone(db: i32, key: &[u8]) {
     let id = blocking::key_id(db, key);
     PENDING.with(|p| {
         let mut pending = p.borrow_mut();
@@ -231,7 +231,7 @@ fn lock_gone(db: i32, key: &[u8]) {
 }
 
 /// The oldest waiter of `key` left without it: the next ones may fit now.
-fn head_left(db: i32, key: &[u8]) {
+pub fn head_left(db: i32, key: &[u8]) {
     run_soon(blocking::key_id(db, key));
 }
 
@@ -300,14 +300,5 @@ pub fn many_keys_changed() {
 /// already (they left through the disconnect callback); Valkey leaves a module's waiters
 /// to the module, which answers them with an error.
 pub fn demoted(ctx: &Context) {
-    let refused = error::unblocked_by_role_change().to_string();
-    blocking::answer_all(ctx, |_| Answer::Error(refused.clone()));
-}
-
-/// Registers for the type's news of removed lock keys and arrived shared holders, and
-/// for waiters leaving the head of a queue (at load).
-pub fn init() {
-    events::on_lock_gone(lock_gone);
-    events::on_shared(shared_arrived);
-    events::on_head_left(head_left);
+    blocking::answer_all(ctx, |_| Answer::Error(Error::UnblockedByRoleChange));
 }

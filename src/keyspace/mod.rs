@@ -4,8 +4,10 @@
 //! `LOCK.WATCH`.
 
 pub mod blocking;
+pub mod changes;
 pub mod handoff;
 pub mod registry;
+pub mod routing;
 pub mod session;
 pub mod slot_import;
 pub mod store;

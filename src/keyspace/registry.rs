@@ -1,4 +1,4 @@
-//! The running server's session registry (`state/bindings.rs`).
+//! The running server's session registry (`state::bindings`, in the core crate).
 
 use std::sync::LazyLock;
 

@@ -24,6 +24,7 @@ use std::os::raw::c_void;
 use redis_module::{Context, raw};
 
 use crate::datatype::LockKey;
+use crate::datatype::events;
 use crate::ffi::guard;
 use crate::ffi::{self, Key};
 use crate::keyspace::handoff;
@@ -32,7 +33,6 @@ use crate::keyspace::slot_import;
 use crate::keyspace::store::{self, EVENT_RELEASE};
 use crate::keyspace::watching;
 use crate::state::bindings::{self, Binding, Start};
-use crate::state::events::{self, SessionListeners};
 use crate::state::lock::Session;
 use crate::state::queue::KeyId;
 use crate::state::stats;
@@ -64,7 +64,7 @@ fn unwatch_when_idle() {
 /// reclaim, counted in `session_reclaims`. With `forget` false, other holders of the key
 /// stay bound to the same connection and keep their entry and grace.
 pub fn unbind(db: i32, key: &[u8], session: &Session, forget: bool) {
-    let id = (db, key.to_vec());
+    let id = KeyId::new(db, key);
     if forget {
         registry::with(|b| b.forget(&id, session.client));
     }
@@ -92,11 +92,11 @@ pub fn serving(ctx: &Context) {
     }
     let mut starts = bindings::Starts::<Binding>::new();
     for (key, binding) in registry::with(bindings::Bindings::take_pending) {
-        if slot_import::is_importing(&key.1) {
+        if slot_import::is_importing(&key.name) {
             // Another import still brings this slot: its grace waits for that one.
             registry::with(|b| b.pend(key, binding));
         } else if ffi::client_connected(binding.client) {
-            store::bind(key.0, &key.1, binding.client, binding.grace_ms);
+            store::bind(key.db, &key.name, binding.client, binding.grace_ms);
         } else {
             bindings::add_start(&mut starts, binding, key);
         }
@@ -138,11 +138,11 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     };
     let ctx = ffi::detached();
     if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
-        registry::with(|b| b.pend((db, key.to_vec()), binding));
+        registry::with(|b| b.pend(KeyId::new(db, key), binding));
     } else if ffi::client_connected(session.client) {
         store::bind(db, key, session.client, session.grace_ms);
     } else {
-        let keys = vec![(db, key.to_vec())];
+        let keys = vec![KeyId::new(db, key)];
         start_grace(&ctx, binding, Start::Own, keys, session.grace_ms);
     }
 }
@@ -156,10 +156,10 @@ thread_local! {
 /// A session-bound lock left `key`, by whatever means. The key may already hold its
 /// successor (`RESTORE` or `COPY` with `REPLACE` load the new value before the old one
 /// goes), so the registry is told once the command is over, with what the key holds then.
-fn gone(db: i32, key: &[u8], session: Session) {
+pub fn gone(db: i32, key: &[u8], session: Session) {
     let first = LEFT.with(|left| {
         let mut left = left.borrow_mut();
-        left.push(((db, key.to_vec()), session.client));
+        left.push((KeyId::new(db, key), session.client));
         left.len() == 1
     });
     if first {
@@ -194,10 +194,10 @@ fn reconcile_left(ctx: &Context) {
 
 /// Whether some holder of `key` is bound to connection `client`.
 fn bound_at(ctx: &Context, key: &KeyId, client: u64) -> bool {
-    if ffi::selected_db(ctx) != key.0 && !ffi::select_db(ctx, key.0) {
+    if ffi::selected_db(ctx) != key.db && !ffi::select_db(ctx, key.db) {
         return false;
     }
-    let name = ctx.create_string(key.1.as_slice());
+    let name = ctx.create_string(key.name.as_slice());
     Key::open_read(ctx, &name)
         .lock()
         .ok()
@@ -223,7 +223,7 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
                 arrived(db, key, session);
             }
             if matches!(value, LockValue::Shared(_)) {
-                events::shared_arrived(db, key);
+                handoff::shared_arrived(db, key);
             }
         }
     })
@@ -281,7 +281,7 @@ extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
 /// holder bound with a longer grace gets the rest of it. (Linear in the key's holders:
 /// once per grace, never on a command's path.)
 fn release(ctx: &Context, key: &KeyId, binding: Binding) {
-    let (db, name) = (key.0, key.1.as_slice());
+    let (db, name) = (key.db, key.name.as_slice());
     if ffi::client_connected(binding.client)
         || (ffi::selected_db(ctx) != db && !ffi::select_db(ctx, db))
     {
@@ -335,9 +335,4 @@ fn release(ctx: &Context, key: &KeyId, binding: Binding) {
         handoff::handoff(ctx, db, name);
         watching::settle(ctx);
     }
-}
-
-/// Registers for the type's news of session-bound locks (at load).
-pub fn init() {
-    events::on_session(SessionListeners { arrived, gone });
 }

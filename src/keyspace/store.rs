@@ -5,14 +5,14 @@
 
 use std::ffi::CStr;
 
-use redis_module::{Context, RedisError};
+use redis_module::Context;
 
 use crate::datatype::LockKey;
+use crate::datatype::events;
 use crate::ffi::{self, Key, LockSet};
 use crate::keyspace::registry;
 use crate::keyspace::watching;
-use crate::state::error;
-use crate::state::events;
+use crate::state::error::Error;
 use crate::state::fence;
 use crate::state::holders::{Holder, Holders};
 use crate::state::lock::{BoundLock, LockState, NewToken, Session};
@@ -57,16 +57,14 @@ pub fn grant<R>(
     ttl_ms: i64,
     grantee: Grantee,
     reply: impl FnOnce(&[u8], u64) -> R,
-) -> Result<(u64, R), RedisError> {
+) -> Result<(u64, R), Error> {
     let Grantee {
         client,
         session,
         value,
     } = grantee;
     let now = ffi::now_ms();
-    let fence = fence::clock()
-        .next(now)
-        .ok_or_else(error::fence_exhausted)?;
+    let fence = fence::clock().next(now).ok_or(Error::FenceExhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
     // What replicates: the grant's state, whatever form the lock takes.
     let granted = |token| LockSet {
@@ -102,7 +100,7 @@ pub fn grant<R>(
             // grant. (A copy of the token, on the shared path only.)
             let token: Box<[u8]> = (*lock.token()).into();
             let holder = Holder { lock, expire_at };
-            let taken = error::already_held_by_token;
+            let taken = || Error::AlreadyHeldByToken;
             let last = match key.lock_mut()? {
                 Some(LockValue::Shared(holders)) if holders.limit() == limit => {
                     holders.insert(holder).map_err(|_| taken())?;
@@ -114,7 +112,7 @@ pub fn grant<R>(
                     key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
                     expire_at
                 }
-                Some(_) => return Err(error::held_in_another_mode()),
+                Some(_) => return Err(Error::HeldInAnotherMode),
             };
             key.set_expire_at(Some(last))?;
             ffi::replicate_hold(ctx, key.name(), &granted(&token), limit);
@@ -144,7 +142,7 @@ fn lock_set<'t>(lock: &'t LockState, token: &'t [u8], expire_at: i64) -> LockSet
 }
 
 /// The shared holders of `key`, if it holds shared holders.
-fn holders_mut<'k>(key: &'k mut Key) -> Result<Option<&'k mut Holders>, RedisError> {
+fn holders_mut<'k>(key: &'k mut Key) -> Result<Option<&'k mut Holders>, Error> {
     Ok(match key.lock_mut()? {
         Some(LockValue::Shared(holders)) => Some(holders),
         _ => None,
@@ -161,7 +159,7 @@ pub fn update_holder(
     token: &[u8],
     expire_at: i64,
     session: Option<Option<Session>>,
-) -> Result<Option<Option<Session>>, RedisError> {
+) -> Result<Option<Option<Session>>, Error> {
     let name = key.name();
     let Some(holders) = holders_mut(key)? else {
         return Ok(None);
@@ -178,7 +176,7 @@ pub fn update_holder(
     let last = holders.last_expiry();
     let holder = holders
         .get(token)
-        .ok_or_else(error::holder_vanished_while_renewing)?;
+        .ok_or(Error::HolderVanishedWhileRenewing)?;
     let token = holder.lock.token();
     ffi::replicate_hold(ctx, name, &lock_set(&holder.lock, &token, expire_at), limit);
     key.set_expire_at(last)?;
@@ -188,11 +186,7 @@ pub fn update_holder(
 /// Takes `token`'s shared holder out of `key`: the key goes with its last holder
 /// (`DEL` replicated), else its expiry follows the longest-lived holder left (`LOCK._DROP`
 /// replicated). Returns the holder taken out.
-pub fn drop_holder(
-    ctx: &Context,
-    key: &mut Key,
-    token: &[u8],
-) -> Result<Option<Holder>, RedisError> {
+pub fn drop_holder(ctx: &Context, key: &mut Key, token: &[u8]) -> Result<Option<Holder>, Error> {
     let Some(holders) = holders_mut(key)? else {
         return Ok(None);
     };
@@ -216,7 +210,7 @@ pub fn drop_holder(
 /// Takes out every shared holder of `key` whose expiry has passed (on the master, which
 /// replicates each removal): each is counted in `expired` and notified as
 /// `lock.expired`. Returns how many went.
-pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, RedisError> {
+pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, Error> {
     // An exclusive lock (most keys) needs no clock reading: the server expires it.
     let (due, now) = match key.lock()? {
         Some(LockValue::Shared(holders)) => {

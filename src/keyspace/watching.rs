@@ -12,7 +12,7 @@
 //!   commands a replica or the AOF runs): `store.rs`, the commands and the sessions report
 //!   the key, and the command, timer or job that wrote it settles before it returns;
 //! - the server's writes (`DEL`, expiry, eviction, an overwrite, `RENAME`/`MOVE` away,
-//!   `RESTORE`, `COPY`): the type's callbacks report the key through `state::events`; the
+//!   `RESTORE`, `COPY`): the type's callbacks report the key through `changes.rs`; the
 //!   generic keyspace events (where the module follows them) report `RENAME`/`MOVE` onto a
 //!   key and a changed expiry; where it cannot follow them, a lock key that leaves has
 //!   every watched key looked at;
@@ -29,14 +29,15 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-use redis_module::{Context, ContextFlags, RedisError, RedisResult, RedisString, RedisValue};
+use redis_module::{Context, ContextFlags, RedisString, RedisValue};
 
 use crate::datatype::LockKey;
+use crate::datatype::events;
+use crate::ffi::Reply;
 use crate::ffi::{self, Key, blocked};
 use crate::keyspace::blocking;
-use crate::state::cluster;
-use crate::state::error;
-use crate::state::events;
+use crate::keyspace::routing;
+use crate::state::error::Error;
 use crate::state::queue::KeyId;
 use crate::state::stats;
 use crate::state::value::LockValue;
@@ -88,7 +89,7 @@ enum Answer {
     Nil,
     /// An error reply (the key is of another type now, or served by another node; the
     /// server became a replica), starting with its code.
-    Error(String),
+    Error(Error),
 }
 
 thread_local! {
@@ -121,7 +122,7 @@ fn with<T>(f: impl FnOnce(&mut Watchers) -> T) -> T {
 
 /// Reads the state of `key` (opened for reading: a key whose time has passed reads as
 /// free). `WRONGTYPE` for a key of another type.
-pub fn view(key: &Key) -> Result<View, RedisError> {
+pub fn view(key: &Key) -> Result<View, Error> {
     Ok(match key.lock()? {
         None => View::Free,
         Some(LockValue::Exclusive(lock)) => View::Held {
@@ -144,7 +145,7 @@ pub fn watch(
     (db, name, raw): (i32, &RedisString, &[u8]),
     fence: u64,
     timeout_ms: i64,
-) -> RedisResult {
+) -> Reply {
     let key = Key::open_read(ctx, name);
     let now = view(&key)?;
     if now.fence() != fence {
@@ -160,7 +161,7 @@ pub fn watch(
     let expire_at = key.expire_at();
     drop(key);
     let Some(handle) = blocked::block::<LockWatches>(ctx, blocking::admin_unblock()) else {
-        return Err(error::client_not_blocked());
+        return Err(Error::ClientNotBlocked);
     };
     let id = blocking::key_id(db, raw);
     let watcher = with(|w| {
@@ -270,10 +271,10 @@ fn look_at(ctx: &Context, id: &KeyId) {
         return;
     }
     let was = ffi::selected_db(ctx);
-    if was != id.0 && !ffi::select_db(ctx, id.0) {
+    if was != id.db && !ffi::select_db(ctx, id.db) {
         return;
     }
-    let name = ctx.create_string(id.1.as_slice());
+    let name = ctx.create_string(id.name.as_slice());
     let key = Key::open_read(ctx, &name);
     let (state, expire_at) = (view(&key), key.expire_at());
     drop(key);
@@ -282,12 +283,12 @@ fn look_at(ctx: &Context, id: &KeyId) {
             let taken = with(|w| w.take_changed(id, state.fence()));
             // A key that left for another cluster node: its watchers follow it there.
             let redirect = (state == View::Free && !taken.is_empty())
-                .then(|| cluster::route(ctx, &id.1).redirect())
+                .then(|| routing::route(ctx, &id.name).redirect())
                 .flatten();
             let answer = redirect.map_or(Answer::State(state), Answer::Error);
             (taken, answer)
         }
-        Err(err) => (with(|w| w.take_key(id)), Answer::Error(err.to_string())),
+        Err(err) => (with(|w| w.take_key(id)), Answer::Error(err)),
     };
     for watcher in taken {
         answer_one(ctx, watcher, answer.clone());
@@ -295,7 +296,7 @@ fn look_at(ctx: &Context, id: &KeyId) {
     if with(|w| w.watched(id)) {
         arm_deadline(ctx, id, expire_at);
     }
-    if was != id.0 {
+    if was != id.db {
         ffi::select_db(ctx, was);
     }
 }
@@ -360,16 +361,15 @@ fn on_deadline(ctx: &Context, id: KeyId) {
 /// The server became a replica: every watcher is told so, as waiters are (Redis has
 /// unblocked them already; Valkey leaves them to the module).
 pub fn demoted(ctx: &Context) {
-    let refused = error::unblocked_by_role_change().to_string();
     for watcher in with(Watchers::take_all) {
-        answer_one(ctx, watcher, Answer::Error(refused.clone()));
+        answer_one(ctx, watcher, Answer::Error(Error::UnblockedByRoleChange));
     }
 }
 
 /// A lock key left the keyspace or arrived in it (the type's callbacks, through
-/// `events`). Where the module cannot follow `RENAME`/`MOVE` onto a key, a lock key
+/// `changes.rs`). Where the module cannot follow `RENAME`/`MOVE` onto a key, a lock key
 /// that leaves may be arriving at any watched key: every one is looked at.
-fn lock_changed(db: i32, key: &[u8]) {
+pub fn lock_changed(db: i32, key: &[u8]) {
     if KEY_EVENTS.with(Cell::get) || events::is_releasing() {
         touched(db, key);
     } else {
@@ -377,11 +377,9 @@ fn lock_changed(db: i32, key: &[u8]) {
     }
 }
 
-/// Registers for the type's news of lock keys (at load); `key_events`: whether the
-/// generic keyspace events reach the module.
+/// Sets whether the generic keyspace events reach the module (at load).
 pub fn init(key_events: bool) {
     KEY_EVENTS.with(|k| k.set(key_events));
-    events::on_lock_changed(lock_changed);
 }
 
 /// What the server's calls about a blocked watcher do.
@@ -393,7 +391,7 @@ impl blocked::Waits for LockWatches {
     fn reply(ctx: &Context, answer: Option<&Answer>) {
         match answer {
             Some(Answer::State(state)) => ctx.reply(Ok(state.reply())),
-            Some(Answer::Error(message)) => ctx.reply(Err(RedisError::String(message.clone()))),
+            Some(Answer::Error(message)) => ctx.reply(Err(ffi::error_reply(message.clone()))),
             Some(Answer::Nil) | None => ctx.reply(Ok(RedisValue::Null)),
         };
     }

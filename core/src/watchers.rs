@@ -7,8 +7,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::state::queue::KeyId;
-use crate::state::room;
+use crate::queue::KeyId;
+use crate::room;
 
 /// One client blocked in `LOCK.WATCH`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,7 +147,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str) -> KeyId {
-        (0, name.as_bytes().to_vec())
+        KeyId::new(0, name.as_bytes())
     }
 
     fn watcher(handle: usize, name: &str, fence: u64) -> Watcher {

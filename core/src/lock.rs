@@ -1,16 +1,15 @@
-//! The state of a lock: no server calls (a lock kept in a cell is read through
-//! `ffi/cell_ref.rs`, a pointer type that imports nothing). Who may be granted it is
-//! `rules.rs`.
+//! The state of a lock (a lock kept in a cell is read through `cell_ref.rs`). Who may be
+//! granted it is `rules.rs`.
 //!
 //! The key's expiry is the server's own; it is not stored here. What a key holds is the
 //! token that proves ownership, the fence granted with it, when it was granted and, for a
 //! session-bound lock, the connection it is bound to.
 
-use crate::ffi::cell_ref::CellRef;
-use crate::state::connections;
-use crate::state::fence::{LOGICAL_BITS, MAX_FENCE};
-use crate::state::limits::MAX_TOKEN_LEN;
-use crate::state::token::{self, TokenText};
+use crate::cell_ref::CellRef;
+use crate::connections;
+use crate::fence::{LOGICAL_BITS, MAX_FENCE};
+use crate::limits::MAX_TOKEN_LEN;
+use crate::token::{self, TokenText};
 
 /// The value of a lock key: 24 bytes. The common lock (a server-made token, or any token
 /// of 32 lowercase hexadecimal digits, not session-bound, granted in the millisecond its
@@ -230,7 +229,7 @@ impl Eq for LockState {}
 
 impl LockState {
     /// The lock a cell keeps beside its value, in `cell` (see `ffi/cell.rs`).
-    pub(crate) fn in_cell(cell: CellRef<BoundLock>) -> Self {
+    pub fn in_cell(cell: CellRef<BoundLock>) -> Self {
         LockState {
             store: Store::Cell(cell),
         }

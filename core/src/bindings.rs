@@ -23,9 +23,9 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
-use crate::state::client_locks::ClientLocks;
-use crate::state::queue::KeyId;
-use crate::state::room;
+use crate::client_locks::ClientLocks;
+use crate::queue::KeyId;
+use crate::room;
 
 /// A random id of this server process, nonzero. A lock's binding is written into its
 /// `DUMP` payload with this id, so that a `RESTORE` on the same running server keeps the
@@ -179,7 +179,7 @@ impl Bindings {
         self.give_room_back();
         let mut starts = Starts::new();
         for (db, grace_ms, name) in entry.iter() {
-            add_start(&mut starts, grace_ms, (db, name.to_vec()));
+            add_start(&mut starts, grace_ms, KeyId::new(db, name));
         }
         starts
     }
@@ -378,7 +378,7 @@ impl Bindings {
     /// timers of the graces that have no key left.
     pub fn flushed(&mut self, db: Option<i32>) -> Vec<u64> {
         let emptied = |at: i32| db.is_none_or(|db| at == db);
-        let gone = |key: &KeyId| emptied(key.0);
+        let gone = |key: &KeyId| emptied(key.db);
         for entry in self.bound.values_mut() {
             entry.retain(|db, _| !emptied(db));
         }
@@ -406,7 +406,7 @@ impl Bindings {
                 *db = a;
             }
         };
-        let swap = |key: &mut KeyId| swap_db(&mut key.0);
+        let swap = |key: &mut KeyId| swap_db(&mut key.db);
         for entry in self.bound.values_mut() {
             entry.renumber_dbs(swap_db);
         }

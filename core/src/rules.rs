@@ -27,7 +27,6 @@ pub enum Kind {
 
 impl Kind {
     /// A shared holder without a limit: a reader.
-    #[cfg(test)]
     pub const READER: Kind = Kind::Shared { limit: None };
 
     /// Whether both are exclusive, or both shared (whatever their limits).

@@ -13,7 +13,7 @@
 //! small size are what the allocator reuses from its own free lists, so a list that
 //! grows, empties and grows again touches no new page.
 
-use crate::state::queue::KeyId;
+use crate::queue::KeyId;
 
 /// Bytes per chunk: jemalloc's 768-byte class, and glibc's small bins (under 1,008
 /// bytes), where a larger request first consolidates glibc's fast bins (which cost a
@@ -135,7 +135,7 @@ impl ClientLocks {
     /// Each entry's key and grace, in the order of the binds.
     pub fn keys(&self) -> impl Iterator<Item = (KeyId, i64)> + '_ {
         self.iter()
-            .map(|(db, grace_ms, name)| ((db, name.to_vec()), grace_ms))
+            .map(|(db, grace_ms, name)| (KeyId::new(db, name), grace_ms))
     }
 
     /// Keeps only the entries for which `keep(db, name)` holds, in their order.
@@ -158,7 +158,7 @@ impl ClientLocks {
 impl FromIterator<(KeyId, i64)> for ClientLocks {
     fn from_iter<I: IntoIterator<Item = (KeyId, i64)>>(entries: I) -> Self {
         let mut locks = ClientLocks::default();
-        for ((db, name), grace_ms) in entries {
+        for (KeyId { db, name }, grace_ms) in entries {
             locks.push(db, &name, grace_ms);
         }
         locks

@@ -2,7 +2,7 @@
 use super::*;
 
 fn key(db: i32, name: &str) -> KeyId {
-    (db, name.as_bytes().to_vec())
+    KeyId::new(db, name.as_bytes())
 }
 
 const B: Binding = Binding {
@@ -231,10 +231,10 @@ proptest::proptest! {
         let mut b = Bindings::default();
         let mut timer = 0;
         for (op, db, name, client) in ops {
-            let k = (db, vec![name]);
+            let k = KeyId::new(db, &[name]);
             let binding = Binding { client, grace_ms: 1 };
             match op {
-                0 => b.bind(k.0, &k.1, client, 1),
+                0 => b.bind(k.db, &k.name, client, 1),
                 1 => {
                     for (grace_ms, keys) in b.disconnected(client) {
                         let id = b.new_grace_id();
@@ -267,8 +267,8 @@ proptest::proptest! {
                     b.flushed(Some(db));
                     let (bound, graces, pending) = (
                         b.bound.values().flat_map(|e| e.iter()).any(|(at, _, _)| at == db),
-                        b.graces.values().flat_map(|g| &g.keys).any(|k| k.0 == db),
-                        b.pending.keys().any(|(k, _)| k.0 == db),
+                        b.graces.values().flat_map(|g| &g.keys).any(|k| k.db == db),
+                        b.pending.keys().any(|(k, _)| k.db == db),
                     );
                     proptest::prop_assert!(!bound && !graces && !pending);
                 }

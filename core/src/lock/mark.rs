@@ -1,5 +1,5 @@
 //! The first byte of a compact lock: 251 values that carry the high part of the slot
-//! naming its holder's connection (`state/connections.rs`), and 5 spare values where the
+//! naming its holder's connection (`connections.rs`), and 5 spare values where the
 //! compiler keeps which form a lock is (`Store`) and which kind a value is (`LockValue`),
 //! so that a lock stays 24 bytes. (An enum, because only an enum's unused values are a
 //! niche the compiler may use; a `u8` has none.)

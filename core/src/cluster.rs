@@ -1,4 +1,6 @@
-//! Where a key lives in a Redis Cluster, for grants made outside a command.
+//! Where a key lives in a Redis Cluster, for grants made outside a command: the hash
+//! slot of a key, and the route of a slot read from the text of `CLUSTER NODES` (the
+//! module's `keyspace/routing.rs` asks the server for it).
 //!
 //! The server redirects commands itself (`MOVED`, `ASK`), but a waiter's grant is made
 //! long after its command passed the server's checks: when the lock is freed. When the
@@ -8,9 +10,7 @@
 //! the way the server redirects any command: `ASK` while the slot migrates, `MOVED` once
 //! it has.
 
-use redis_module::{Context, ContextFlags, RedisValue};
-
-use crate::state::error;
+use crate::error::Error;
 
 /// Where the key of a waiter is served now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,28 +27,11 @@ pub enum Route {
 
 impl Route {
     /// The error reply that redirects a client, as the server words it.
-    pub fn redirect(&self) -> Option<String> {
+    pub fn redirect(self) -> Option<Error> {
         match self {
             Route::Local => None,
-            Route::Ask(slot, addr) => Some(error::ask(*slot, addr)),
-            Route::Moved(slot, addr) => Some(error::moved(*slot, addr)),
-            Route::Down(_) => Some(error::cluster_down()),
+            elsewhere => Some(Error::Redirect(elsewhere)),
         }
-    }
-}
-
-/// Where `key` is served: always `Local` outside cluster mode.
-pub fn route(ctx: &Context, key: &[u8]) -> Route {
-    if !ctx.get_flags().contains(ContextFlags::CLUSTER) {
-        return Route::Local;
-    }
-    let slot = match ctx.call("CLUSTER", &[&b"KEYSLOT"[..], key]) {
-        Ok(RedisValue::Integer(slot)) => u16::try_from(slot).unwrap_or(0),
-        _ => return Route::Local,
-    };
-    match ctx.call("CLUSTER", &["NODES"]).map(String::try_from) {
-        Ok(Ok(nodes)) => route_in(&nodes, slot),
-        _ => Route::Local,
     }
 }
 
@@ -198,7 +181,7 @@ d4 127.0.0.1:7004@17004 slave a1 0 1700000000000 1 connected
             Route::Ask(100, "127.0.0.1:7002".into())
         );
         assert_eq!(
-            route_in(NODES, 100).redirect().unwrap(),
+            route_in(NODES, 100).redirect().unwrap().to_string(),
             "ASK 100 127.0.0.1:7002"
         );
     }
@@ -222,6 +205,7 @@ d4 127.0.0.1:7004@17004 slave a1 0 1700000000000 1 connected
             route_in(NODES, 16100)
                 .redirect()
                 .unwrap()
+                .to_string()
                 .starts_with("CLUSTERDOWN")
         );
     }

@@ -14,12 +14,14 @@
 //! than guess. The fencing clock's high-water mark travels as auxiliary data
 //! before the keys, so that a restart or full sync never hands out a smaller fence.
 
-use redis_module::{RedisError, native_types::RedisType};
+use std::marker::PhantomData;
+
+use redis_module::native_types::RedisType;
 
 use crate::ffi::value_type::{self, AofOut, Digest, RdbIn, RdbOut, ValueType};
 use crate::ffi::{self, Key, cell};
 use crate::state::bindings;
-use crate::state::events;
+use crate::state::error::Error;
 use crate::state::fence;
 use crate::state::footprint;
 use crate::state::holders::{Holder, Holders};
@@ -30,6 +32,10 @@ use crate::state::value::LockValue;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";
+pub mod events;
+
+pub use events::KeyEvents;
+
 /// The current encoding version of a lock value and of the auxiliary data.
 pub const ENCODING_VERSION: i32 = 4;
 
@@ -46,48 +52,51 @@ const HAS_VALUE: u64 = 1;
 /// What a version 2 value stores for a lock that is not session-bound.
 const NO_SESSION: i64 = -1;
 
-/// The registered type.
-pub static LOCK_TYPE: RedisType = RedisType::new(
-    TYPE_NAME,
-    ENCODING_VERSION,
-    value_type::methods::<LockType>(),
-);
+/// The type to register, whose callbacks tell `E` what they learn of lock keys
+/// (`lib.rs` names the keyspace's).
+pub const fn lock_type<E: KeyEvents>() -> RedisType {
+    RedisType::new(
+        TYPE_NAME,
+        ENCODING_VERSION,
+        value_type::methods::<LockType<E>>(),
+    )
+}
 
 /// Hands the registered type down to the FFI layer, whose keys then read and write its
 /// values as `LockValue`s (at load, after the server created the type).
-pub fn register() -> bool {
-    ffi::register_value_type(*LOCK_TYPE.raw_type.borrow())
+pub fn register(registered: &RedisType) -> bool {
+    ffi::register_value_type(*registered.raw_type.borrow())
 }
 
 /// A key read and written as a lock: the data type's view of an `ffi::Key`.
 pub trait LockKey {
     /// What the key holds: `None` if it does not exist, `WRONGTYPE` if it holds
     /// something else.
-    fn lock(&self) -> Result<Option<&LockValue>, RedisError>;
+    fn lock(&self) -> Result<Option<&LockValue>, Error>;
     /// What the key holds, to change in place (the key must be open for writing).
-    fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError>;
+    fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, Error>;
     /// Replaces whatever the key holds with `value`, expiring at the absolute unix time
     /// `expire_at` (`None`: no expiry).
-    fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), RedisError>;
+    fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), Error>;
     /// As `set_lock`, for the lock a cell keeps (`ffi/cell.rs`), written straight into
     /// one: a `SESSION` grant's one allocation.
-    fn set_bound_lock(&self, lock: BoundLock, expire_at: Option<i64>) -> Result<(), RedisError>;
+    fn set_bound_lock(&self, lock: BoundLock, expire_at: Option<i64>) -> Result<(), Error>;
 }
 
 impl LockKey for Key<'_> {
-    fn lock(&self) -> Result<Option<&LockValue>, RedisError> {
+    fn lock(&self) -> Result<Option<&LockValue>, Error> {
         self.value()
     }
 
-    fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, RedisError> {
+    fn lock_mut(&mut self) -> Result<Option<&mut LockValue>, Error> {
         self.lock_value_mut()
     }
 
-    fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), RedisError> {
+    fn set_lock(&self, value: LockValue, expire_at: Option<i64>) -> Result<(), Error> {
         self.set_lock_value(cell::into_server(value), expire_at)
     }
 
-    fn set_bound_lock(&self, lock: BoundLock, expire_at: Option<i64>) -> Result<(), RedisError> {
+    fn set_bound_lock(&self, lock: BoundLock, expire_at: Option<i64>) -> Result<(), Error> {
         self.set_lock_value(cell::place(lock), expire_at)
     }
 }
@@ -207,20 +216,21 @@ fn save_lock(rdb: &mut RdbOut, lock: &LockState) {
 /// A lock value arrived at a key (loaded, restored, copied): its watchers look again, its
 /// session-bound holders are watched from now on, and shared holders get their expiry
 /// timer.
-fn arrived(value: &LockValue, db: i32, key: &[u8]) {
-    events::lock_changed(db, key);
+fn arrived<E: KeyEvents>(value: &LockValue, db: i32, key: &[u8]) {
+    E::changed(db, key);
     for session in value.sessions() {
-        events::session_arrived(db, key, session);
+        E::session_arrived(db, key, session);
     }
     if matches!(value, LockValue::Shared(_)) {
-        events::shared_arrived(db, key);
+        E::shared_arrived(db, key);
     }
 }
 
-/// The lock type's methods (`ffi/value_type.rs` calls them from the server's callbacks).
-struct LockType;
+/// The lock type's methods (`ffi/value_type.rs` calls them from the server's callbacks),
+/// telling `E` what they learn.
+struct LockType<E>(PhantomData<E>);
 
-impl ValueType for LockType {
+impl<E: KeyEvents> ValueType for LockType<E> {
     fn load(rdb: &mut RdbIn, encver: i32) -> Option<LockValue> {
         let loaded = match encver {
             1 => load_v1(rdb).map(LockValue::Exclusive),
@@ -236,7 +246,7 @@ impl ValueType for LockType {
         }?;
         fence::clock().observe(loaded.newest_fence());
         if let Some((db, key)) = rdb.key() {
-            arrived(&loaded, db, &key);
+            arrived::<E>(&loaded, db, &key);
         }
         Some(loaded)
     }
@@ -351,17 +361,17 @@ impl ValueType for LockType {
 
     /// `COPY`: the copy is the same lock, bound to the same connections if it is bound.
     fn copied(value: &LockValue, db: i32, to: &[u8]) {
-        arrived(value, db, to);
+        arrived::<E>(value, db, to);
     }
 
     /// The server is removing a lock key from its keyspace, for whatever reason (release,
     /// `DEL`, expiry, eviction, `RENAME`/`MOVE` away, overwrite). Called for lock keys
     /// only, so the module hears of freed locks without listening to every key's events.
     fn unlinked(db: i32, key: &[u8], value: &LockValue) {
-        events::lock_changed(db, key);
+        E::changed(db, key);
         let sessions = value.sessions();
         for session in &sessions {
-            events::session_gone(db, key, *session);
+            E::session_gone(db, key, *session);
         }
         if !events::is_releasing()
             && (!sessions.is_empty() || matches!(value, LockValue::Shared(_)))
@@ -377,7 +387,7 @@ impl ValueType for LockType {
         if stats::note_unlinked_lock(key) {
             ffi::after_this_command(|_| stats::forget_unlinked_lock());
         }
-        events::lock_gone(db, key);
+        E::gone(db, key);
     }
 
     fn aux_save(rdb: &mut RdbOut) {

@@ -11,9 +11,9 @@ use std::collections::hash_map::{Entry, RandomState};
 use std::collections::{BTreeSet, HashMap};
 use std::hash::BuildHasher;
 
-use crate::state::lock::LockState;
-use crate::state::room;
-use crate::state::rules::{Holding, Kind};
+use crate::lock::LockState;
+use crate::room;
+use crate::rules::{Holding, Kind};
 
 /// One shared holder: its lock (token, fence, grant time, binding) and its own expiry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,7 +333,7 @@ mod tests {
     fn a_binding_changes_in_place() {
         let mut h = Holders::new(None);
         h.insert(holder("a", 1, 10)).unwrap();
-        let session = crate::state::lock::Session {
+        let session = crate::lock::Session {
             grace_ms: 5,
             client: 7,
         };

@@ -2,17 +2,16 @@
 //!
 //! A waiter stays in its key's queue, blocked, until it is granted the lock, times out
 //! or goes away. The grant to the oldest waiter is written at once when the lock is
-//! freed (see `handoff.rs`), and the waiter leaves the queue in the same step: a client
+//! freed (the module's `keyspace/handoff.rs`), and the waiter leaves the queue in the same step: a client
 //! is either queued or answered, never both.
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::state::lock::Session;
-use crate::state::room;
-use crate::state::rules::{self, Holding, Kind};
+use crate::lock::Session;
+use crate::room;
+use crate::rules::{self, Holding, Kind};
 
-/// A key in a database: waiters of different databases never meet.
-pub type KeyId = (i32, Vec<u8>);
+pub use crate::key::KeyId;
 
 /// One client blocked in `LOCK.ACQUIRE ... WAIT`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,7 +166,7 @@ mod tests {
     use super::*;
 
     fn key(name: &str) -> KeyId {
-        (0, name.as_bytes().to_vec())
+        KeyId::new(0, name.as_bytes())
     }
 
     fn waiter(handle: usize, name: &str) -> Waiter {
@@ -272,11 +271,11 @@ mod tests {
     fn databases_keep_separate_queues() {
         let mut q = Queues::default();
         q.push(Waiter {
-            key: (1, b"k".to_vec()),
+            key: KeyId::new(1, b"k"),
             ..waiter(1, "k")
         });
         assert!(!q.busy(&key("k")));
-        assert!(q.busy(&(1, b"k".to_vec())));
+        assert!(q.busy(&KeyId::new(1, b"k")));
     }
 
     #[test]

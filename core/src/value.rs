@@ -4,9 +4,9 @@
 //! `LockState` (24 bytes, one allocation with a server-made token): shared holders live
 //! behind one pointer in the same space, the variant's tag in the lock's spare values.
 
-use crate::state::holders::Holders;
-use crate::state::lock::{LockState, Session};
-use crate::state::rules::{Holding, Kind};
+use crate::holders::Holders;
+use crate::lock::{LockState, Session};
+use crate::rules::{Holding, Kind};
 
 /// The value of a lock key.
 #[derive(Debug, Clone)]
@@ -108,7 +108,7 @@ impl LockValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::holders::Holder;
+    use crate::holders::Holder;
 
     fn bound(client: u64, grace_ms: i64) -> Option<Session> {
         Some(Session { grace_ms, client })
@@ -132,8 +132,8 @@ mod tests {
         // with a server-made token, granted on the wall clock, is this one allocation.
         assert_eq!(std::mem::size_of::<LockValue>(), 24);
         let now = 1_763_000_000_000_i64;
-        let fence = (now as u64) << crate::state::fence::LOGICAL_BITS;
-        let server_made = LockState::new(&crate::state::lock::new_token(), fence, now, None);
+        let fence = (now as u64) << crate::fence::LOGICAL_BITS;
+        let server_made = LockState::new(&crate::lock::new_token(), fence, now, None);
         assert_eq!(server_made.heap_bytes(), 0);
     }
 
