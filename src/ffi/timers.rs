@@ -1,18 +1,21 @@
 //! Timers, post-notification jobs, the detached context, and tasks run after the
 //! current command.
+//!
+//! One timer style for the layers above: `start_timer_with(ctx, delay, callback, data)`
+//! with a typed `callback(&Context, data)`, stopped with `stop_timer_with::<T>`, which
+//! hands `data` back. The raw calls are this file's own.
 
 use std::os::raw::{c_int, c_void};
 
 use redis_module::{Context, raw};
 
 /// A module timer callback: the server's signature.
-pub type TimerCallback = extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
+type TimerCallback = extern "C" fn(*mut raw::RedisModuleCtx, *mut c_void);
 
 /// Starts a module timer that calls `callback` with `data` after `delay_ms` (at least 0).
-/// `data` is opaque to the server (an id, or a pointer the caller made with
-/// `Box::into_raw` and takes back in the callback or from `stop_timer`). Returns the
-/// timer's id.
-pub fn create_timer(ctx: &Context, delay_ms: i64, callback: TimerCallback, data: usize) -> u64 {
+/// `data` is opaque to the server (a pointer made with `Box::into_raw` and taken back in
+/// the callback or from `stop_timer`). Returns the timer's id.
+fn create_timer(ctx: &Context, delay_ms: i64, callback: TimerCallback, data: usize) -> u64 {
     // SAFETY: ctx is a live context; the callback has the server's signature and lives as
     // long as the module; the server only hands `data` back, never reads it.
     unsafe {
@@ -27,7 +30,7 @@ pub fn create_timer(ctx: &Context, delay_ms: i64, callback: TimerCallback, data:
 
 /// Stops timer `id`: its data if it had not fired yet (the caller owns it again),
 /// `None` if it had fired or never existed.
-pub fn stop_timer(ctx: &Context, id: u64) -> Option<usize> {
+fn stop_timer(ctx: &Context, id: u64) -> Option<usize> {
     let mut data: *mut c_void = std::ptr::null_mut();
     // SAFETY: ctx is live; a timer that already fired is reported as an error and leaves
     // data untouched.
@@ -145,11 +148,9 @@ pub type Task = fn(&Context);
 
 /// Runs `task` from a timer as soon as the current command or cycle is over.
 pub fn after_this_command(task: Task) {
-    create_timer(&detached(), 0, run_task, task as usize);
+    start_timer_with(&detached(), 0, run_task, task);
 }
 
-extern "C" fn run_task(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    // SAFETY: data is the `Task` that after_this_command passed.
-    let task: Task = unsafe { std::mem::transmute::<*mut c_void, Task>(data) };
-    crate::ffi::guard::callback((), || task(&Context::new(ctx)));
+fn run_task(ctx: &Context, task: Task) {
+    task(ctx);
 }

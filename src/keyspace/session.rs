@@ -19,9 +19,8 @@
 //!   their graces start then.
 
 use std::cell::RefCell;
-use std::os::raw::c_void;
 
-use redis_module::{Context, raw};
+use redis_module::Context;
 
 use crate::datatype::LockKey;
 use crate::datatype::events;
@@ -234,45 +233,40 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
 /// meanwhile.
 fn start_grace(ctx: &Context, binding: Binding, start: Start, keys: Vec<KeyId>, delay_ms: i64) {
     let id = registry::with(bindings::Bindings::new_grace_id);
-    let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, id as usize);
+    let timer = ffi::start_timer_with(ctx, delay_ms, on_grace_end, id);
     registry::with(|b| b.grace_started(id, timer, binding, start, keys));
 }
 
 /// Grace `id` runs on: its timer fires again in `delay_ms`.
 fn rearm(ctx: &Context, id: u64, delay_ms: i64) {
-    let timer = ffi::create_timer(ctx, delay_ms, on_grace_end, id as usize);
+    let timer = ffi::start_timer_with(ctx, delay_ms, on_grace_end, id);
     registry::with(|b| b.rearmed(id, timer));
 }
 
 fn stop_grace_timer(ctx: &Context, timer: u64) {
-    // The timer's data is an id: nothing to free.
-    ffi::stop_timer(ctx, timer);
+    ffi::stop_timer_with::<u64>(ctx, timer);
 }
 
-extern "C" fn on_grace_end(ctx: *mut raw::RedisModuleCtx, data: *mut c_void) {
-    guard::callback((), || {
-        let ctx = Context::new(ctx);
-        let id = data as u64;
-        let Some(binding) = registry::with(|b| b.running(id)) else {
-            return;
-        };
-        if ffi::is_replica(&ctx) {
-            let (keys, _) = registry::with(|b| b.take_due(id, usize::MAX));
-            registry::with(|b| keys.into_iter().for_each(|key| b.pend(key, binding)));
-        } else if ffi::writes_paused() {
-            rearm(&ctx, id, PAUSED_RETRY_MS);
-        } else {
-            // A timer made now with no delay fires at the event loop's next turn, not in
-            // this one: the server serves its clients in between.
-            let (keys, more) = registry::with(|b| b.take_due(id, SLICE));
-            for key in &keys {
-                release(&ctx, key, binding);
-            }
-            if more {
-                rearm(&ctx, id, 0);
-            }
+fn on_grace_end(ctx: &Context, id: u64) {
+    let Some(binding) = registry::with(|b| b.running(id)) else {
+        return;
+    };
+    if ffi::is_replica(ctx) {
+        let (keys, _) = registry::with(|b| b.take_due(id, usize::MAX));
+        registry::with(|b| keys.into_iter().for_each(|key| b.pend(key, binding)));
+    } else if ffi::writes_paused() {
+        rearm(ctx, id, PAUSED_RETRY_MS);
+    } else {
+        // A timer made now with no delay fires at the event loop's next turn, not in
+        // this one: the server serves its clients in between.
+        let (keys, more) = registry::with(|b| b.take_due(id, SLICE));
+        for key in &keys {
+            release(ctx, key, binding);
         }
-    })
+        if more {
+            rearm(ctx, id, 0);
+        }
+    }
 }
 
 /// The grace `binding.grace_ms` of the lock on `key` ran out, since its connection

@@ -12,6 +12,7 @@
 //! it installs: Redis 7.0 and 8.2, Valkey 8.1 and 9.1).
 
 pub mod launch;
+pub mod pages;
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};

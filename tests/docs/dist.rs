@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::common::{free_port, fresh_dir, server_binary};
-use crate::docs_common::root;
+use redis_lock_testkit::pages::root;
 use redis_lock_testkit::poll_until;
 
 fn readme() -> String {

@@ -3,7 +3,5 @@ mod cluster_common;
 #[path = "../common/mod.rs"]
 mod common;
 mod dist;
-#[path = "../docs_common/mod.rs"]
-mod docs_common;
 mod pages;
 mod setup;

@@ -22,7 +22,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::docs_common::{Interactive, cli_args, matches, pages, redis_cli, uncommented, words};
+use redis_lock_testkit::pages::{
+    Interactive, cli_args, matches, pages, redis_cli, uncommented, words,
+};
 use redis_lock_testkit::{self as testkit, TestServer};
 
 /// One command of a transcript and the output the page shows for it.
@@ -48,14 +50,14 @@ enum Kind {
 
 /// The `console` blocks of a page, as transcripts.
 fn transcripts(text: &str, page: &Path) -> Vec<Vec<Step>> {
-    crate::docs_common::blocks(text, page)
+    redis_lock_testkit::pages::blocks(text, page)
         .into_iter()
         .filter(|block| block.lang == "console")
         .map(|block| {
             let mut steps: Vec<Step> = Vec::new();
             for (number, raw) in &block.lines {
                 let line = raw.trim();
-                if let Some(command) = crate::docs_common::typed(line) {
+                if let Some(command) = redis_lock_testkit::pages::typed(line) {
                     steps.push(Step {
                         line: *number,
                         args: vec![uncommented(command).to_string()],
@@ -105,7 +107,7 @@ fn transcripts(text: &str, page: &Path) -> Vec<Vec<Step>> {
 /// Compares a command's output with the page's lines.
 fn check(page: &Path, step: &Step, actual: &[String], known: &mut HashMap<String, String>) {
     assert!(
-        crate::docs_common::fits(&step.expected, actual, known),
+        redis_lock_testkit::pages::fits(&step.expected, actual, known),
         "{}:{}: redis-cli {}\n--- the page shows:\n{}\n--- the server answered:\n{}",
         page.display(),
         step.line,

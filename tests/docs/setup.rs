@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::cluster_common::Cluster;
 use crate::common::{FREE_PORT, TestServer, free_port, loaded_modules, module_path, poll_until};
-use crate::docs_common::{
+use redis_lock_testkit::pages::{
     Block, Interactive, all_blocks, cli_args, fits, redis_cli, typed, uncommented, words,
 };
 

@@ -1,10 +1,7 @@
-//! What the docs tests share: the pages, their fenced blocks, shell words, and the
-//! matching of a server's output against a page's (values the server makes anew each time,
-//! tokens and fences, match by their shape and are remembered).
-//!
-//! Test files use it with `mod docs_common;`.
-
-#![allow(dead_code)]
+//! The page reader the docs tests share (the module's `tests/docs`, the client's doc
+//! snippets): the pages, their fenced blocks, shell words, and the matching of a server's
+//! output against a page's (values the server makes anew each time, tokens and fences,
+//! match by their shape and are remembered).
 
 use std::collections::HashMap;
 use std::fs;
@@ -23,14 +20,11 @@ pub struct Block {
     pub lines: Vec<(usize, String)>,
 }
 
-/// The repository's root (this file is shared by the module's tests and the client's).
+/// The repository's root: the workspace this kit is a member of.
 pub fn root() -> PathBuf {
-    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    if crate_dir.join("docs").is_dir() {
-        crate_dir.to_path_buf()
-    } else {
-        crate_dir.join("../..")
-    }
+    let kit = Path::new(env!("CARGO_MANIFEST_DIR"));
+    kit.parent()
+        .map_or_else(|| kit.join(".."), Path::to_path_buf)
 }
 
 /// The pages: `README.md`, then `docs/*.md` by name.

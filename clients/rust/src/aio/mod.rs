@@ -1,0 +1,79 @@
+//! Lock guards, leader election and Redlock on async (tokio) connections.
+//!
+//! The same model as the blocking types at the crate root, on the `redis` crate's
+//! [`MultiplexedConnection`]: one shared connection per server for acquires, releases
+//! and the watchdogs' extends, and a connection of its own for each waiting acquire (a
+//! blocked command would hold up every other command on a shared connection).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use redis_lock_client::{aio::Locker, LockOptions};
+//!
+//! # async fn run() -> redis::RedisResult<()> {
+//! let locker = Locker::open("redis://127.0.0.1:7379/")?;
+//! let options = LockOptions::new(Duration::from_secs(10)).watchdog();
+//! if let Some(lock) = locker.acquire("orders:42", &options).await? {
+//!     tokio::select! {
+//!         lost = lock.lost() => eprintln!("stopping: {lost}"),
+//!         _ = tokio::time::sleep(Duration::from_secs(30)) => { /* the work */ }
+//!     }
+//!     lock.release().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult};
+use tokio::sync::watch;
+use tokio::task::{JoinHandle, JoinSet};
+
+pub use crate::aio_election::{Election, Leadership, Observer};
+use crate::async_link::{AsyncLink, AsyncSource};
+use crate::commands::{
+    Grant, LockInfo, Mode, acquire_cmd, acquire_mode_cmd, do_cmd, extend_cmd, info_cmd, release_cmd,
+};
+use crate::guard::{
+    DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
+};
+use crate::lost::{LockLost, LostReason};
+use crate::options::LockOptions;
+use crate::redlock::{
+    Attempts, Held, RedlockError, RedlockOptions, clients, confirmed, debug_redlock, instances,
+    redlock_guard_accessors,
+};
+use crate::token::new_token;
+
+fn timed_out(what: &str) -> RedisError {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{what} timed out")).into()
+}
+
+/// Runs `future` within `limit` (`None`: no limit), a timeout as a `TimedOut` IO error.
+async fn within<T>(
+    limit: Option<Duration>,
+    future: impl Future<Output = RedisResult<T>>,
+) -> RedisResult<T> {
+    match limit {
+        None => future.await,
+        Some(limit) => tokio::time::timeout(limit, future)
+            .await
+            .unwrap_or_else(|_| Err(timed_out("redis command"))),
+    }
+}
+
+mod conn;
+mod lock;
+mod locker;
+mod redlock;
+mod shared;
+
+use conn::Conn;
+pub use lock::Lock;
+pub use locker::Locker;
+pub use redlock::{Redlock, RedlockGuard};
+use shared::{Shared, UNBOUND, watchdog};

@@ -1,0 +1,126 @@
+//! What a held lock and its watchdog task share: renewal, release, reclaim after the
+//! connection changed, and the watchdog itself.
+
+use super::*;
+
+/// What a guard and its watchdog task share.
+pub(super) struct Shared {
+    pub(super) conn: Arc<Conn>,
+    pub(super) command_timeout: Duration,
+    pub(super) key: Vec<u8>,
+    pub(super) token: Vec<u8>,
+    /// The fence of the grant: a reclaim must find the same one.
+    pub(super) fence: u64,
+    pub(super) lost: watch::Sender<Option<LostReason>>,
+    /// The grace of a lock bound to the locker's shared connection.
+    pub(super) session: Option<Duration>,
+    /// How the lock is held, for a reclaim.
+    pub(super) mode: Mode,
+    /// The lock's TTL, for a reclaim.
+    pub(super) ttl: Duration,
+    /// The generation of the shared connection the lock is bound to.
+    pub(super) bound_to: AtomicU64,
+}
+
+/// `Shared::bound_to` of a session-bound lock not yet bound to the shared connection.
+pub(super) const UNBOUND: u64 = u64::MAX;
+
+impl Shared {
+    /// A session-bound lock follows the locker's shared connection: granted on another
+    /// connection, or the shared one reconnected since, its token acquires it again on
+    /// the current one (same fence, within the grace). If that finds it gone, the lock
+    /// counts as lost.
+    pub(super) async fn stay_bound(&self) -> RedisResult<()> {
+        let Some(grace) = self.session else {
+            return Ok(());
+        };
+        // Opens the shared connection if it is not open, so that its generation is known.
+        let _ = self.conn.get().await?;
+        let current = self.conn.generation.load(Ordering::SeqCst);
+        if self.bound_to.load(Ordering::SeqCst) == current {
+            return Ok(());
+        }
+        let cmd = acquire_mode_cmd(
+            &self.key,
+            self.ttl,
+            Some(&self.token),
+            None,
+            Some(grace),
+            self.mode,
+        );
+        let reclaimed: Option<Grant> = self.conn.query(&cmd, self.command_timeout).await?;
+        match reclaimed {
+            Some(grant) if grant.fence == self.fence => {}
+            Some(_) => {
+                // The lock was released in between and this took it anew: not the same
+                // lock, whatever was done under the old one may overlap another holder.
+                self.set_lost(LostReason::NotHeld);
+                let _: RedisResult<bool> = self
+                    .conn
+                    .query(&release_cmd(&self.key, &self.token), self.command_timeout)
+                    .await;
+            }
+            None => self.set_lost(LostReason::NotHeld),
+        }
+        self.bound_to.store(current, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub(super) fn set_lost(&self, reason: LostReason) {
+        self.lost.send_if_modified(|slot| {
+            if slot.is_none() {
+                *slot = Some(reason);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    pub(super) fn lost_error(&self, reason: LostReason) -> LockLost {
+        LockLost {
+            key: self.key.clone(),
+            reason,
+        }
+    }
+
+    pub(super) async fn extend(&self, ttl: Duration) -> RedisResult<bool> {
+        self.stay_bound().await?;
+        let extended: bool = self
+            .conn
+            .query(
+                &extend_cmd(&self.key, &self.token, ttl),
+                self.command_timeout,
+            )
+            .await?;
+        if !extended {
+            self.set_lost(LostReason::NotHeld);
+        }
+        Ok(extended)
+    }
+
+    pub(super) async fn release(&self) -> RedisResult<bool> {
+        self.conn
+            .query(&release_cmd(&self.key, &self.token), self.command_timeout)
+            .await
+    }
+}
+
+/// Extends the lock every `every` until aborted, the lock is found gone, or the server
+/// stays unreachable for a whole TTL.
+pub(super) async fn watchdog(shared: Arc<Shared>, every: Duration, ttl: Duration) {
+    let mut schedule = Schedule::new(every, ttl);
+    let mut next = schedule.first();
+    loop {
+        tokio::time::sleep(next).await;
+        let sent = Instant::now();
+        match schedule.after(sent, &shared.extend(ttl).await) {
+            Next::Wait(delay) => next = delay,
+            Next::Stop => return,
+            Next::Lost(reason) => {
+                shared.set_lost(reason);
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! The blocking Redlock: `Redlock` and the guard it hands out.
+
+use super::*;
+
+/// Redlock over blocking connections, one per master. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct Redlock {
+    instances: Arc<Vec<Instance>>,
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_redlock(f, self.masters())
+    }
+}
+
+impl Redlock {
+    /// Redlock over these independent masters (not replicas of each other).
+    ///
+    /// # Panics
+    ///
+    /// If `clients` is empty.
+    pub fn new(clients: Vec<redis::Client>) -> Self {
+        Redlock {
+            instances: instances(clients, |client| Instance {
+                client,
+                con: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Redlock over the masters at these URLs.
+    pub fn open(urls: &[&str]) -> RedisResult<Self> {
+        Ok(Self::new(clients(urls)?))
+    }
+
+    /// The number of masters.
+    pub fn masters(&self) -> usize {
+        self.instances.len()
+    }
+
+    /// Acquires `key` on a quorum of the masters, retrying as `options` say.
+    pub fn lock(
+        &self,
+        key: impl AsRef<[u8]>,
+        options: &RedlockOptions,
+    ) -> Result<RedlockGuard, RedlockError> {
+        let key = key.as_ref().to_vec();
+        let token = new_token();
+        let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
+        let undo = release_cmd(&key, &token);
+        let mut attempts = Attempts::new(options, self.masters());
+        for attempt in 1..=options.attempts {
+            let started = Instant::now();
+            let results = self.acquire_on_all(&cmd, &undo, options.instance_timeout);
+            if let Some(won) = attempts.judge(results, started.elapsed()) {
+                return Ok(RedlockGuard {
+                    redlock: self.clone(),
+                    held: Held::new(key, token, started, won, options),
+                    released: false,
+                });
+            }
+            self.release_all(&key, &token, options.instance_timeout);
+            if let Some(pause) = attempts.pause_after(attempt) {
+                thread::sleep(pause);
+            }
+        }
+        Err(attempts.failed())
+    }
+
+    /// Runs `cmd` on every master at once, each within `timeout`.
+    fn on_all<T: FromRedisValue + Send>(
+        &self,
+        cmd: &redis::Cmd,
+        timeout: Duration,
+    ) -> Vec<RedisResult<T>> {
+        thread::scope(|scope| {
+            let calls: Vec<_> = self
+                .instances
+                .iter()
+                .map(|instance| scope.spawn(move || instance.query::<T>(cmd, timeout)))
+                .collect();
+            calls
+                .into_iter()
+                .map(|call| call.join().expect("a Redlock call panicked"))
+                .collect()
+        })
+    }
+
+    /// Runs the acquire `cmd` on every master at once, each within `timeout`, with
+    /// `undo` (its release) sent behind it where the reply is lost
+    /// ([`Instance::acquire`]).
+    fn acquire_on_all(
+        &self,
+        cmd: &redis::Cmd,
+        undo: &redis::Cmd,
+        timeout: Duration,
+    ) -> Vec<RedisResult<Option<Grant>>> {
+        thread::scope(|scope| {
+            let calls: Vec<_> = self
+                .instances
+                .iter()
+                .map(|instance| scope.spawn(move || instance.acquire(cmd, undo, timeout)))
+                .collect();
+            calls
+                .into_iter()
+                .map(|call| call.join().expect("a Redlock call panicked"))
+                .collect()
+        })
+    }
+
+    /// Releases on every master; the number that confirmed.
+    fn release_all(&self, key: &[u8], token: &[u8], timeout: Duration) -> usize {
+        confirmed(&self.on_all::<bool>(&release_cmd(key, token), timeout))
+    }
+}
+
+/// A Redlock held on a quorum of masters. Released on all masters when dropped.
+pub struct RedlockGuard {
+    redlock: Redlock,
+    held: Held,
+    released: bool,
+}
+
+impl fmt::Debug for RedlockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.held.fmt(f)
+    }
+}
+
+impl RedlockGuard {
+    redlock_guard_accessors!();
+
+    /// Extends the lock to `ttl` on every master (`LOCK.EXTEND`). `true` if a quorum
+    /// extended it in time, and the validity restarts; `false` leaves the old validity in
+    /// place (the lock may be lost; stop using it when [`is_valid`](Self::is_valid) fails).
+    pub fn extend(&mut self, ttl: Duration) -> bool {
+        let started = Instant::now();
+        let replies = self.redlock.on_all::<bool>(
+            &extend_cmd(&self.held.key, &self.held.token, ttl),
+            self.held.instance_timeout,
+        );
+        self.held.extended(ttl, started, &replies)
+    }
+
+    /// Releases the lock on every master; returns how many confirmed the release.
+    pub fn release(mut self) -> usize {
+        self.released = true;
+        self.release_now()
+    }
+
+    fn release_now(&self) -> usize {
+        self.redlock
+            .release_all(&self.held.key, &self.held.token, self.held.instance_timeout)
+    }
+}
+
+impl Drop for RedlockGuard {
+    fn drop(&mut self) {
+        if !self.released {
+            self.release_now();
+        }
+    }
+}
