@@ -19,6 +19,7 @@ pub mod decimal;
 pub mod error;
 pub mod fence;
 pub mod footprint;
+pub mod grant;
 pub mod holders;
 pub mod inner;
 pub mod key;

@@ -21,6 +21,8 @@ use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::store::{self, EVENT_ACQUIRE};
 use crate::state::error::Error;
+use crate::state::grant::GrantRequest;
+use crate::state::key::KeyRef;
 use crate::state::lock::{self, Session};
 use crate::state::rules::{self, Decision, Kind};
 use crate::state::stats;
@@ -95,7 +97,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
     let session = session_of(client, options.grace_ms)?;
 
     let db = ffi::selected_db(ctx);
-    let mut queued = blocking::queued(db, argv[1]);
+    let mut queued = blocking::queued(KeyRef::new(db, argv[1]));
     let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
     let expired = store::expire_holders(ctx, &mut key)?;
@@ -104,8 +106,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
         // server without post-notification jobs, or its removal reached no callback):
         // theirs first, now, before this newcomer is considered.
         drop(key);
-        handoff::handoff(ctx, db, argv[1]);
-        queued = blocking::queued(db, argv[1]);
+        handoff::handoff(ctx, KeyRef::new(db, argv[1]));
+        queued = blocking::queued(KeyRef::new(db, argv[1]));
         key = Key::open_write(ctx, &name);
     }
     let held = key.lock()?;
@@ -117,20 +119,19 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
         Decision::Refused(refusal) => Err(Error::Refused(refusal)),
         Decision::Grant => {
             let token = lock::NewToken::for_grant(options.token);
-            store::grant(
-                ctx,
-                &mut key,
-                (db, argv[1]),
-                (token, options.kind),
-                options.ttl_ms,
-                store::Grantee {
-                    client,
-                    session,
-                    value: options.value,
-                },
-                |token, fence| ffi::reply_granted(ctx, token, fence),
-            )?;
-            handoff::watch_holders(ctx, db, argv[1], &key);
+            let request = GrantRequest {
+                key: KeyRef::new(db, argv[1]),
+                token,
+                kind: options.kind,
+                ttl_ms: options.ttl_ms,
+                client,
+                session,
+                value: options.value,
+            };
+            store::grant(ctx, &mut key, request, |token, fence| {
+                ffi::reply_granted(ctx, token, fence)
+            })?;
+            handoff::watch_holders(ctx, KeyRef::new(db, argv[1]), &key);
             Ok(RedisValue::NoReply)
         }
         Decision::Renew => {
@@ -173,8 +174,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                         kind: options.kind,
                         value: options.value.map(Box::from),
                     };
-                    blocking::wait(ctx, db, argv[1], request, timeout_ms)?;
-                    handoff::waiting_for(ctx, db, argv[1], expire_at);
+                    blocking::wait(ctx, KeyRef::new(db, argv[1]), request, timeout_ms)?;
+                    handoff::waiting_for(ctx, KeyRef::new(db, argv[1]), expire_at);
                     Ok(RedisValue::NoReply)
                 }
                 _ => Ok(RedisValue::Null),
@@ -237,12 +238,12 @@ fn renew_holder(
     if let Some(Some(old)) = was {
         // Other holders of the key bound to the same connection keep their grace.
         let others = key.lock()?.is_some_and(|value| value.bound_to(old.client));
-        session::unbind(db, name, &old, !others);
+        session::unbind(KeyRef::new(db, name), &old, !others);
     }
     if let Some(new) = &session {
-        store::bind(db, name, new.client, new.grace_ms);
+        store::bind(KeyRef::new(db, name), new.client, new.grace_ms);
     }
-    handoff::watch_holders(ctx, db, name, key);
+    handoff::watch_holders(ctx, KeyRef::new(db, name), key);
     Ok(())
 }
 
@@ -267,10 +268,10 @@ fn rebind(
         }
     }
     if let Some(old) = &was_bound {
-        session::unbind(db, name, old, true);
+        session::unbind(KeyRef::new(db, name), old, true);
     }
     if let Some(new) = &session {
-        store::bind(db, name, new.client, new.grace_ms);
+        store::bind(KeyRef::new(db, name), new.client, new.grace_ms);
     }
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
@@ -278,6 +279,6 @@ fn rebind(
         return Err(Error::VanishedWhileRenewing);
     };
     store::replicate(ctx, key, lock, &lock.token(), expire_at);
-    handoff::deadline_moved(ctx, db, name, Some(expire_at));
+    handoff::deadline_moved(ctx, KeyRef::new(db, name), Some(expire_at));
     Ok(())
 }

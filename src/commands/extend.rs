@@ -10,6 +10,7 @@ use crate::ffi::{self, Key};
 use crate::keyspace::handoff;
 use crate::keyspace::store::{self, EVENT_EXTEND};
 use crate::state::error::Error;
+use crate::state::key::KeyRef;
 use crate::state::stats;
 use crate::state::value::LockValue;
 
@@ -51,11 +52,11 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
         stats::EXTENDS.bump();
     }
     if extended || expired > 0 {
-        handoff::watch_holders(ctx, db, args.get(1), &key);
+        handoff::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
     }
     if expired > 0 {
         drop(key);
-        handoff::handoff(ctx, db, args.get(1));
+        handoff::handoff(ctx, KeyRef::new(db, args.get(1)));
     }
     Ok(RedisValue::Integer(i64::from(extended)))
 }
@@ -68,8 +69,7 @@ pub(super) fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), Error
     ffi::replicate_pexpireat(ctx, key.name(), expire_at);
     handoff::deadline_moved(
         ctx,
-        ffi::selected_db(ctx),
-        key.name().as_slice(),
+        KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()),
         Some(expire_at),
     );
     Ok(())

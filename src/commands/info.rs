@@ -9,6 +9,7 @@ use crate::ffi::{self, Field, Key};
 use crate::keyspace::blocking;
 use crate::keyspace::watching;
 use crate::state::error::Error;
+use crate::state::key::KeyRef;
 use crate::state::value::LockValue;
 
 /// LOCK.INFO <key>
@@ -33,8 +34,8 @@ pub fn info(ctx: &Context, args: &Args) -> Reply {
     let ttl = key
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
-    let waiting = blocking::count(ffi::selected_db(ctx), args.get(1));
-    let watching = watching::count(ffi::selected_db(ctx), args.get(1));
+    let waiting = blocking::count(KeyRef::new(ffi::selected_db(ctx), args.get(1)));
+    let watching = watching::count(KeyRef::new(ffi::selected_db(ctx), args.get(1)));
     let published = match value {
         LockValue::Exclusive(lock) => lock.value(),
         LockValue::Shared(_) => None,

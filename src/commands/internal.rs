@@ -19,6 +19,7 @@ use crate::keyspace::watching;
 use crate::state::error::Error;
 use crate::state::fence;
 use crate::state::holders::{Holder, Holders};
+use crate::state::key::KeyRef;
 use crate::state::limits::MAX_LIMIT;
 use crate::state::lock::{self, LockState, Session};
 use crate::state::value::LockValue;
@@ -120,9 +121,9 @@ fn run_set(ctx: &Context, args: &Args) -> Reply {
     key.set_lock(LockValue::Exclusive(lock), expire_at)?;
     let db = ffi::selected_db(ctx);
     if let Some(session) = session {
-        session::arrived(db, key.name().as_slice(), session);
+        session::arrived(KeyRef::new(db, key.name().as_slice()), session);
     }
-    watching::touched(db, key.name().as_slice());
+    watching::touched(KeyRef::new(db, key.name().as_slice()));
     fence::clock().observe(fence);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -188,10 +189,10 @@ fn run_hold(ctx: &Context, args: &Args) -> Reply {
     };
     key.set_expire_at(last)?;
     if let Some(session) = session {
-        session::arrived(db, key.name().as_slice(), session);
+        session::arrived(KeyRef::new(db, key.name().as_slice()), session);
     }
-    handoff::shared_arrived(db, key.name().as_slice());
-    watching::touched(db, key.name().as_slice());
+    handoff::shared_arrived(KeyRef::new(db, key.name().as_slice()));
+    watching::touched(KeyRef::new(db, key.name().as_slice()));
     fence::clock().observe(fence);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -224,7 +225,7 @@ fn run_drop_holder(ctx: &Context, args: &Args) -> Reply {
         }
         Some(last) => key.set_expire_at(Some(last))?,
     }
-    watching::touched(ffi::selected_db(ctx), key.name().as_slice());
+    watching::touched(KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()));
     ctx.replicate_verbatim();
     Ok(RedisValue::Integer(i64::from(dropped)))
 }

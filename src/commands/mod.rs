@@ -29,6 +29,7 @@ use crate::keyspace::blocking;
 use crate::keyspace::handoff;
 use crate::keyspace::watching;
 use crate::state::error::Error;
+use crate::state::key::KeyRef;
 use crate::state::lock::LockState;
 
 /// The reply of a command that may have changed keys, once the watchers of what it
@@ -50,11 +51,11 @@ fn open_served<'c>(
     raw: &[u8],
 ) -> Result<Key<'c>, Error> {
     let key = Key::open_write(ctx, name);
-    if key.lock()?.is_some() || !blocking::queued(db, raw) {
+    if key.lock()?.is_some() || !blocking::queued(KeyRef::new(db, raw)) {
         return Ok(key);
     }
     drop(key);
-    handoff::handoff(ctx, db, raw);
+    handoff::handoff(ctx, KeyRef::new(db, raw));
     Ok(Key::open_write(ctx, name))
 }
 

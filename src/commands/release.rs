@@ -12,6 +12,7 @@ use crate::keyspace::handoff;
 use crate::keyspace::store::{self, EVENT_RELEASE};
 use crate::keyspace::watching;
 use crate::state::error::Error;
+use crate::state::key::KeyRef;
 use crate::state::stats;
 use crate::state::value::LockValue;
 
@@ -41,7 +42,7 @@ fn run_release(ctx: &Context, args: &Args) -> Reply {
         Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
             events::releasing(|| key.delete());
             ffi::replicate_del(ctx, key.name());
-            watching::touched(db, args.get(1));
+            watching::touched(KeyRef::new(db, args.get(1)));
             (true, false)
         }
         Some(LockValue::Shared(_)) => (store::drop_holder(ctx, &mut key, token)?.is_some(), true),
@@ -52,11 +53,11 @@ fn run_release(ctx: &Context, args: &Args) -> Reply {
         stats::RELEASES.bump();
     }
     if shared || expired > 0 {
-        handoff::watch_holders(ctx, db, args.get(1), &key);
+        handoff::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
     }
     if released || expired > 0 {
         drop(key);
-        handoff::handoff(ctx, db, args.get(1));
+        handoff::handoff(ctx, KeyRef::new(db, args.get(1)));
     }
     Ok(RedisValue::Integer(i64::from(released)))
 }

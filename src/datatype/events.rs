@@ -9,6 +9,7 @@
 
 use std::cell::Cell;
 
+use crate::state::key::KeyRef;
 use crate::state::lock::Session;
 
 /// Who is told what the type's callbacks learn of lock keys, by database and key name.
@@ -16,18 +17,18 @@ pub trait KeyEvents {
     /// Lock key `key` of database `db` is leaving the keyspace (a release's deletion
     /// included) or arrived in it (loaded, restored, copied): what watches it must look
     /// again.
-    fn changed(db: i32, key: &[u8]);
+    fn changed(key: KeyRef);
     /// Lock key `key` is leaving the keyspace (deleted, expired, evicted, renamed or moved
     /// away, overwritten), not by a release: its waiters may be granted.
-    fn gone(db: i32, key: &[u8]);
+    fn gone(key: KeyRef);
     /// A session-bound lock arrived at `key` (loaded from an RDB file or a `RESTORE`
     /// payload, copied).
-    fn session_arrived(db: i32, key: &[u8], session: Session);
+    fn session_arrived(key: KeyRef, session: Session);
     /// A session-bound lock is leaving `key`, by whatever means.
-    fn session_gone(db: i32, key: &[u8], session: Session);
+    fn session_gone(key: KeyRef, session: Session);
     /// Shared holders arrived at `key` (loaded, restored, copied): their expiries must be
     /// watched.
-    fn shared_arrived(db: i32, key: &[u8]);
+    fn shared_arrived(key: KeyRef);
 }
 
 thread_local! {

@@ -25,6 +25,7 @@ use crate::state::error::Error;
 use crate::state::fence;
 use crate::state::footprint;
 use crate::state::holders::{Holder, Holders};
+use crate::state::key::KeyRef;
 use crate::state::limits::{MAX_LIMIT, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::state::lock::{self, BoundLock, LockState, Session};
 use crate::state::stats;
@@ -217,12 +218,12 @@ fn save_lock(rdb: &mut RdbOut, lock: &LockState) {
 /// session-bound holders are watched from now on, and shared holders get their expiry
 /// timer.
 fn arrived<E: KeyEvents>(value: &LockValue, db: i32, key: &[u8]) {
-    E::changed(db, key);
+    E::changed(KeyRef::new(db, key));
     for session in value.sessions() {
-        E::session_arrived(db, key, session);
+        E::session_arrived(KeyRef::new(db, key), session);
     }
     if matches!(value, LockValue::Shared(_)) {
-        E::shared_arrived(db, key);
+        E::shared_arrived(KeyRef::new(db, key));
     }
 }
 
@@ -368,10 +369,10 @@ impl<E: KeyEvents> ValueType for LockType<E> {
     /// `DEL`, expiry, eviction, `RENAME`/`MOVE` away, overwrite). Called for lock keys
     /// only, so the module hears of freed locks without listening to every key's events.
     fn unlinked(db: i32, key: &[u8], value: &LockValue) {
-        E::changed(db, key);
+        E::changed(KeyRef::new(db, key));
         let sessions = value.sessions();
         for session in &sessions {
-            E::session_gone(db, key, *session);
+            E::session_gone(KeyRef::new(db, key), *session);
         }
         if !events::is_releasing()
             && (!sessions.is_empty() || matches!(value, LockValue::Shared(_)))
@@ -387,7 +388,7 @@ impl<E: KeyEvents> ValueType for LockType<E> {
         if stats::note_unlinked_lock(key) {
             ffi::after_this_command(|_| stats::forget_unlinked_lock());
         }
-        E::gone(db, key);
+        E::gone(KeyRef::new(db, key));
     }
 
     fn aux_save(rdb: &mut RdbOut) {

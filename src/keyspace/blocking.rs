@@ -29,6 +29,7 @@ use crate::ffi::Reply;
 use crate::ffi::{self, blocked};
 use crate::keyspace::handoff;
 use crate::state::error::Error;
+use crate::state::key::KeyRef;
 use crate::state::lock::Session;
 use crate::state::queue::{KeyId, Queues, Waiter};
 use crate::state::rules::{Holding, Kind};
@@ -63,7 +64,8 @@ fn with_queues<T>(f: impl FnOnce(&mut Queues) -> T) -> T {
 }
 
 /// The queue key of `key` in database `db`.
-pub fn key_id(db: i32, key: &[u8]) -> KeyId {
+pub fn key_id(at: KeyRef) -> KeyId {
+    let KeyRef { db, name: key } = at;
     KeyId::new(db, key)
 }
 
@@ -79,8 +81,8 @@ pub fn admin_unblock() -> bool {
 
 /// Whether clients wait for `key`: a newcomer must stand back for them. (The common
 /// case, nobody waiting anywhere, costs no allocation.)
-pub fn queued(db: i32, key: &[u8]) -> bool {
-    with_queues(|q| !q.is_empty() && q.busy(&key_id(db, key)))
+pub fn queued(at: KeyRef) -> bool {
+    with_queues(|q| !q.is_empty() && q.busy(&at.to_id()))
 }
 
 /// Whether clients wait for the key `id`.
@@ -89,12 +91,12 @@ pub fn busy(id: &KeyId) -> bool {
 }
 
 /// Clients blocked on `key`.
-pub fn count(db: i32, key: &[u8]) -> usize {
+pub fn count(at: KeyRef) -> usize {
     with_queues(|q| {
         if q.is_empty() {
             0
         } else {
-            q.waiting(&key_id(db, key))
+            q.waiting(&at.to_id())
         }
     })
 }
@@ -139,14 +141,14 @@ pub struct Request {
 
 /// Blocks the calling client until it is answered: granted the lock on `key` as
 /// `request` asks, or `timeout_ms` passes (`0`: no limit).
-pub fn wait(ctx: &Context, db: i32, key: &[u8], request: Request, timeout_ms: i64) -> Reply {
+pub fn wait(ctx: &Context, at: KeyRef, request: Request, timeout_ms: i64) -> Reply {
     let Some(handle) = blocked::block::<LockWaits>(ctx, admin_unblock()) else {
         return Err(Error::ClientNotBlocked);
     };
     let id = with_queues(|q| {
         q.push(Waiter {
             handle: handle.id(),
-            key: key_id(db, key),
+            key: at.to_id(),
             token: request.token,
             wake_timer: None,
             ttl_ms: request.ttl_ms,
@@ -197,7 +199,7 @@ fn leave(id: u64) -> Option<Waiter> {
     });
     let waiter = waiter?;
     if was_head && busy(&waiter.key) {
-        handoff::head_left(waiter.key.db, &waiter.key.name);
+        handoff::head_left(waiter.key.as_ref());
     }
     Some(waiter)
 }

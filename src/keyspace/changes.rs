@@ -6,29 +6,30 @@
 
 use crate::datatype::KeyEvents;
 use crate::keyspace::{handoff, session, watching};
+use crate::state::key::KeyRef;
 use crate::state::lock::Session;
 
 /// The keyspace, as the lock type's callbacks report to it.
 pub struct Changes;
 
 impl KeyEvents for Changes {
-    fn changed(db: i32, key: &[u8]) {
-        watching::lock_changed(db, key);
+    fn changed(key: KeyRef) {
+        watching::lock_changed(key);
     }
 
-    fn gone(db: i32, key: &[u8]) {
-        handoff::lock_gone(db, key);
+    fn gone(key: KeyRef) {
+        handoff::lock_gone(key);
     }
 
-    fn session_arrived(db: i32, key: &[u8], session: Session) {
-        session::arrived(db, key, session);
+    fn session_arrived(key: KeyRef, session: Session) {
+        session::arrived(key, session);
     }
 
-    fn session_gone(db: i32, key: &[u8], session: Session) {
-        session::gone(db, key, session);
+    fn session_gone(key: KeyRef, session: Session) {
+        session::gone(key, session);
     }
 
-    fn shared_arrived(db: i32, key: &[u8]) {
-        handoff::shared_arrived(db, key);
+    fn shared_arrived(key: KeyRef) {
+        handoff::shared_arrived(key);
     }
 }

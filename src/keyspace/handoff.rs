@@ -39,6 +39,8 @@ use crate::keyspace::slot_import;
 use crate::keyspace::store;
 use crate::keyspace::watching;
 use crate::state::error::Error;
+use crate::state::grant::GrantRequest;
+use crate::state::key::KeyRef;
 use crate::state::lock::NewToken;
 use crate::state::queue::{KeyId, Waiter};
 use crate::state::room;
@@ -68,12 +70,12 @@ thread_local! {
 /// waiter whose key now lives on another cluster node is redirected, and the next one
 /// tried). Runs where the server allows writes: a write command of `db`'s client, a
 /// timer, a post-notification job.
-pub fn handoff(ctx: &Context, db: i32, name: &[u8]) {
+pub fn handoff(ctx: &Context, key: KeyRef) {
     // Checked first, without building the key's id: most releases have no waiters.
-    if !blocking::queued(db, name) || ffi::is_replica(ctx) {
+    if !blocking::queued(key) || ffi::is_replica(ctx) {
         return;
     }
-    settle(ctx, &blocking::key_id(db, name));
+    settle(ctx, &key.to_id());
 }
 
 /// Brings key `id` up to date on a master: its shared holders whose time has come leave,
@@ -142,17 +144,18 @@ fn next_holder_expiry(key: &Key) -> Option<i64> {
 
 /// The shared holders of `key` (`name` in database `db`) changed: a timer takes each out
 /// at its own time, within a few milliseconds, on a master.
-pub fn watch_holders(ctx: &Context, db: i32, name: &[u8], key: &Key) {
+pub fn watch_holders(ctx: &Context, lock: KeyRef, key: &Key) {
     if let Some(at) = next_holder_expiry(key) {
-        arm_timer(ctx, &blocking::key_id(db, name), at);
+        arm_timer(ctx, &lock.to_id(), at);
     }
 }
 
 /// Shared holders arrived at `key` (loaded, restored, copied, moved, replicated): their
 /// expiries are watched now, or once this server serves its keys.
-pub fn shared_arrived(db: i32, key: &[u8]) {
+pub fn shared_arrived(at: KeyRef) {
+    let key = at.name;
     let ctx = ffi::detached();
-    let id = blocking::key_id(db, key);
+    let id = at.to_id();
     if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
         PENDING.with(|p| p.borrow_mut().insert(id));
     } else {
@@ -179,22 +182,19 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         return (waiter, Answer::Error(redirect));
     }
     let token = std::mem::take(&mut waiter.token);
-    let answer = match store::grant(
-        ctx,
-        key,
-        (waiter.key.db, &waiter.key.name),
-        (NewToken::Given(&token), waiter.kind),
-        waiter.ttl_ms,
-        store::Grantee {
-            client: waiter.client,
-            session: waiter.session,
-            value: waiter.value.as_deref(),
-        },
-        |token, fence| Answer::Granted {
-            token: token.into(),
-            fence,
-        },
-    ) {
+    let request = GrantRequest {
+        key: waiter.key.as_ref(),
+        token: NewToken::Given(&token),
+        kind: waiter.kind,
+        ttl_ms: waiter.ttl_ms,
+        client: waiter.client,
+        session: waiter.session,
+        value: waiter.value.as_deref(),
+    };
+    let answer = match store::grant(ctx, key, request, |token, fence| Answer::Granted {
+        token: token.into(),
+        fence,
+    }) {
         Ok((_, granted)) => granted,
         Err(err) => Answer::Error(err),
     };
@@ -203,22 +203,22 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
 
 /// The lock on `key` was given a new deadline (`LOCK.EXTEND`, a renewing acquire): if
 /// clients wait for it, the handoff must not come later than that.
-pub fn deadline_moved(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
-    if blocking::queued(db, key) {
-        rearm(ctx, &blocking::key_id(db, key), expire_at);
+pub fn deadline_moved(ctx: &Context, at: KeyRef, expire_at: Option<i64>) {
+    if blocking::queued(at) {
+        rearm(ctx, &at.to_id(), expire_at);
     }
 }
 
 /// A waiter has just queued for the lock on `key`, which expires at `expire_at`.
-pub fn waiting_for(ctx: &Context, db: i32, key: &[u8], expire_at: Option<i64>) {
-    rearm(ctx, &blocking::key_id(db, key), expire_at);
+pub fn waiting_for(ctx: &Context, at: KeyRef, expire_at: Option<i64>) {
+    rearm(ctx, &at.to_id(), expire_at);
 }
 
 /// A lock key left the keyspace other than by a release (the type's unlink callback,
 /// through `changes.rs`): if clients wait for it, hand it over as soon as writes are
 /// allowed.
-pub fn lock_gone(db: i32, key: &[u8]) {
-    let id = blocking::key_id(db, key);
+pub fn lock_gone(at: KeyRef) {
+    let id = at.to_id();
     PENDING.with(|p| {
         let mut pending = p.borrow_mut();
         if !pending.is_empty() {
@@ -231,8 +231,8 @@ pub fn lock_gone(db: i32, key: &[u8]) {
 }
 
 /// The oldest waiter of `key` left without it: the next ones may fit now.
-pub fn head_left(db: i32, key: &[u8]) {
-    run_soon(blocking::key_id(db, key));
+pub fn head_left(at: KeyRef) {
+    run_soon(at.to_id());
 }
 
 /// Runs the handoff of `id` right after the current command or cycle: as a

@@ -32,6 +32,7 @@ use crate::keyspace::slot_import;
 use crate::keyspace::store::{self, EVENT_RELEASE};
 use crate::keyspace::watching;
 use crate::state::bindings::{self, Binding, Start};
+use crate::state::key::KeyRef;
 use crate::state::lock::Session;
 use crate::state::queue::KeyId;
 use crate::state::stats;
@@ -62,7 +63,8 @@ fn unwatch_when_idle() {
 /// token acquires it again, bound anew or not at all). If that ends a grace, it is a
 /// reclaim, counted in `session_reclaims`. With `forget` false, other holders of the key
 /// stay bound to the same connection and keep their entry and grace.
-pub fn unbind(db: i32, key: &[u8], session: &Session, forget: bool) {
+pub fn unbind(at: KeyRef, session: &Session, forget: bool) {
+    let KeyRef { db, name: key } = at;
     let id = KeyId::new(db, key);
     if forget {
         registry::with(|b| b.forget(&id, session.client));
@@ -95,7 +97,7 @@ pub fn serving(ctx: &Context) {
             // Another import still brings this slot: its grace waits for that one.
             registry::with(|b| b.pend(key, binding));
         } else if ffi::client_connected(binding.client) {
-            store::bind(key.db, &key.name, binding.client, binding.grace_ms);
+            store::bind(key.as_ref(), binding.client, binding.grace_ms);
         } else {
             bindings::add_start(&mut starts, binding, key);
         }
@@ -130,7 +132,8 @@ pub fn swapped(a: i32, b: i32) {
 /// the AOF, a slot import), loaded, restored, renamed, moved or copied. It is watched from
 /// now on: bound if its connection is open, else in grace, or pending if this server does
 /// not serve it (yet).
-pub fn arrived(db: i32, key: &[u8], session: Session) {
+pub fn arrived(at: KeyRef, session: Session) {
+    let KeyRef { db, name: key } = at;
     let binding = Binding {
         client: session.client,
         grace_ms: session.grace_ms,
@@ -139,7 +142,7 @@ pub fn arrived(db: i32, key: &[u8], session: Session) {
     if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
         registry::with(|b| b.pend(KeyId::new(db, key), binding));
     } else if ffi::client_connected(session.client) {
-        store::bind(db, key, session.client, session.grace_ms);
+        store::bind(at, session.client, session.grace_ms);
     } else {
         let keys = vec![KeyId::new(db, key)];
         start_grace(&ctx, binding, Start::Own, keys, session.grace_ms);
@@ -155,7 +158,8 @@ thread_local! {
 /// A session-bound lock left `key`, by whatever means. The key may already hold its
 /// successor (`RESTORE` or `COPY` with `REPLACE` load the new value before the old one
 /// goes), so the registry is told once the command is over, with what the key holds then.
-pub fn gone(db: i32, key: &[u8], session: Session) {
+pub fn gone(at: KeyRef, session: Session) {
+    let KeyRef { db, name: key } = at;
     let first = LEFT.with(|left| {
         let mut left = left.borrow_mut();
         left.push((KeyId::new(db, key), session.client));
@@ -219,10 +223,10 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
         let db = ffi::selected_db(ctx);
         if let Ok(Some(value)) = opened.lock() {
             for session in value.sessions() {
-                arrived(db, key, session);
+                arrived(KeyRef::new(db, key), session);
             }
             if matches!(value, LockValue::Shared(_)) {
-                handoff::shared_arrived(db, key);
+                handoff::shared_arrived(KeyRef::new(db, key));
             }
         }
     })
@@ -324,9 +328,9 @@ fn release(ctx: &Context, key: &KeyId, binding: Binding) {
         start_grace(ctx, rest, Start::Own, keys, grace_ms - binding.grace_ms);
     }
     if released > 0 {
-        handoff::watch_holders(ctx, db, name, &opened);
+        handoff::watch_holders(ctx, KeyRef::new(db, name), &opened);
         drop(opened);
-        handoff::handoff(ctx, db, name);
+        handoff::handoff(ctx, KeyRef::new(db, name));
         watching::settle(ctx);
     }
 }

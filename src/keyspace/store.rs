@@ -14,8 +14,10 @@ use crate::keyspace::registry;
 use crate::keyspace::watching;
 use crate::state::error::Error;
 use crate::state::fence;
+use crate::state::grant::GrantRequest;
 use crate::state::holders::{Holder, Holders};
-use crate::state::lock::{BoundLock, LockState, NewToken, Session};
+use crate::state::key::KeyRef;
+use crate::state::lock::{BoundLock, LockState, Session};
 use crate::state::rules::Kind;
 use crate::state::stats;
 use crate::state::value::LockValue;
@@ -30,21 +32,9 @@ pub const EVENT_EXTEND: &CStr = c"lock.extend";
 /// key's, which the server announces as `expired`).
 pub const EVENT_EXPIRED: &CStr = c"lock.expired";
 
-/// Who a grant goes to, beyond its token and kind.
-#[derive(Debug, Clone, Copy)]
-pub struct Grantee<'a> {
-    /// The `CLIENT ID` of its connection (0: none, inside a script), which
-    /// `LOCK.HOLDERS` names.
-    pub client: u64,
-    /// The binding `SESSION` asks for.
-    pub session: Option<Session>,
-    /// The value `VALUE` publishes.
-    pub value: Option<&'a [u8]>,
-}
-
-/// Grants `key` (named `name` in database `db`) to `token` for `ttl_ms` in `kind`, for
-/// `grantee`'s connection and bound to its session if given: a new fence, the holder's expiry (and the key's:
-/// its longest-lived holder's), replication of the absolute state (`LOCK._SET` for an
+/// Carries out `request` on `key` (opened for it): a new fence, the holder's expiry (and
+/// the key's: its longest-lived holder's), the binding to its session if it asks for
+/// one, replication of the absolute state (`LOCK._SET` for an
 /// exclusive lock, `LOCK._HOLD` for a shared holder), the `lock.acquire` event and the
 /// `grants` counter. The caller has checked with the rules that the grant fits: the key
 /// is free, or holds shared holders of this kind. `reply` is handed the token as stored
@@ -52,17 +42,18 @@ pub struct Grantee<'a> {
 pub fn grant<R>(
     ctx: &Context,
     key: &mut Key,
-    (db, name): (i32, &[u8]),
-    (token, kind): (NewToken, Kind),
-    ttl_ms: i64,
-    grantee: Grantee,
+    request: GrantRequest,
     reply: impl FnOnce(&[u8], u64) -> R,
 ) -> Result<(u64, R), Error> {
-    let Grantee {
+    let GrantRequest {
+        key: KeyRef { db, name },
+        token,
+        kind,
+        ttl_ms,
         client,
         session,
         value,
-    } = grantee;
+    } = request;
     let now = ffi::now_ms();
     let fence = fence::clock().next(now).ok_or(Error::FenceExhausted)?;
     let expire_at = now.saturating_add(ttl_ms);
@@ -120,10 +111,10 @@ pub fn grant<R>(
         }
     };
     if let Some(session) = session {
-        bind(db, name, session.client, session.grace_ms);
+        bind(KeyRef::new(db, name), session.client, session.grace_ms);
     }
     ffi::notify(ctx, EVENT_ACQUIRE, key.name());
-    watching::touched(db, name);
+    watching::touched(KeyRef::new(db, name));
     stats::GRANTS.bump();
     Ok((fence, replied))
 }
@@ -203,7 +194,7 @@ pub fn drop_holder(ctx: &Context, key: &mut Key, token: &[u8]) -> Result<Option<
             key.set_expire_at(Some(last))?;
         }
     }
-    watching::touched(ffi::selected_db(ctx), key.name().as_slice());
+    watching::touched(KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()));
     Ok(Some(holder))
 }
 
@@ -242,13 +233,14 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, Error> {
         }
         Some(last) => key.set_expire_at(Some(last))?,
     }
-    watching::touched(ffi::selected_db(ctx), key.name().as_slice());
+    watching::touched(KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()));
     Ok(gone.len())
 }
 
 /// The lock on key `name` of database `db` is bound to the open connection `client`: the
 /// module hears of closed connections from now on, if it did not already.
-pub fn bind(db: i32, name: &[u8], client: u64, grace_ms: i64) {
+pub fn bind(key: KeyRef, client: u64, grace_ms: i64) {
+    let KeyRef { db, name } = key;
     registry::with(|b| b.bind(db, name, client, grace_ms));
     ffi::watch_connections(true);
 }

@@ -38,6 +38,7 @@ use crate::ffi::{self, Key, blocked};
 use crate::keyspace::blocking;
 use crate::keyspace::routing;
 use crate::state::error::Error;
+use crate::state::key::KeyRef;
 use crate::state::queue::KeyId;
 use crate::state::stats;
 use crate::state::value::LockValue;
@@ -163,7 +164,7 @@ pub fn watch(
     let Some(handle) = blocked::block::<LockWatches>(ctx, blocking::admin_unblock()) else {
         return Err(Error::ClientNotBlocked);
     };
-    let id = blocking::key_id(db, raw);
+    let id = blocking::key_id(KeyRef::new(db, raw));
     let watcher = with(|w| {
         w.add(Watcher {
             handle: handle.id(),
@@ -181,12 +182,12 @@ pub fn watch(
 }
 
 /// Watchers of `key` in database `db`.
-pub fn count(db: i32, key: &[u8]) -> usize {
+pub fn count(at: KeyRef) -> usize {
     with(|w| {
         if w.is_empty() {
             0
         } else {
-            w.count(&blocking::key_id(db, key))
+            w.count(&at.to_id())
         }
     })
 }
@@ -199,12 +200,12 @@ pub fn total() -> usize {
 /// Key `key` of database `db` may have changed: its watchers are looked at once the
 /// change is complete (by the next `settle`, at the latest from a job or timer asked for
 /// here). Costs a check of an empty map while nobody watches.
-pub fn touched(db: i32, key: &[u8]) {
+pub fn touched(at: KeyRef) {
     // Checked first, without building the key's id: most servers watch nothing.
     if WATCHING.load(Ordering::Relaxed) == 0 {
         return;
     }
-    let id = blocking::key_id(db, key);
+    let id = at.to_id();
     if !with(|w| w.watched(&id)) {
         return;
     }
@@ -369,9 +370,9 @@ pub fn demoted(ctx: &Context) {
 /// A lock key left the keyspace or arrived in it (the type's callbacks, through
 /// `changes.rs`). Where the module cannot follow `RENAME`/`MOVE` onto a key, a lock key
 /// that leaves may be arriving at any watched key: every one is looked at.
-pub fn lock_changed(db: i32, key: &[u8]) {
+pub fn lock_changed(at: KeyRef) {
     if KEY_EVENTS.with(Cell::get) || events::is_releasing() {
-        touched(db, key);
+        touched(at);
     } else {
         everything_changed();
     }

@@ -14,6 +14,7 @@ use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::slot_import;
 use crate::keyspace::watching;
+use crate::state::key::KeyRef;
 use crate::state::stats;
 
 /// Follows every event below; false if the server refused one. The client-change event
@@ -34,7 +35,9 @@ pub fn follow_key_moves(ctx: &Context) -> bool {
 /// watchers of the key look again (a lock moved onto it, its expiry changed).
 fn on_generic_key_event(ctx: &Context, event: &[u8], key: &[u8]) {
     session::key_moved(ctx, event, key);
-    guard::callback((), || watching::touched(ffi::selected_db(ctx), key));
+    guard::callback((), || {
+        watching::touched(KeyRef::new(ffi::selected_db(ctx), key))
+    });
 }
 
 /// Follows Valkey 9's atomic slot migrations (see `slot_import`); false if the server
