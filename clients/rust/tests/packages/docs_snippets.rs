@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::docs_common::{Block, all_blocks, root};
 use redis_lock_client::{LockOptions, Locker};
 use redis_lock_testkit::TestServer;
+use redis_lock_testkit::pages::{Block, all_blocks, root};
 
 const PAGE: &str = "docs/clients.md";
 const PAGE_PORT: &str = "7379";

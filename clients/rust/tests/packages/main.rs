@@ -1,7 +1,5 @@
 #[path = "../common/mod.rs"]
 mod common;
-#[path = "../../../../tests/docs_common/mod.rs"]
-mod docs_common;
 mod docs_snippets;
 mod node_package;
 mod other_languages;
