@@ -12,7 +12,7 @@
 //! - `server/`: the server's identity (which server and version, what it supports) and
 //!   the server events the module follows;
 //! - `keyspace/`: writes to lock keys (`store.rs`), the handoff of a freed lock to its
-//!   waiters (`handoff.rs`, `blocking.rs`), the watchers of `LOCK.WATCH`
+//!   waiters and the waits themselves (`waiting/`: who waits for a key and when they get it), the watchers of `LOCK.WATCH`
 //!   (`watching.rs`), session-bound locks' graces and releases (`session.rs`, the running
 //!   server's registry in `registry.rs`), what follows a change the type's callbacks
 //!   report (`changes.rs`), cluster routing (`routing.rs`), slots being imported
@@ -287,7 +287,7 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ffi::set_module_options(ctx, options);
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(commands::info_section::section));
-    keyspace::blocking::init(found.unblock_is_safe());
+    keyspace::waiting::init(found.unblock_is_safe());
     state::footprint::set_server_cells(found.memory_usage_leaves_out());
     state::footprint::set_allocator(&ffi::server_allocator(ctx));
     keyspace::watching::init(found.key_moves_can_be_followed());

@@ -2,7 +2,7 @@
 //!
 //! A waiter stays in its key's queue, blocked, until it is granted the lock, times out
 //! or goes away. The grant to the oldest waiter is written at once when the lock is
-//! freed (the module's `keyspace/handoff.rs`), and the waiter leaves the queue in the same step: a client
+//! freed (the module's `keyspace/waiting/`), and the waiter leaves the queue in the same step: a client
 //! is either queued or answered, never both.
 
 use std::collections::{HashMap, VecDeque};

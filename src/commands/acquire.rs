@@ -15,11 +15,10 @@ use crate::datatype::LockKey;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
-use crate::keyspace::blocking;
-use crate::keyspace::blocking::Request;
-use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::store::{self, EVENT_ACQUIRE};
+use crate::keyspace::waiting;
+use crate::keyspace::waiting::Request;
 use crate::state::error::Error;
 use crate::state::grant::GrantRequest;
 use crate::state::key::KeyRef;
@@ -97,7 +96,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
     let session = session_of(client, options.grace_ms)?;
 
     let db = ffi::selected_db(ctx);
-    let mut queued = blocking::queued(KeyRef::new(db, argv[1]));
+    let mut queued = waiting::queued(KeyRef::new(db, argv[1]));
     let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
     let expired = store::expire_holders(ctx, &mut key)?;
@@ -106,8 +105,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
         // server without post-notification jobs, or its removal reached no callback):
         // theirs first, now, before this newcomer is considered.
         drop(key);
-        handoff::handoff(ctx, KeyRef::new(db, argv[1]));
-        queued = blocking::queued(KeyRef::new(db, argv[1]));
+        waiting::handoff(ctx, KeyRef::new(db, argv[1]));
+        queued = waiting::queued(KeyRef::new(db, argv[1]));
         key = Key::open_write(ctx, &name);
     }
     let held = key.lock()?;
@@ -131,7 +130,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
             store::grant(ctx, &mut key, request, |token, fence| {
                 ffi::reply_granted(ctx, token, fence)
             })?;
-            handoff::watch_holders(ctx, KeyRef::new(db, argv[1]), &key);
+            waiting::watch_holders(ctx, KeyRef::new(db, argv[1]), &key);
             Ok(RedisValue::NoReply)
         }
         Decision::Renew => {
@@ -174,9 +173,13 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                         kind: options.kind,
                         value: options.value.map(Box::from),
                     };
-                    blocking::wait(ctx, KeyRef::new(db, argv[1]), request, timeout_ms)?;
-                    handoff::waiting_for(ctx, KeyRef::new(db, argv[1]), expire_at);
-                    Ok(RedisValue::NoReply)
+                    waiting::wait(
+                        ctx,
+                        KeyRef::new(db, argv[1]),
+                        request,
+                        timeout_ms,
+                        expire_at,
+                    )
                 }
                 _ => Ok(RedisValue::Null),
             }
@@ -243,7 +246,7 @@ fn renew_holder(
     if let Some(new) = &session {
         store::bind(KeyRef::new(db, name), new.client, new.grace_ms);
     }
-    handoff::watch_holders(ctx, KeyRef::new(db, name), key);
+    waiting::watch_holders(ctx, KeyRef::new(db, name), key);
     Ok(())
 }
 
@@ -279,6 +282,6 @@ fn rebind(
         return Err(Error::VanishedWhileRenewing);
     };
     store::replicate(ctx, key, lock, &lock.token(), expire_at);
-    handoff::deadline_moved(ctx, KeyRef::new(db, name), Some(expire_at));
+    waiting::deadline_moved(ctx, KeyRef::new(db, name), Some(expire_at));
     Ok(())
 }

@@ -7,8 +7,8 @@ use crate::datatype::LockKey;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
-use crate::keyspace::handoff;
 use crate::keyspace::store::{self, EVENT_EXTEND};
+use crate::keyspace::waiting;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
 use crate::state::stats;
@@ -52,11 +52,11 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
         stats::EXTENDS.bump();
     }
     if extended || expired > 0 {
-        handoff::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
+        waiting::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
     }
     if expired > 0 {
         drop(key);
-        handoff::handoff(ctx, KeyRef::new(db, args.get(1)));
+        waiting::handoff(ctx, KeyRef::new(db, args.get(1)));
     }
     Ok(RedisValue::Integer(i64::from(extended)))
 }
@@ -67,7 +67,7 @@ pub(super) fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), Error
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     ffi::replicate_pexpireat(ctx, key.name(), expire_at);
-    handoff::deadline_moved(
+    waiting::deadline_moved(
         ctx,
         KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()),
         Some(expire_at),

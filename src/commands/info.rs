@@ -6,7 +6,7 @@ use crate::datatype::LockKey;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Field, Key};
-use crate::keyspace::blocking;
+use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
@@ -34,7 +34,7 @@ pub fn info(ctx: &Context, args: &Args) -> Reply {
     let ttl = key
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
-    let waiting = blocking::count(KeyRef::new(ffi::selected_db(ctx), args.get(1)));
+    let waiting = waiting::count(KeyRef::new(ffi::selected_db(ctx), args.get(1)));
     let watching = watching::count(KeyRef::new(ffi::selected_db(ctx), args.get(1)));
     let published = match value {
         LockValue::Exclusive(lock) => lock.value(),

@@ -6,7 +6,7 @@ use redis_module::{InfoContext, RedisResult, raw};
 
 use crate::ffi;
 use crate::ffi::guard;
-use crate::keyspace::blocking;
+use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use crate::state::stats;
 
@@ -22,7 +22,7 @@ pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: 
             ("expired", stats::EXPIRED.get()),
             ("waits", stats::WAITS.get()),
             ("wait_timeouts", stats::WAIT_TIMEOUTS.get()),
-            ("waiters", blocking::total() as u64),
+            ("waiters", waiting::total() as u64),
             ("watchers", watching::total() as u64),
             ("watch_replies", stats::WATCH_REPLIES.get()),
             ("session_releases", stats::SESSION_RELEASES.get()),

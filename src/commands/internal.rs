@@ -13,8 +13,8 @@ use crate::datatype::events;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Key};
-use crate::keyspace::handoff;
 use crate::keyspace::session;
+use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use crate::state::error::Error;
 use crate::state::fence;
@@ -191,7 +191,7 @@ fn run_hold(ctx: &Context, args: &Args) -> Reply {
     if let Some(session) = session {
         session::arrived(KeyRef::new(db, key.name().as_slice()), session);
     }
-    handoff::shared_arrived(KeyRef::new(db, key.name().as_slice()));
+    waiting::shared_arrived(KeyRef::new(db, key.name().as_slice()));
     watching::touched(KeyRef::new(db, key.name().as_slice()));
     fence::clock().observe(fence);
     ctx.replicate_verbatim();

@@ -25,8 +25,7 @@ use redis_module::{Context, RedisString};
 use crate::datatype::LockKey;
 use crate::ffi::Key;
 use crate::ffi::Reply;
-use crate::keyspace::blocking;
-use crate::keyspace::handoff;
+use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
@@ -51,11 +50,11 @@ fn open_served<'c>(
     raw: &[u8],
 ) -> Result<Key<'c>, Error> {
     let key = Key::open_write(ctx, name);
-    if key.lock()?.is_some() || !blocking::queued(KeyRef::new(db, raw)) {
+    if key.lock()?.is_some() || !waiting::queued(KeyRef::new(db, raw)) {
         return Ok(key);
     }
     drop(key);
-    handoff::handoff(ctx, KeyRef::new(db, raw));
+    waiting::handoff(ctx, KeyRef::new(db, raw));
     Ok(Key::open_write(ctx, name))
 }
 

@@ -8,8 +8,8 @@ use crate::datatype::events;
 use crate::ffi;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
-use crate::keyspace::handoff;
 use crate::keyspace::store::{self, EVENT_RELEASE};
+use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
@@ -53,11 +53,11 @@ fn run_release(ctx: &Context, args: &Args) -> Reply {
         stats::RELEASES.bump();
     }
     if shared || expired > 0 {
-        handoff::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
+        waiting::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
     }
     if released || expired > 0 {
         drop(key);
-        handoff::handoff(ctx, KeyRef::new(db, args.get(1)));
+        waiting::handoff(ctx, KeyRef::new(db, args.get(1)));
     }
     Ok(RedisValue::Integer(i64::from(released)))
 }

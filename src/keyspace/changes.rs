@@ -5,7 +5,7 @@
 //! the compiler checks it hears everything.
 
 use crate::datatype::KeyEvents;
-use crate::keyspace::{handoff, session, watching};
+use crate::keyspace::{session, waiting, watching};
 use crate::state::key::KeyRef;
 use crate::state::lock::Session;
 
@@ -18,7 +18,7 @@ impl KeyEvents for Changes {
     }
 
     fn gone(key: KeyRef) {
-        handoff::lock_gone(key);
+        waiting::lock_gone(key);
     }
 
     fn session_arrived(key: KeyRef, session: Session) {
@@ -30,6 +30,6 @@ impl KeyEvents for Changes {
     }
 
     fn shared_arrived(key: KeyRef) {
-        handoff::shared_arrived(key);
+        waiting::shared_arrived(key);
     }
 }

@@ -26,10 +26,10 @@ use crate::datatype::LockKey;
 use crate::datatype::events;
 use crate::ffi::guard;
 use crate::ffi::{self, Key};
-use crate::keyspace::handoff;
 use crate::keyspace::registry;
 use crate::keyspace::slot_import;
 use crate::keyspace::store::{self, EVENT_RELEASE};
+use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use crate::state::bindings::{self, Binding, Start};
 use crate::state::key::KeyRef;
@@ -226,7 +226,7 @@ pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
                 arrived(KeyRef::new(db, key), session);
             }
             if matches!(value, LockValue::Shared(_)) {
-                handoff::shared_arrived(KeyRef::new(db, key));
+                waiting::shared_arrived(KeyRef::new(db, key));
             }
         }
     })
@@ -328,9 +328,9 @@ fn release(ctx: &Context, key: &KeyId, binding: Binding) {
         start_grace(ctx, rest, Start::Own, keys, grace_ms - binding.grace_ms);
     }
     if released > 0 {
-        handoff::watch_holders(ctx, KeyRef::new(db, name), &opened);
+        waiting::watch_holders(ctx, KeyRef::new(db, name), &opened);
         drop(opened);
-        handoff::handoff(ctx, KeyRef::new(db, name));
+        waiting::handoff(ctx, KeyRef::new(db, name));
         watching::settle(ctx);
     }
 }

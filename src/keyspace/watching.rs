@@ -35,8 +35,8 @@ use crate::datatype::LockKey;
 use crate::datatype::events;
 use crate::ffi::Reply;
 use crate::ffi::{self, Key, blocked};
-use crate::keyspace::blocking;
 use crate::keyspace::routing;
+use crate::keyspace::waiting;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
 use crate::state::queue::KeyId;
@@ -161,10 +161,10 @@ pub fn watch(
     }
     let expire_at = key.expire_at();
     drop(key);
-    let Some(handle) = blocked::block::<LockWatches>(ctx, blocking::admin_unblock()) else {
+    let Some(handle) = blocked::block::<LockWatches>(ctx, waiting::admin_unblock()) else {
         return Err(Error::ClientNotBlocked);
     };
-    let id = blocking::key_id(KeyRef::new(db, raw));
+    let id = KeyId::new(db, raw);
     let watcher = with(|w| {
         w.add(Watcher {
             handle: handle.id(),

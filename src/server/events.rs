@@ -10,9 +10,9 @@ use redis_module::Context;
 use crate::ffi;
 use crate::ffi::guard;
 use crate::ffi::server_events::{ServerEvent, SlotMigration, SlotMigrationEvent};
-use crate::keyspace::handoff;
 use crate::keyspace::session;
 use crate::keyspace::slot_import;
+use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use crate::state::key::KeyRef;
 use crate::state::stats;
@@ -54,7 +54,7 @@ fn on_slot_migration(ctx: &Context, event: &SlotMigrationEvent) {
             // start, and their shared holders' expiries are watched.
             slot_import::ended(&event.job);
             session::serving(ctx);
-            handoff::serving(ctx);
+            waiting::serving(ctx);
         }
         // The server deletes what the import brought; nothing of it was acted on.
         SlotMigration::ImportAborted => slot_import::ended(&event.job),
@@ -62,7 +62,7 @@ fn on_slot_migration(ctx: &Context, event: &SlotMigrationEvent) {
         // redirects their waiters); every queue is looked at once more all the same, in
         // case a server trims without the type's unlink callback.
         SlotMigration::ExportCompleted => {
-            handoff::many_keys_changed();
+            waiting::many_keys_changed();
             watching::everything_changed();
         }
         SlotMigration::ExportStarted | SlotMigration::ExportAborted => {}
@@ -74,22 +74,22 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         ServerEvent::ClientClosed(client) => session::disconnected(ctx, client),
         ServerEvent::Flushed(db) => {
             session::flushed(ctx, db);
-            handoff::many_keys_changed();
+            waiting::many_keys_changed();
             watching::everything_changed();
         }
         ServerEvent::Swapped(a, b) => {
             session::swapped(a, b);
-            handoff::many_keys_changed();
+            waiting::many_keys_changed();
             watching::everything_changed();
         }
         ServerEvent::NowReplica => {
             session::demoted(ctx);
-            handoff::demoted(ctx);
+            waiting::demoted(ctx);
             watching::demoted(ctx);
         }
         ServerEvent::NowMaster | ServerEvent::LoadingEnded => {
             session::serving(ctx);
-            handoff::serving(ctx);
+            waiting::serving(ctx);
             // What was loaded, or what a promotion now expires, may differ from what the
             // watchers saw.
             watching::everything_changed();

@@ -31,9 +31,9 @@ use std::collections::{HashMap, HashSet};
 
 use redis_module::Context;
 
+use super::queues::{self, Answer};
 use crate::datatype::LockKey;
 use crate::ffi::{self, Key, KeyKind};
-use crate::keyspace::blocking::{self, Answer};
 use crate::keyspace::routing;
 use crate::keyspace::slot_import;
 use crate::keyspace::store;
@@ -72,7 +72,7 @@ thread_local! {
 /// timer, a post-notification job.
 pub fn handoff(ctx: &Context, key: KeyRef) {
     // Checked first, without building the key's id: most releases have no waiters.
-    if !blocking::queued(key) || ffi::is_replica(ctx) {
+    if !queues::queued(key) || ffi::is_replica(ctx) {
         return;
     }
     settle(ctx, &key.to_id());
@@ -112,7 +112,7 @@ fn settle(ctx: &Context, id: &KeyId) {
             // A key of another type in the lock's place holds it like a lock.
             KeyKind::Other => Some(Holding::EXCLUSIVE),
         };
-        let admitted = blocking::admissible(id, held);
+        let admitted = queues::admissible(id, held);
         if admitted == 0 {
             let (expire_at, next_holder) = (key.expire_at(), next_holder_expiry(&key));
             drop(key);
@@ -123,11 +123,11 @@ fn settle(ctx: &Context, id: &KeyId) {
             return;
         }
         for _ in 0..admitted {
-            let Some(waiter) = blocking::take_head(id) else {
+            let Some(waiter) = queues::take_head(id) else {
                 break;
             };
             let (waiter, answer) = grant_to(ctx, &mut key, waiter);
-            blocking::answer(ctx, waiter, answer);
+            queues::answer(ctx, waiter, answer);
         }
     }
 }
@@ -204,7 +204,7 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
 /// The lock on `key` was given a new deadline (`LOCK.EXTEND`, a renewing acquire): if
 /// clients wait for it, the handoff must not come later than that.
 pub fn deadline_moved(ctx: &Context, at: KeyRef, expire_at: Option<i64>) {
-    if blocking::queued(at) {
+    if queues::queued(at) {
         rearm(ctx, &at.to_id(), expire_at);
     }
 }
@@ -225,7 +225,7 @@ pub fn lock_gone(at: KeyRef) {
             pending.remove(&id);
         }
     });
-    if blocking::busy(&id) {
+    if queues::busy(&id) {
         run_soon(id);
     }
 }
@@ -253,7 +253,7 @@ fn on_job(ctx: &Context, id: KeyId) {
 /// While waiters remain for a held key, a timer at its deadline hands it over on time,
 /// and looks again every `RECHECK_MS` meanwhile.
 fn rearm(ctx: &Context, id: &KeyId, expire_at: Option<i64>) {
-    if blocking::busy(id) {
+    if queues::busy(id) {
         let soon = ffi::now_ms().saturating_add(RECHECK_MS);
         arm_timer(ctx, id, expire_at.map_or(soon, |at| at.min(soon)));
     }
@@ -291,7 +291,7 @@ fn on_timer(ctx: &Context, id: KeyId) {
 /// A flush or a database swap changed many keys without a callback per key: every key
 /// with waiters is looked at as soon as writes are allowed.
 pub fn many_keys_changed() {
-    for id in blocking::keys() {
+    for id in queues::keys() {
         run_soon(id);
     }
 }
@@ -300,5 +300,5 @@ pub fn many_keys_changed() {
 /// already (they left through the disconnect callback); Valkey leaves a module's waiters
 /// to the module, which answers them with an error.
 pub fn demoted(ctx: &Context) {
-    blocking::answer_all(ctx, |_| Answer::Error(Error::UnblockedByRoleChange));
+    queues::answer_all(ctx, |_| Answer::Error(Error::UnblockedByRoleChange));
 }

@@ -1,5 +1,5 @@
-//! Blocking waits: who waits for which key, and how each wait ends (the server's
-//! blocked-client calls themselves are in `ffi/blocked.rs`).
+//! The queues of `waiting/`: who waits for which key, and how each wait ends (the
+//! server's blocked-client calls themselves are in `ffi/blocked.rs`).
 //!
 //! `LOCK.ACQUIRE ... WAIT` on a busy lock blocks the client (`BlockClient`) and puts it
 //! in its key's first-come-first-served queue (`queue.rs`). A waiter leaves the queue in
@@ -25,9 +25,9 @@ use std::cell::{Cell, RefCell};
 
 use redis_module::{Context, RedisValue};
 
+use super::handoff;
 use crate::ffi::Reply;
 use crate::ffi::{self, blocked};
-use crate::keyspace::handoff;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
 use crate::state::lock::Session;
@@ -61,12 +61,6 @@ thread_local! {
 
 fn with_queues<T>(f: impl FnOnce(&mut Queues) -> T) -> T {
     QUEUES.with(|queues| f(&mut queues.borrow_mut()))
-}
-
-/// The queue key of `key` in database `db`.
-pub fn key_id(at: KeyRef) -> KeyId {
-    let KeyRef { db, name: key } = at;
-    KeyId::new(db, key)
 }
 
 /// Sets whether `CLIENT UNBLOCK` may end a wait on this server (once, at load).

@@ -1,0 +1,50 @@
+//! Who waits for a key, and when they get it: the one module that answers both.
+//!
+//! - **Who waits**: `LOCK.ACQUIRE ... WAIT` on a lock it cannot have now blocks its
+//!   client and queues it, first come first served, per key (`wait`; the queues and the
+//!   blocked clients are `queues.rs`). A waiter leaves its queue exactly once: granted,
+//!   timed out, refused (its key moved to another cluster node, its master became a
+//!   replica), gone (disconnected, killed), or unblocked by an admin.
+//! - **When they get it**: whatever may free a lock reports it here by name, and the
+//!   oldest waiters that fit are granted in that same event (`handoff.rs`):
+//!   - a release, a renewal or a newcomer's acquire, inside its command: `handoff`;
+//!   - a `DEL`, an expiry, an eviction, a `RENAME`/`MOVE` away, an overwrite (the type's
+//!     unlink callback, through `keyspace/changes.rs`): `lock_gone`, granted in a
+//!     post-notification job (or a timer on Redis 7.0);
+//!   - a lock's deadline, a shared holder's own expiry: a timer per key
+//!     (`deadline_moved`, `watch_holders`, `shared_arrived`);
+//!   - the oldest waiter leaving without the lock, others behind it: `head_left`;
+//!   - flushes, `SWAPDB`, the end of loading, a promotion, a demotion (the server's
+//!     events): `many_keys_changed`, `serving`, `demoted`.
+//!
+//! A grant is written (`store::grant`) before its waiter is answered, so when the server
+//! sends the reply no longer matters.
+
+mod handoff;
+mod queues;
+
+use redis_module::Context;
+
+use crate::ffi::Reply;
+use crate::state::key::KeyRef;
+
+pub use handoff::{
+    deadline_moved, demoted, handoff, lock_gone, many_keys_changed, serving, shared_arrived,
+    watch_holders,
+};
+pub use queues::{Request, admin_unblock, count, init, queued, total};
+
+/// Blocks the calling client in the queue of the lock on `key`, which expires at
+/// `expire_at`, until it is granted as `request` asks or `timeout_ms` passes (`0`: no
+/// limit); the handoff looks at the key again by the lock's deadline.
+pub fn wait(
+    ctx: &Context,
+    key: KeyRef,
+    request: Request,
+    timeout_ms: i64,
+    expire_at: Option<i64>,
+) -> Reply {
+    let blocked = queues::wait(ctx, key, request, timeout_ms)?;
+    handoff::waiting_for(ctx, key, expire_at);
+    Ok(blocked)
+}
