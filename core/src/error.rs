@@ -74,9 +74,8 @@ pub enum Error {
     /// be recovered (Valkey 8.1 and later lose a failed `GETDEL`'s or `GETSET`'s error
     /// while a module follows keyspace events).
     InnerReplyLost(Vec<u8>),
-    /// An error reply the server lost and the module recovered, as the server wrote it.
-    Recovered(String),
-    /// An error the server replied to a command the module called, as it wrote it.
+    /// An error the server wrote, as it wrote it, on one line: its reply to a command
+    /// the module called, or one it lost and the module recovered (`LOCK.DO`).
     Server(String),
     /// A command reserved for the replication stream and the AOF (`LOCK._SET`,
     /// `LOCK._HOLD`, `LOCK._DROP`) was sent by a client.
@@ -222,8 +221,7 @@ impl fmt::Display for Error {
                 Printable(name)
             ),
             Error::WrongArity => f.write_str("ERR wrong number of arguments"),
-            Error::Server(text) => f.write_str(text),
-            Error::Recovered(text) => f.write_str(&text.replace(['\r', '\n'], " ")),
+            Error::Server(text) => f.write_str(&text.replace(['\r', '\n'], " ")),
             Error::InternalCommand(name) => write!(
                 f,
                 "ERR {name} is internal: it only runs from the replication stream or the AOF"

@@ -96,7 +96,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
     let session = session_of(client, options.grace_ms)?;
 
     let db = ffi::selected_db(ctx);
-    let mut queued = waiting::queued(KeyRef::new(db, argv[1]));
+    let at = KeyRef::new(db, argv[1]);
+    let mut queued = waiting::queued(at);
     let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = Key::open_write(ctx, &name);
     let expired = store::expire_holders(ctx, &mut key)?;
@@ -105,8 +106,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
         // server without post-notification jobs, or its removal reached no callback):
         // theirs first, now, before this newcomer is considered.
         drop(key);
-        waiting::handoff(ctx, KeyRef::new(db, argv[1]));
-        queued = waiting::queued(KeyRef::new(db, argv[1]));
+        waiting::handoff(ctx, at);
+        queued = waiting::queued(at);
         key = Key::open_write(ctx, &name);
     }
     let held = key.lock()?;
@@ -119,7 +120,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
         Decision::Grant => {
             let token = lock::NewToken::for_grant(options.token);
             let request = GrantRequest {
-                key: KeyRef::new(db, argv[1]),
+                key: at,
                 token,
                 kind: options.kind,
                 ttl_ms: options.ttl_ms,
@@ -130,7 +131,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
             store::grant(ctx, &mut key, request, |token, fence| {
                 ffi::reply_granted(ctx, token, fence)
             })?;
-            waiting::watch_holders(ctx, KeyRef::new(db, argv[1]), &key);
+            waiting::watch_holders(ctx, at, &key);
             Ok(RedisValue::NoReply)
         }
         Decision::Renew => {
@@ -173,13 +174,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                         kind: options.kind,
                         value: options.value.map(Box::from),
                     };
-                    waiting::wait(
-                        ctx,
-                        KeyRef::new(db, argv[1]),
-                        request,
-                        timeout_ms,
-                        expire_at,
-                    )
+                    waiting::wait(ctx, at, request, timeout_ms, expire_at)
                 }
                 _ => Ok(RedisValue::Null),
             }

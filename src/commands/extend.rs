@@ -33,6 +33,7 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
     let ttl_ms = args::ttl(args.get(3))?;
 
     let db = ffi::selected_db(ctx);
+    let at = KeyRef::new(db, args.get(1));
     let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = super::open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
@@ -52,11 +53,11 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
         stats::EXTENDS.bump();
     }
     if extended || expired > 0 {
-        waiting::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
+        waiting::watch_holders(ctx, at, &key);
     }
     if expired > 0 {
         drop(key);
-        waiting::handoff(ctx, KeyRef::new(db, args.get(1)));
+        waiting::handoff(ctx, at);
     }
     Ok(RedisValue::Integer(i64::from(extended)))
 }

@@ -70,7 +70,7 @@ pub fn lock_do(ctx: &Context, args: &Args) -> Reply {
             name: command.to_vec(),
             errno,
         }),
-        Err(NotRun::Lost(Some(text))) => Err(Error::Recovered(text)),
+        Err(NotRun::Lost(Some(text))) => Err(Error::Server(text)),
         Err(NotRun::Lost(None)) => Err(Error::InnerReplyLost(command.to_vec())),
     }
 }

@@ -35,6 +35,7 @@ fn run_release(ctx: &Context, args: &Args) -> Reply {
     let token = args::token(args.get(2))?;
 
     let db = ffi::selected_db(ctx);
+    let at = KeyRef::new(db, args.get(1));
     let name = args.string(1).ok_or(Error::WrongArity)?;
     let mut key = super::open_served(ctx, db, &name, args.get(1))?;
     let expired = store::expire_holders(ctx, &mut key)?;
@@ -42,7 +43,7 @@ fn run_release(ctx: &Context, args: &Args) -> Reply {
         Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
             events::releasing(|| key.delete());
             ffi::replicate_del(ctx, key.name());
-            watching::touched(KeyRef::new(db, args.get(1)));
+            watching::touched(at);
             (true, false)
         }
         Some(LockValue::Shared(_)) => (store::drop_holder(ctx, &mut key, token)?.is_some(), true),
@@ -53,11 +54,11 @@ fn run_release(ctx: &Context, args: &Args) -> Reply {
         stats::RELEASES.bump();
     }
     if shared || expired > 0 {
-        waiting::watch_holders(ctx, KeyRef::new(db, args.get(1)), &key);
+        waiting::watch_holders(ctx, at, &key);
     }
     if released || expired > 0 {
         drop(key);
-        waiting::handoff(ctx, KeyRef::new(db, args.get(1)));
+        waiting::handoff(ctx, at);
     }
     Ok(RedisValue::Integer(i64::from(released)))
 }
