@@ -45,7 +45,7 @@ use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisString, Status, redis_module};
 
 use crate::commands::docs;
-use crate::ffi::command_info::{self, Doc, KeyUse};
+use crate::ffi::command_info::{self, Doc, KeyUse, Keys};
 use redis_module::native_types::RedisType;
 
 /// Memory comes from the server's allocator, counted (`ffi::alloc`), so `INFO memory` and
@@ -63,7 +63,7 @@ const ALLOCATOR: Allocator = std::alloc::System;
 /// The name the module registers under (`MODULE LIST`, `INFO lock`).
 pub const MODULE_NAME: &str = "lock";
 /// The module's version as `MODULE LIST` shows it: major * 10000 + minor * 100 + patch.
-pub const MODULE_VERSION: i32 = 100;
+pub const MODULE_VERSION: i32 = 200;
 /// The module's version as people read it (the crate's).
 pub const MODULE_SEMVER: &str = env!("CARGO_PKG_VERSION");
 
@@ -72,12 +72,10 @@ struct CommandSpec {
     name: &'static std::ffi::CStr,
     entry: ffi::command::Entry,
     flags: &'static std::ffi::CStr,
-    /// First key, last key, key step (all 0: no key).
-    keys: (i32, i32, i32),
+    /// Where its keys are and how it uses them (ACL key permissions, cluster routing).
+    keys: Keys,
     /// Arity (negative: at least), for `COMMAND INFO` and the server's own check.
     arity: i32,
-    /// Key use, for ACL key permissions.
-    key_use: Option<KeyUse>,
     /// What `COMMAND DOCS` says of it (the internal commands say nothing).
     doc: Option<&'static Doc>,
     /// ACL categories beside those its flags give, where the server lets a module add
@@ -86,24 +84,31 @@ struct CommandSpec {
 }
 
 /// Every command: handler, flags, keys, arity and key use.
-const COMMANDS: [CommandSpec; 11] = [
+const COMMANDS: [CommandSpec; 12] = [
     CommandSpec {
         name: c"lock.acquire",
         entry: command_entry!(commands::acquire::acquire),
         flags: c"write deny-oom",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Update),
         arity: -3,
-        key_use: Some(KeyUse::Update),
         doc: Some(&docs::ACQUIRE),
+        categories: c"lock blocking",
+    },
+    CommandSpec {
+        name: c"lock.acquireall",
+        entry: command_entry!(commands::acquire_all::acquire_all),
+        flags: c"write deny-oom",
+        keys: Keys::Counted(KeyUse::Update),
+        arity: -4,
+        doc: Some(&docs::ACQUIREALL),
         categories: c"lock blocking",
     },
     CommandSpec {
         name: c"lock.release",
         entry: command_entry!(commands::release::release),
         flags: c"write fast",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Delete),
         arity: 3,
-        key_use: Some(KeyUse::Delete),
         doc: Some(&docs::RELEASE),
         categories: c"lock",
     },
@@ -111,9 +116,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock.extend",
         entry: command_entry!(commands::extend::extend),
         flags: c"write fast",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Update),
         arity: 4,
-        key_use: Some(KeyUse::Update),
         doc: Some(&docs::EXTEND),
         categories: c"lock",
     },
@@ -121,9 +125,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock.info",
         entry: command_entry!(commands::info::info),
         flags: c"readonly fast",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Read),
         arity: 2,
-        key_use: Some(KeyUse::Read),
         doc: Some(&docs::INFO),
         categories: c"lock",
     },
@@ -131,9 +134,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock.holders",
         entry: command_entry!(commands::holders::holders),
         flags: c"readonly",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Read),
         arity: 2,
-        key_use: Some(KeyUse::Read),
         doc: Some(&docs::HOLDERS),
         categories: c"lock",
     },
@@ -141,9 +143,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock.watch",
         entry: command_entry!(commands::watch::watch),
         flags: c"readonly",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Read),
         arity: 4,
-        key_use: Some(KeyUse::Read),
         doc: Some(&docs::WATCH),
         categories: c"lock blocking",
     },
@@ -151,9 +152,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock.do",
         entry: command_entry!(commands::fenced::lock_do),
         flags: c"write getkeys-api",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::ReadThenMore),
         arity: -4,
-        key_use: Some(KeyUse::ReadThenMore),
         doc: Some(&docs::DO),
         categories: c"lock",
     },
@@ -161,9 +161,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock._set",
         entry: command_entry!(commands::internal::set),
         flags: c"write",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Overwrite),
         arity: -6,
-        key_use: Some(KeyUse::Overwrite),
         doc: None,
         categories: c"",
     },
@@ -171,9 +170,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock._hold",
         entry: command_entry!(commands::internal::hold),
         flags: c"write",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Update),
         arity: 8,
-        key_use: Some(KeyUse::Update),
         doc: None,
         categories: c"",
     },
@@ -181,9 +179,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock._drop",
         entry: command_entry!(commands::internal::drop_holder),
         flags: c"write",
-        keys: (1, 1, 1),
+        keys: Keys::One(KeyUse::Delete),
         arity: 3,
-        key_use: Some(KeyUse::Delete),
         doc: None,
         categories: c"",
     },
@@ -191,9 +188,8 @@ const COMMANDS: [CommandSpec; 11] = [
         name: c"lock.debug",
         entry: command_entry!(commands::debug::debug),
         flags: c"admin",
-        keys: (0, 0, 0),
+        keys: Keys::None,
         arity: 2,
-        key_use: None,
         doc: None,
         categories: c"",
     },
@@ -214,8 +210,8 @@ fn register_commands(ctx: &Context) -> bool {
         );
     }
     COMMANDS.iter().all(|c| {
-        let ok = ffi::command::create(ctx, c.name, c.entry, c.flags, c.keys)
-            && command_info::declare(ctx, c.name, c.arity, c.key_use, c.doc)
+        let ok = ffi::command::create(ctx, c.name, c.entry, c.flags, c.keys.legacy_range())
+            && command_info::declare(ctx, c.name, c.arity, c.keys, c.doc)
             && (!categorized
                 || c.categories.is_empty()
                 || command_info::set_acl_categories(ctx, c.name, c.categories));

@@ -12,7 +12,7 @@
 use std::fmt;
 
 use crate::cluster::Route;
-use crate::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
+use crate::limits::{MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::rules::Refusal;
 
 /// An error reply.
@@ -47,6 +47,13 @@ pub enum Error {
     RepeatedOption(Vec<u8>),
     /// An option whose value is missing at the end of the arguments.
     MissingValue(Vec<u8>),
+    /// `numkeys` (`LOCK.ACQUIREALL`) was not an integer from 1 to `MAX_KEYS`, or named
+    /// more keys than followed it.
+    InvalidNumkeys,
+    /// A key given twice to `LOCK.ACQUIREALL`.
+    RepeatedKey(Vec<u8>),
+    /// An option of `LOCK.ACQUIRE` that `LOCK.ACQUIREALL` does not take (`LIMIT`, `VALUE`).
+    NotForAllKeys(Vec<u8>),
     /// The key holds a value of another type (the server's own message).
     WrongType,
     /// The fencing clock reached 2^53 and cannot grant a larger fence.
@@ -106,6 +113,9 @@ pub enum Error {
     KeyNotOpen,
     /// A re-acquire was decided without a token to renew (a bug).
     RenewWithoutToken,
+    /// A waiter for several keys found one busy again between the look that chose it and
+    /// its grant, in the same step (a bug): it is answered with this, nothing granted.
+    ChangedWhileGranting,
     /// The lock being renewed was gone right after the renewal (a bug).
     VanishedWhileRenewing,
     /// The shared holder being renewed was gone (a bug).
@@ -221,6 +231,20 @@ impl fmt::Display for Error {
                 Printable(name)
             ),
             Error::WrongArity => f.write_str("ERR wrong number of arguments"),
+            Error::InvalidNumkeys => write!(
+                f,
+                "ERR numkeys must be an integer from 1 to {MAX_KEYS}, followed by that many keys and the ttl-ms"
+            ),
+            Error::RepeatedKey(key) => write!(
+                f,
+                "ERR key '{}' is given more than once: each key once",
+                Printable(key)
+            ),
+            Error::NotForAllKeys(option) => write!(
+                f,
+                "ERR {} is not an option of LOCK.ACQUIREALL (LIMIT and VALUE belong to LOCK.ACQUIRE of one key)",
+                Printable(option)
+            ),
             Error::Server(text) => f.write_str(&text.replace(['\r', '\n'], " ")),
             Error::InternalCommand(name) => write!(
                 f,
@@ -250,6 +274,9 @@ impl fmt::Display for Error {
             ),
             Error::KeyNotOpen => f.write_str("ERR the lock key could not be opened"),
             Error::RenewWithoutToken => f.write_str("ERR renew without a token"),
+            Error::ChangedWhileGranting => {
+                f.write_str("ERR a key changed while the keys were granted: nothing was granted")
+            }
             Error::VanishedWhileRenewing => f.write_str("ERR lock vanished while renewing"),
             Error::HolderVanishedWhileRenewing => {
                 f.write_str("ERR holder vanished while renewing")

@@ -20,6 +20,8 @@ pub mod error;
 pub mod fence;
 pub mod footprint;
 pub mod grant;
+#[cfg(test)]
+mod handoff_model;
 pub mod holders;
 pub mod inner;
 pub mod key;

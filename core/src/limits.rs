@@ -9,3 +9,5 @@ pub const MAX_TOKEN_LEN: usize = 256;
 pub const MAX_VALUE_LEN: usize = 4096;
 /// Largest `LIMIT n`: the most shared holders a semaphore may allow.
 pub const MAX_LIMIT: u32 = 1_000_000;
+/// The most keys one `LOCK.ACQUIREALL` takes.
+pub const MAX_KEYS: usize = 64;

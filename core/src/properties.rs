@@ -142,6 +142,7 @@ proptest! {
                     let id = queues.push(Waiter {
                         handle: next_handle,
                         key: key.clone(),
+                        more: Vec::new(),
                         token: b"t".to_vec(),
                         wake_timer: None,
                         ttl_ms: 1,

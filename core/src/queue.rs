@@ -18,8 +18,11 @@ pub use crate::key::KeyId;
 pub struct Waiter {
     /// The server's handle for the blocked client (an address, for lookups).
     pub handle: usize,
-    /// The key it waits for.
+    /// The key it waits for (the first, for `LOCK.ACQUIREALL`).
     pub key: KeyId,
+    /// The other keys it waits for, all at once (`LOCK.ACQUIREALL`), in the order given;
+    /// empty for `LOCK.ACQUIRE`.
+    pub more: Vec<KeyId>,
     /// The token it will hold: its own or one the server made when it started waiting.
     pub token: Vec<u8>,
     /// The module timer that wakes the server at the wait's deadline, if it has one.
@@ -34,6 +37,36 @@ pub struct Waiter {
     pub kind: Kind,
     /// The value it will publish once granted (`VALUE v`), if any.
     pub value: Option<Box<[u8]>>,
+}
+
+impl Waiter {
+    /// Every key it waits for, in the order given.
+    pub fn keys(&self) -> impl Iterator<Item = &KeyId> {
+        std::iter::once(&self.key).chain(&self.more)
+    }
+
+    /// Whether it waits for several keys at once (`LOCK.ACQUIREALL`).
+    pub fn is_multi(&self) -> bool {
+        !self.more.is_empty()
+    }
+}
+
+/// Whether the oldest waiter of a key, one that waits for several keys, is granted them
+/// all now ([`Queues::ready_all`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AllReady {
+    /// Waiter `id` is the oldest waiter of every key it asks for, and each fits: grant
+    /// them all, at once.
+    Ready(u64),
+    /// The oldest waiter of the key (if any) asks for that key alone.
+    NotMulti,
+    /// It waits still, and the key stays free for it meanwhile (no newcomer passes it).
+    /// `on`: the first other key that holds it back, by its holders or by older waiters
+    /// (`None`: the key itself does).
+    Blocked {
+        /// The other key that holds it back, if not this one.
+        on: Option<KeyId>,
+    },
 }
 
 /// All waiters of the server.
@@ -51,10 +84,9 @@ impl Queues {
         self.next_id += 1;
         let id = self.next_id;
         self.by_handle.insert(waiter.handle, id);
-        self.queues
-            .entry(waiter.key.clone())
-            .or_default()
-            .push_back(id);
+        for key in waiter.keys() {
+            self.queues.entry(key.clone()).or_default().push_back(id);
+        }
         self.waiters.insert(id, waiter);
         id
     }
@@ -92,20 +124,63 @@ impl Queues {
 
     /// How many waiters at the head of `key`'s queue are granted now beside `held`
     /// (`rules::admit`): one exclusive waiter, or the shared ones up to the next
-    /// exclusive one, as far as the limit allows.
+    /// exclusive one, as far as the limit allows; never past a waiter for several keys
+    /// (`ready_all` decides for it).
     pub fn admissible(&self, key: &KeyId, held: Option<Holding>) -> usize {
         let Some(queue) = self.queues.get(key) else {
             return 0;
         };
-        rules::admit(held, queue.iter().map(|id| self.waiters[id].kind))
+        let singles = queue.iter().map(|id| &self.waiters[id]);
+        rules::admit(
+            held,
+            singles.map_while(|w| (!w.is_multi()).then_some(w.kind)),
+        )
     }
 
-    /// Whether waiter `id` is the oldest of its key.
-    pub fn is_head(&self, id: u64) -> bool {
-        self.waiters
-            .get(&id)
-            .and_then(|w| self.queues.get(&w.key))
-            .is_some_and(|queue| queue.front() == Some(&id))
+    /// Whether the oldest waiter of `key`, if it waits for several keys, is granted them
+    /// all now: it must be the oldest waiter of each (first come, first served on every
+    /// key), and each must fit it (`fits`: free for it, by the rules, as its holders stand
+    /// now). Keys are looked at in the order it gave, `key` among them, and no further
+    /// than the first that holds it back.
+    pub fn ready_all(
+        &self,
+        key: &KeyId,
+        mut fits: impl FnMut(&KeyId, &Waiter) -> bool,
+    ) -> AllReady {
+        let Some((id, waiter)) = self.head(key) else {
+            return AllReady::NotMulti;
+        };
+        if !waiter.is_multi() {
+            return AllReady::NotMulti;
+        }
+        for other in waiter.keys() {
+            let oldest = self.head(other).is_some_and(|(head, _)| head == id);
+            if !oldest || !fits(other, waiter) {
+                return AllReady::Blocked {
+                    on: (other != key).then(|| other.clone()),
+                };
+            }
+        }
+        AllReady::Ready(id)
+    }
+
+    /// The waiters of `key`, oldest first.
+    pub fn ids(&self, key: &KeyId) -> Vec<u64> {
+        self.queues
+            .get(key)
+            .map_or_else(Vec::new, |queue| queue.iter().copied().collect())
+    }
+
+    /// The keys of which waiter `id` is the oldest waiter.
+    pub fn heads_of(&self, id: u64) -> Vec<KeyId> {
+        let Some(waiter) = self.waiters.get(&id) else {
+            return Vec::new();
+        };
+        waiter
+            .keys()
+            .filter(|key| self.queues.get(*key).and_then(|q| q.front()) == Some(&id))
+            .cloned()
+            .collect()
     }
 
     /// Takes the oldest waiter of `key` out of its queue (to be granted the lock).
@@ -137,10 +212,12 @@ impl Queues {
     pub fn remove(&mut self, id: u64) -> Option<Waiter> {
         let waiter = self.waiters.remove(&id)?;
         self.by_handle.remove(&waiter.handle);
-        if let Some(queue) = self.queues.get_mut(&waiter.key) {
-            queue.retain(|&queued| queued != id);
-            if queue.is_empty() {
-                self.queues.remove(&waiter.key);
+        for key in waiter.keys() {
+            if let Some(queue) = self.queues.get_mut(key) {
+                queue.retain(|&queued| queued != id);
+                if queue.is_empty() {
+                    self.queues.remove(key);
+                }
             }
         }
         self.shrink();
@@ -173,6 +250,7 @@ mod tests {
         Waiter {
             handle,
             key: key(name),
+            more: Vec::new(),
             token: format!("t{handle}").into_bytes(),
             wake_timer: None,
             ttl_ms: 1000,
@@ -289,13 +367,83 @@ mod tests {
         q.push(reader(2));
         q.push(waiter(3, "k"));
         q.push(reader(4));
-        assert!(q.is_head(first));
+        assert_eq!(q.heads_of(first), vec![key("k")]);
         assert_eq!(q.admissible(&key("k"), None), 2);
         assert_eq!(q.admissible(&key("k"), Some(Holding::EXCLUSIVE)), 0);
         assert_eq!(q.admissible(&key("other"), None), 0);
         q.remove(first);
         q.pop_head(&key("k"));
         assert_eq!(q.admissible(&key("k"), None), 1, "the writer alone");
+    }
+
+    fn multi(handle: usize, names: &[&str]) -> Waiter {
+        Waiter {
+            more: names[1..].iter().map(|name| key(name)).collect(),
+            ..waiter(handle, names[0])
+        }
+    }
+
+    #[test]
+    fn a_waiter_for_several_keys_queues_on_each_and_leaves_all_at_once() {
+        let mut q = Queues::default();
+        let all = q.push(multi(1, &["a", "b", "c"]));
+        q.push(waiter(2, "b"));
+        for name in ["a", "b", "c"] {
+            assert_eq!(head_handle(&q, name), Some(1), "{name}");
+        }
+        assert_eq!(q.waiting(&key("b")), 2);
+        assert_eq!(q.total(), 2);
+        assert_eq!(q.heads_of(all), vec![key("a"), key("b"), key("c")]);
+        assert_eq!(q.remove(all).unwrap().handle, 1);
+        assert!(!q.busy(&key("a")) && !q.busy(&key("c")));
+        assert_eq!(head_handle(&q, "b"), Some(2));
+    }
+
+    #[test]
+    fn no_single_waiter_is_admitted_past_a_waiter_for_several_keys() {
+        let mut q = Queues::default();
+        q.push(Waiter {
+            kind: Kind::READER,
+            ..waiter(1, "k")
+        });
+        q.push(Waiter {
+            kind: Kind::READER,
+            ..multi(2, &["k", "j"])
+        });
+        q.push(Waiter {
+            kind: Kind::READER,
+            ..waiter(3, "k")
+        });
+        assert_eq!(q.admissible(&key("k"), None), 1, "the first reader only");
+        q.pop_head(&key("k"));
+        assert_eq!(q.admissible(&key("k"), None), 0);
+    }
+
+    #[test]
+    fn all_keys_are_granted_only_to_the_oldest_waiter_of_each_when_each_fits() {
+        let mut q = Queues::default();
+        let older = q.push(waiter(1, "b"));
+        let all = q.push(multi(2, &["a", "b"]));
+        let free = |_: &KeyId, _: &Waiter| true;
+        assert_eq!(q.ready_all(&key("b"), free), AllReady::NotMulti);
+        assert_eq!(
+            q.ready_all(&key("a"), free),
+            AllReady::Blocked { on: Some(key("b")) },
+            "an older waiter of b comes first"
+        );
+        q.remove(older);
+        assert_eq!(q.ready_all(&key("a"), free), AllReady::Ready(all));
+        assert_eq!(q.ready_all(&key("b"), free), AllReady::Ready(all));
+        let held_b = |k: &KeyId, _: &Waiter| k != &key("b");
+        assert_eq!(
+            q.ready_all(&key("a"), held_b),
+            AllReady::Blocked { on: Some(key("b")) }
+        );
+        assert_eq!(
+            q.ready_all(&key("b"), held_b),
+            AllReady::Blocked { on: None }
+        );
+        assert_eq!(q.ready_all(&key("zz"), free), AllReady::NotMulti);
     }
 
     #[test]

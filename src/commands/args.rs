@@ -4,7 +4,7 @@
 //! argument is checked here, before a command opens its key: bad input changes nothing.
 
 use crate::state::error::Error;
-use crate::state::limits::{MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
+use crate::state::limits::{MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::state::rules::Kind;
 
 /// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]
@@ -149,6 +149,35 @@ pub fn value(arg: &[u8]) -> Result<&[u8], Error> {
 /// Returns, with the options, the index within `rest` of the token value (if any) so the
 /// caller can redact it from `SLOWLOG` and `MONITOR`.
 pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usize>), Error> {
+    parse_acquire(rest, false)
+}
+
+/// Parses `numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION
+/// grace-ms] [SHARED]`, the arguments of `LOCK.ACQUIREALL`: `numkeys` from 1 to
+/// `MAX_KEYS`, that many distinct keys, then the options of `LOCK.ACQUIRE` but `LIMIT`
+/// and `VALUE`. Returns the keys, in order, and the options.
+pub fn acquire_all<'s, 'a>(
+    args: &'s [&'a [u8]],
+) -> Result<(&'s [&'a [u8]], AcquireOptions<'a>), Error> {
+    let (count, rest) = args.split_first().ok_or(Error::WrongArity)?;
+    let count = integer(count)
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=MAX_KEYS).contains(n) && *n < rest.len())
+        .ok_or(Error::InvalidNumkeys)?;
+    let (keys, rest) = rest.split_at(count);
+    for (i, key) in keys.iter().enumerate() {
+        if keys[..i].contains(key) {
+            return Err(Error::RepeatedKey(key.to_vec()));
+        }
+    }
+    let (options, _) = parse_acquire(rest, true)?;
+    Ok((keys, options))
+}
+
+fn parse_acquire<'a>(
+    rest: &[&'a [u8]],
+    all_keys: bool,
+) -> Result<(AcquireOptions<'a>, Option<usize>), Error> {
     let (ttl_arg, options) = rest.split_first().ok_or(Error::WrongArity)?;
     let ttl_ms = ttl(ttl_arg)?;
     let mut parsed = AcquireOptions {
@@ -175,6 +204,9 @@ pub fn acquire<'a>(rest: &[&'a [u8]]) -> Result<(AcquireOptions<'a>, Option<usiz
         }
         if ![TOKEN, WAIT, SESSION, LIMIT, VALUE].contains(&option) {
             return Err(Error::UnknownOption(name.to_vec()));
+        }
+        if all_keys && [LIMIT, VALUE].contains(&option) {
+            return Err(Error::NotForAllKeys(name.to_vec()));
         }
         let given = match option {
             TOKEN => parsed.token.is_some(),
@@ -427,5 +459,51 @@ mod tests {
         assert!(msg(acquire(&[b"100", b"TOKEN\0", b"a"])).contains("unknown option"));
         assert!(msg(acquire(&[b"100", b"SESSIONS", b"1"])).contains("unknown option"));
         assert!(msg(acquire(&[b"100", b""])).contains("unknown option"));
+    }
+
+    #[test]
+    fn acquire_all_takes_numkeys_distinct_keys_then_the_options() {
+        let (keys, options) = acquire_all(&[
+            b"2", b"a", b"b", b"100", b"TOKEN", b"t", b"WAIT", b"0", b"SHARED",
+        ])
+        .unwrap();
+        assert_eq!(keys, [&b"a"[..], b"b"]);
+        assert_eq!(options.ttl_ms, 100);
+        assert_eq!(options.token, Some(&b"t"[..]));
+        assert_eq!(options.wait_ms, Some(0));
+        assert_eq!(options.kind, Kind::READER);
+        let most: Vec<Vec<u8>> = (0..MAX_KEYS)
+            .map(|i| format!("k{i}").into_bytes())
+            .collect();
+        let count = MAX_KEYS.to_string();
+        let mut argv: Vec<&[u8]> = vec![count.as_bytes()];
+        argv.extend(most.iter().map(Vec::as_slice));
+        argv.push(b"1");
+        assert_eq!(acquire_all(&argv).unwrap().0.len(), MAX_KEYS);
+    }
+
+    #[test]
+    fn acquire_all_refuses_bad_counts_repeats_and_options_of_one_key() {
+        for bad in [
+            &[&b"0"[..], b"a", b"100"][..],
+            &[b"65", b"a", b"100"],
+            &[b"-1", b"a", b"100"],
+            &[b"x", b"a", b"100"],
+            &[b"2", b"a", b"100"],
+            &[b"3", b"a", b"b", b"100"],
+        ] {
+            assert!(msg(acquire_all(bad)).contains("numkeys"), "{bad:?}");
+        }
+        assert!(
+            msg(acquire_all(&[b"3", b"a", b"b", b"a", b"100"]))
+                .contains("key 'a' is given more than once")
+        );
+        for option in [&b"LIMIT"[..], b"value"] {
+            let err = msg(acquire_all(&[b"1", b"a", b"100", option, b"2"]));
+            assert!(err.starts_with("ERR "), "{err}");
+            assert!(err.contains(std::str::from_utf8(option).unwrap()), "{err}");
+        }
+        assert!(msg(acquire_all(&[b"1", b"a", b"0"])).contains("ttl"));
+        assert!(msg(acquire_all(&[b"1", b"a", b"100", b"LIMITS"])).contains("unknown option"));
     }
 }

@@ -7,6 +7,9 @@ use crate::ffi::command_info::{Arg, ArgKind, Doc};
 /// The module version that added the commands of the first release.
 const FIRST: &std::ffi::CStr = c"0.1.0";
 
+/// The module version that added `LOCK.ACQUIREALL`.
+const ALL_KEYS: &std::ffi::CStr = c"0.2.0";
+
 const KEY: Arg = Arg::required(c"key", ArgKind::Key);
 const TOKEN: Arg = Arg::required(c"token", ArgKind::String);
 const TTL: Arg = Arg::required(c"ttl-ms", ArgKind::Integer);
@@ -26,6 +29,26 @@ pub const ACQUIRE: Doc = Doc {
         Arg::option(c"shared", c"SHARED", ArgKind::PureToken),
         Arg::option(c"n", c"LIMIT", ArgKind::Integer),
         Arg::option(c"value", c"VALUE", ArgKind::String),
+    ],
+};
+
+/// `LOCK.ACQUIREALL numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms]
+/// [SESSION grace-ms] [SHARED]`
+pub const ACQUIREALL: Doc = Doc {
+    summary: c"Takes the locks of several keys at once, all or none, with one token and a fence per key; with WAIT, waits first come, first served on every key",
+    since: ALL_KEYS,
+    complexity: c"O(N) where N is the number of keys",
+    args: &[
+        Arg::required(c"numkeys", ArgKind::Integer),
+        Arg {
+            multiple: true,
+            ..KEY
+        },
+        TTL,
+        Arg::option(c"token", c"TOKEN", ArgKind::String),
+        Arg::option(c"timeout-ms", c"WAIT", ArgKind::Integer),
+        Arg::option(c"grace-ms", c"SESSION", ArgKind::Integer),
+        Arg::option(c"shared", c"SHARED", ArgKind::PureToken),
     ],
 };
 

@@ -6,7 +6,8 @@ use crate::commands::args;
 use crate::datatype::LockKey;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
-use crate::ffi::{self, Key};
+use crate::ffi::{self};
+use crate::keyspace::renewal;
 use crate::keyspace::store::{self, EVENT_EXTEND};
 use crate::keyspace::waiting;
 use crate::state::error::Error;
@@ -39,7 +40,7 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
     let expired = store::expire_holders(ctx, &mut key)?;
     let extended = match key.lock()? {
         Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
-            set_ttl(ctx, &key, ttl_ms)?;
+            renewal::set_ttl(ctx, &key, ttl_ms)?;
             true
         }
         Some(LockValue::Shared(_)) => {
@@ -60,18 +61,4 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
         waiting::handoff(ctx, at);
     }
     Ok(RedisValue::Integer(i64::from(extended)))
-}
-
-/// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
-/// and moves the waiters' hand-over to the new deadline.
-pub(super) fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), Error> {
-    let expire_at = ffi::now_ms().saturating_add(ttl_ms);
-    key.set_expire_at(Some(expire_at))?;
-    ffi::replicate_pexpireat(ctx, key.name(), expire_at);
-    waiting::deadline_moved(
-        ctx,
-        KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()),
-        Some(expire_at),
-    );
-    Ok(())
 }

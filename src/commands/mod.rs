@@ -1,13 +1,14 @@
 //! The commands, one file each, as mini-redis keeps `src/cmd/`: parse every argument,
 //! decide with the rules, carry out through the keyspace layer, reply.
 //!
-//! - the public commands: `acquire.rs`, `release.rs`, `extend.rs`, `info.rs`
+//! - the public commands: `acquire.rs`, `acquire_all.rs` (`LOCK.ACQUIREALL`), `release.rs`, `extend.rs`, `info.rs`
 //!   (`LOCK.INFO`), `holders.rs`, `watch.rs`, `fenced.rs` (`LOCK.DO`), `debug.rs`;
 //! - the internal effect commands that replicate and persist them: `internal.rs`;
 //! - what they share: their arguments (`args.rs`), what `COMMAND DOCS` says of each
 //!   (`docs.rs`); and the `INFO lock` section (`info_section.rs`).
 
 pub mod acquire;
+pub mod acquire_all;
 pub mod args;
 pub mod debug;
 pub mod docs;

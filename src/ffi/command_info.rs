@@ -47,6 +47,29 @@ impl KeyUse {
     }
 }
 
+/// Where a command's keys are, and how it uses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// No key.
+    None,
+    /// One key, at argument 1.
+    One(KeyUse),
+    /// `numkeys` at argument 1, then that many keys (`LOCK.ACQUIREALL`): the server finds
+    /// them itself, for ACL key rights and for `CROSSSLOT` in a cluster.
+    Counted(KeyUse),
+}
+
+impl Keys {
+    /// First key, last key and key step, as `CreateCommand` takes them (all 0 where the key
+    /// spec alone says where the keys are).
+    pub fn legacy_range(self) -> (c_int, c_int, c_int) {
+        match self {
+            Keys::One(_) => (1, 1, 1),
+            Keys::None | Keys::Counted(_) => (0, 0, 0),
+        }
+    }
+}
+
 /// What an argument is, as `COMMAND DOCS` names it.
 #[derive(Debug, Clone, Copy)]
 pub enum ArgKind {
@@ -160,33 +183,41 @@ static VERSION: raw::RedisModuleCommandInfoVersion = raw::RedisModuleCommandInfo
     sizeof_arg: size_of::<raw::RedisModuleCommandArg>(),
 };
 
-/// A key spec for a key at argument 1, and the all-zero spec that ends the list.
-fn key_at_first_argument(key_use: KeyUse) -> [raw::RedisModuleCommandKeySpec; 2] {
+/// The key spec of `keys` (none for `Keys::None`), and the all-zero spec that ends the
+/// list.
+fn key_specs(keys: Keys) -> Option<[raw::RedisModuleCommandKeySpec; 2]> {
     // SAFETY: the key spec is plain data (integers, a null pointer, unions of integers);
     // all zeroes is the list's terminator.
     let end: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
     let mut spec = end;
-    spec.flags = key_use.flags();
     spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     spec.bs.index.pos = 1;
-    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    spec.fk.range.lastkey = 0;
-    spec.fk.range.keystep = 1;
-    spec.fk.range.limit = 0;
-    [spec, end]
+    match keys {
+        Keys::None => return None,
+        Keys::One(key_use) => {
+            spec.flags = key_use.flags();
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+            spec.fk.range.lastkey = 0;
+            spec.fk.range.keystep = 1;
+            spec.fk.range.limit = 0;
+        }
+        Keys::Counted(key_use) => {
+            // Argument 1 is the count; the keys follow it, one by one.
+            spec.flags = key_use.flags();
+            spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            spec.fk.keynum.keynumidx = 0;
+            spec.fk.keynum.firstkey = 1;
+            spec.fk.keynum.keystep = 1;
+        }
+    }
+    Some([spec, end])
 }
 
-/// Declares `name`'s arity (negative: at least that many, the name included), how it uses
-/// its key if it has one at argument 1, and its documentation if it has one. Runs at
+/// Declares `name`'s arity (negative: at least that many, the name included), where its
+/// keys are and how it uses them, and its documentation if it has one. Runs at
 /// load, after the command is registered. On a server older than 7.0, which lacks the
 /// call, it does nothing (the commands check their own arity too).
-pub fn declare(
-    ctx: &Context,
-    name: &CStr,
-    arity: c_int,
-    key_use: Option<KeyUse>,
-    doc: Option<&Doc>,
-) -> bool {
+pub fn declare(ctx: &Context, name: &CStr, arity: c_int, keys: Keys, doc: Option<&Doc>) -> bool {
     // SAFETY: reading function pointers from the API table filled at load time.
     let api = unsafe { (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) };
     let (Some(get_command), Some(set_info)) = api else {
@@ -197,7 +228,7 @@ pub fn declare(
     if command.is_null() {
         return false;
     }
-    let mut specs = key_use.map(key_at_first_argument);
+    let mut specs = key_specs(keys);
     let mut args = doc.map(|doc| build_args(doc.args));
     let text = |field: fn(&Doc) -> &'static CStr| doc.map_or(ptr::null(), |d| field(d).as_ptr());
     let info = raw::RedisModuleCommandInfo {

@@ -28,6 +28,18 @@ pub fn reply_granted(ctx: &Context, token: &[u8], fence: u64) {
     raw::reply_with_long_long(ctx, fence as i64);
 }
 
+/// Replies `[token, [fence, ...]]`, the answer to a granted `LOCK.ACQUIREALL`: one
+/// fence per key, in the order the keys were given.
+pub fn reply_granted_all(ctx: &Context, token: &[u8], fences: &[u64]) {
+    let ctx = ctx.get_raw();
+    raw::reply_with_array(ctx, 2);
+    raw::reply_with_string_buffer(ctx, token.as_ptr().cast(), token.len());
+    raw::reply_with_array(ctx, fences.len() as c_long);
+    for fence in fences {
+        raw::reply_with_long_long(ctx, *fence as i64);
+    }
+}
+
 /// A field's value in a map reply.
 #[derive(Debug, Clone, Copy)]
 pub enum Field<'a> {

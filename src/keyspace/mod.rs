@@ -3,8 +3,10 @@
 //! session-bound locks' graces and releases, slots being imported, the watchers of
 //! `LOCK.WATCH`.
 
+pub mod all_keys;
 pub mod changes;
 pub mod registry;
+pub mod renewal;
 pub mod routing;
 pub mod session;
 pub mod slot_import;

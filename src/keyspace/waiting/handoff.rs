@@ -33,7 +33,8 @@ use redis_module::Context;
 
 use super::queues::{self, Answer};
 use crate::datatype::LockKey;
-use crate::ffi::{self, Key, KeyKind};
+use crate::ffi::{self, Key};
+use crate::keyspace::all_keys::{self, AllRequest, Verdict};
 use crate::keyspace::routing;
 use crate::keyspace::slot_import;
 use crate::keyspace::store;
@@ -42,9 +43,9 @@ use crate::state::error::Error;
 use crate::state::grant::GrantRequest;
 use crate::state::key::KeyRef;
 use crate::state::lock::NewToken;
-use crate::state::queue::{KeyId, Waiter};
+use crate::state::queue::{AllReady, KeyId, Waiter};
 use crate::state::room;
-use crate::state::rules::Holding;
+use crate::state::rules::{self, Decision};
 use crate::state::value::LockValue;
 
 /// How often a held key with waiters is looked at, besides at its deadline.
@@ -99,23 +100,26 @@ fn settle(ctx: &Context, id: &KeyId) {
     loop {
         // Opened for writing: a key whose time has passed is deleted here, on any server.
         let mut key = Key::open_write(ctx, &key_name);
-        let held = match key.kind() {
-            KeyKind::Empty => None,
-            KeyKind::Module => {
-                let _ = store::expire_holders(ctx, &mut key);
-                match key.lock() {
-                    Ok(Some(LockValue::Shared(holders))) => holders.holding(),
-                    Ok(None) => None,
-                    _ => Some(Holding::EXCLUSIVE),
-                }
-            }
-            // A key of another type in the lock's place holds it like a lock.
-            KeyKind::Other => Some(Holding::EXCLUSIVE),
-        };
+        let held = all_keys::holding(ctx, &mut key);
         let admitted = queues::admissible(id, held);
         if admitted == 0 {
             let (expire_at, next_holder) = (key.expire_at(), next_holder_expiry(&key));
             drop(key);
+            match queues::ready_all(id, |other, waiter| fits(ctx, other, waiter)) {
+                AllReady::Ready(waiter) => {
+                    grant_all(ctx, id, waiter);
+                    continue;
+                }
+                AllReady::Blocked { on: Some(other) } => {
+                    // The key that holds the waiter back is watched (it has waiters, so
+                    // its timer rechecks it); a free key kept for the waiter needs none.
+                    rearm(ctx, &other, None);
+                    if held.is_none() {
+                        return;
+                    }
+                }
+                AllReady::Blocked { on: None } | AllReady::NotMulti => {}
+            }
             rearm(ctx, id, expire_at);
             if let Some(at) = next_holder {
                 arm_timer(ctx, id, at);
@@ -129,6 +133,63 @@ fn settle(ctx: &Context, id: &KeyId) {
             let (waiter, answer) = grant_to(ctx, &mut key, waiter);
             queues::answer(ctx, waiter, answer);
         }
+    }
+}
+
+/// Whether key `id` fits `waiter` now, as its holders stand (free for it, held by its own
+/// token in the kind it asks, or shared with room for it).
+fn fits(ctx: &Context, id: &KeyId, waiter: &Waiter) -> bool {
+    let name = ctx.create_string(id.name.as_slice());
+    let mut key = Key::open_write(ctx, &name);
+    let held = all_keys::holding(ctx, &mut key);
+    let mine = match key.lock() {
+        Ok(Some(value)) => value.kind_of(&waiter.token),
+        _ => None,
+    };
+    matches!(
+        rules::decide(held, mine, waiter.kind, false),
+        Decision::Grant | Decision::Renew
+    )
+}
+
+/// Grants waiter `waiter` (the oldest of every key it asks for, each of which fits it)
+/// all its keys at once, then looks at its other keys again: readers behind it may fit
+/// beside it there.
+fn grant_all(ctx: &Context, id: &KeyId, waiter: u64) {
+    let Some(waiter) = queues::take(waiter) else {
+        return;
+    };
+    let answer = all_granted(ctx, &waiter);
+    let others: Vec<KeyId> = waiter.keys().filter(|key| *key != id).cloned().collect();
+    queues::answer(ctx, waiter, answer);
+    for other in others {
+        if queues::busy(&other) {
+            run_soon(other);
+        }
+    }
+}
+
+/// Writes the grant of every key of `waiter`, and returns what it is told.
+fn all_granted(ctx: &Context, waiter: &Waiter) -> Answer {
+    if let Some(redirect) = routing::route(ctx, &waiter.key.name).redirect() {
+        return Answer::Error(redirect);
+    }
+    let keys: Vec<KeyRef> = waiter.keys().map(KeyId::as_ref).collect();
+    let request = AllRequest {
+        token: NewToken::Given(&waiter.token),
+        own: Some(&waiter.token),
+        kind: waiter.kind,
+        ttl_ms: waiter.ttl_ms,
+        client: waiter.client,
+        session: waiter.session,
+    };
+    let granted = all_keys::decide(ctx, &keys, &request, false).and_then(|verdict| match verdict {
+        Verdict::Fits(decisions) => all_keys::grant(ctx, &keys, &decisions, &request),
+        Verdict::Busy(_) => Err(Error::ChangedWhileGranting),
+    });
+    match granted {
+        Ok((token, fences)) => Answer::GrantedAll { token, fences },
+        Err(err) => Answer::Error(err),
     }
 }
 

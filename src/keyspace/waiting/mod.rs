@@ -2,7 +2,9 @@
 //!
 //! - **Who waits**: `LOCK.ACQUIRE ... WAIT` on a lock it cannot have now blocks its
 //!   client and queues it, first come first served, per key (`wait`; the queues and the
-//!   blocked clients are `queues.rs`). A waiter leaves its queue exactly once: granted,
+//!   blocked clients are `queues.rs`); `LOCK.ACQUIREALL ... WAIT` queues one request on
+//!   every key it names (`wait_all`), holding none of them meanwhile, and is granted all
+//!   at once when it is the oldest waiter of each and each fits. A waiter leaves its queue exactly once: granted,
 //!   timed out, refused (its key moved to another cluster node, its master became a
 //!   replica), gone (disconnected, killed), or unblocked by an admin.
 //! - **When they get it**: whatever may free a lock reports it here by name, and the
@@ -14,6 +16,8 @@
 //!   - a lock's deadline, a shared holder's own expiry: a timer per key
 //!     (`deadline_moved`, `watch_holders`, `shared_arrived`);
 //!   - the oldest waiter leaving without the lock, others behind it: `head_left`;
+//!   - a waiter for several keys granted: its other keys, where readers behind it may
+//!     fit;
 //!   - flushes, `SWAPDB`, the end of loading, a promotion, a demotion (the server's
 //!     events): `many_keys_changed`, `serving`, `demoted`.
 //!
@@ -44,7 +48,29 @@ pub fn wait(
     timeout_ms: i64,
     expire_at: Option<i64>,
 ) -> Reply {
-    let blocked = queues::wait(ctx, key, request, timeout_ms)?;
+    let blocked = queues::wait(ctx, key, Vec::new(), request, timeout_ms)?;
     handoff::waiting_for(ctx, key, expire_at);
+    Ok(blocked)
+}
+
+/// Blocks the calling client in the queue of every key of `keys` at once
+/// (`LOCK.ACQUIREALL`), until it is granted them all as `request` asks, or `timeout_ms`
+/// passes (`0`: no limit). `deadlines` holds each key's deadline, in order: the handoff
+/// looks at each key again by then.
+pub fn wait_all(
+    ctx: &Context,
+    keys: &[KeyRef],
+    deadlines: &[Option<i64>],
+    request: Request,
+    timeout_ms: i64,
+) -> Reply {
+    let Some((&first, more)) = keys.split_first() else {
+        return Ok(redis_module::RedisValue::Null);
+    };
+    let more = more.iter().map(|key| key.to_id()).collect();
+    let blocked = queues::wait(ctx, first, more, request, timeout_ms)?;
+    for (&key, &expire_at) in keys.iter().zip(deadlines) {
+        handoff::waiting_for(ctx, key, expire_at);
+    }
     Ok(blocked)
 }

@@ -22,6 +22,7 @@
 //! answer already given (Redis 7.2 crashes on that race).
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 
 use redis_module::{Context, RedisValue};
 
@@ -31,7 +32,7 @@ use crate::ffi::{self, blocked};
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
 use crate::state::lock::Session;
-use crate::state::queue::{KeyId, Queues, Waiter};
+use crate::state::queue::{AllReady, KeyId, Queues, Waiter};
 use crate::state::rules::{Holding, Kind};
 use crate::state::stats;
 
@@ -44,6 +45,13 @@ pub enum Answer {
         token: Box<[u8]>,
         /// The fence of its grant.
         fence: u64,
+    },
+    /// It holds every key it asked for (`LOCK.ACQUIREALL`): `[token, [fence, ...]]`.
+    GrantedAll {
+        /// Its token.
+        token: Box<[u8]>,
+        /// The fence of each key, in the order it gave them.
+        fences: Vec<u64>,
     },
     /// Its wait ended without the lock: nil.
     Nil,
@@ -116,6 +124,36 @@ pub fn take_head(id: &KeyId) -> Option<Waiter> {
     with_queues(|q| q.pop_head(id))
 }
 
+/// Takes waiter `id` out of every queue, to be granted all its keys (or refused). The
+/// caller must `answer` it.
+pub fn take(id: u64) -> Option<Waiter> {
+    with_queues(|q| q.remove(id))
+}
+
+/// Whether the oldest waiter of `id`, if it waits for several keys, is granted them all
+/// now (`Queues::ready_all`). `fits` opens keys, which may reach the type's callbacks and
+/// so this module: it runs while no queue is borrowed, on a copy of the waiter.
+pub fn ready_all(id: &KeyId, mut fits: impl FnMut(&KeyId, &Waiter) -> bool) -> AllReady {
+    let head = with_queues(|q| {
+        q.head(id)
+            .filter(|(_, waiter)| waiter.is_multi())
+            .map(|(head, waiter)| (head, waiter.clone()))
+    });
+    let Some((head, waiter)) = head else {
+        return AllReady::NotMulti;
+    };
+    let mut verdicts = HashMap::with_capacity(waiter.more.len() + 1);
+    for key in waiter.keys() {
+        let oldest = with_queues(|q| q.head(key).is_some_and(|(first, _)| first == head));
+        let fit = oldest && fits(key, &waiter);
+        verdicts.insert(key.clone(), fit);
+        if !fit {
+            break;
+        }
+    }
+    with_queues(|q| q.ready_all(id, |key, _| verdicts.get(key).copied().unwrap_or(false)))
+}
+
 /// What a waiter asks for: the token it will hold, for how long, bound to which
 /// connection, in which kind.
 pub struct Request {
@@ -133,9 +171,16 @@ pub struct Request {
     pub value: Option<Box<[u8]>>,
 }
 
-/// Blocks the calling client until it is answered: granted the lock on `key` as
-/// `request` asks, or `timeout_ms` passes (`0`: no limit).
-pub fn wait(ctx: &Context, at: KeyRef, request: Request, timeout_ms: i64) -> Reply {
+/// Blocks the calling client until it is answered: granted the lock on `at` (and on
+/// every key of `more`, at once) as `request` asks, or `timeout_ms` passes (`0`: no
+/// limit).
+pub fn wait(
+    ctx: &Context,
+    at: KeyRef,
+    more: Vec<KeyId>,
+    request: Request,
+    timeout_ms: i64,
+) -> Reply {
     let Some(handle) = blocked::block::<LockWaits>(ctx, admin_unblock()) else {
         return Err(Error::ClientNotBlocked);
     };
@@ -143,6 +188,7 @@ pub fn wait(ctx: &Context, at: KeyRef, request: Request, timeout_ms: i64) -> Rep
         q.push(Waiter {
             handle: handle.id(),
             key: at.to_id(),
+            more,
             token: request.token,
             wake_timer: None,
             ttl_ms: request.ttl_ms,
@@ -183,17 +229,20 @@ fn stop_wake_timer(ctx: &Context, waiter: &Waiter) {
     }
 }
 
-/// Waiter `id` leaves its queue without the lock. If it was the head and others still
-/// wait, the next may fit beside the holders where it did not (shared waiters behind a
-/// writer that gave up): whoever listens is told.
+/// Waiter `id` leaves its queues without the lock. On each key where it was the head
+/// and others still wait, the next may fit where it did not (shared waiters behind a
+/// writer that gave up; anyone behind a waiter for several keys, on a key it kept free):
+/// whoever listens is told.
 fn leave(id: u64) -> Option<Waiter> {
-    let (waiter, was_head) = with_queues(|q| {
-        let was_head = q.is_head(id);
-        (q.remove(id), was_head)
+    let (waiter, heads) = with_queues(|q| {
+        let heads = q.heads_of(id);
+        (q.remove(id), heads)
     });
     let waiter = waiter?;
-    if was_head && busy(&waiter.key) {
-        handoff::head_left(waiter.key.as_ref());
+    for key in heads {
+        if busy(&key) {
+            handoff::head_left(key.as_ref());
+        }
     }
     Some(waiter)
 }
@@ -217,6 +266,9 @@ impl blocked::Waits for LockWaits {
     fn reply(ctx: &Context, answer: Option<&Answer>) {
         match answer {
             Some(Answer::Granted { token, fence }) => ffi::reply_granted(ctx, token, *fence),
+            Some(Answer::GrantedAll { token, fences }) => {
+                ffi::reply_granted_all(ctx, token, fences);
+            }
             Some(Answer::Error(message)) => {
                 ctx.reply(Err(ffi::error_reply(message.clone())));
             }

@@ -1,0 +1,76 @@
+//! `LOCK.ACQUIREALL`: several keys at once, all or none, first come first served on
+//! every key.
+//!
+//! Every argument is validated before a key is opened. Each key is decided by the same
+//! rules as `LOCK.ACQUIRE` (`keyspace/all_keys.rs`); if every one fits, all are granted
+//! in this command, each replicating as its own grant (one `MULTI`/`EXEC` unit on the
+//! replica and in the AOF); else nil, or with `WAIT` one request queued on every key
+//! (`keyspace/waiting/`), holding nothing while it waits.
+
+use redis_module::{Context, RedisValue};
+
+use crate::commands::args;
+use crate::ffi::Reply;
+use crate::ffi::command::Args;
+use crate::ffi::{self};
+use crate::keyspace::all_keys::{self, AllRequest, Verdict};
+use crate::keyspace::waiting::{self, Request};
+use crate::state::error::Error;
+use crate::state::key::KeyRef;
+use crate::state::lock::{self, NewToken};
+use crate::state::stats;
+
+/// LOCK.ACQUIREALL <numkeys> <key> [key ...] <ttl-ms> [TOKEN <token>] [WAIT <timeout-ms>]
+/// [SESSION <grace-ms>] [SHARED]
+///
+/// Replies `[token, [fence, ...]]` (one fence per key, in the order given) when every
+/// key is granted (or renewed, for a key its token holds already), else nil, or waits.
+pub fn acquire_all(ctx: &Context, args: &Args) -> Reply {
+    super::settled(ctx, run_acquire_all(ctx, args))
+}
+
+fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
+    let argv = args.bytes();
+    super::acquire::redact_tokens(ctx, argv, 2);
+    if argv.len() < 4 {
+        return Err(Error::WrongArity);
+    }
+    let (names, options) = args::acquire_all(&argv[1..])?;
+    let client = super::acquire::connection_of(ctx);
+    let session = super::acquire::session_of(client, options.grace_ms)?;
+
+    let db = ffi::selected_db(ctx);
+    let keys: Vec<KeyRef> = names.iter().map(|name| KeyRef::new(db, name)).collect();
+    let request = AllRequest {
+        token: NewToken::for_grant(options.token),
+        own: options.token,
+        kind: options.kind,
+        ttl_ms: options.ttl_ms,
+        client,
+        session,
+    };
+    match all_keys::decide(ctx, &keys, &request, true)? {
+        Verdict::Fits(decisions) => {
+            let (token, fences) = all_keys::grant(ctx, &keys, &decisions, &request)?;
+            ffi::reply_granted_all(ctx, &token, &fences);
+            Ok(RedisValue::NoReply)
+        }
+        Verdict::Busy(deadlines) => {
+            stats::CONTENDED.bump();
+            match options.wait_ms {
+                Some(timeout_ms) if all_keys::can_block(ctx) => {
+                    let request = Request {
+                        token: lock::token_buffer(options.token),
+                        ttl_ms: options.ttl_ms,
+                        session,
+                        client,
+                        kind: options.kind,
+                        value: None,
+                    };
+                    waiting::wait_all(ctx, &keys, &deadlines, request, timeout_ms)
+                }
+                _ => Ok(RedisValue::Null),
+            }
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! Several keys at once (`LOCK.ACQUIREALL`): the decision over every key, and the grant of
+//! them all in one step, whether to the caller or to a waiter at the head of every queue
+//! (`waiting/handoff.rs`). Each key is then an ordinary lock, granted (or renewed) as
+//! `LOCK.ACQUIRE` grants one, and each grant replicates as its own effects: the server
+//! wraps the effects of one command, timer or job in `MULTI`/`EXEC`, so a replica and the
+//! AOF see them as one unit.
+
+use redis_module::Context;
+
+use crate::datatype::LockKey;
+use crate::ffi::{self, Key, KeyKind};
+use crate::keyspace::renewal::{self, Renewal};
+use crate::keyspace::store;
+use crate::keyspace::waiting;
+use crate::state::error::Error;
+use crate::state::grant::GrantRequest;
+use crate::state::key::KeyRef;
+use crate::state::lock::{NewToken, Session};
+use crate::state::rules::{self, Decision, Holding, Kind};
+use crate::state::value::LockValue;
+
+/// What is asked of every key.
+pub struct AllRequest<'a> {
+    /// The token that will hold every key: one the caller gave, or one made once for all.
+    pub token: NewToken<'a>,
+    /// The caller's own token, if it gave one (a key it holds already is renewed).
+    pub own: Option<&'a [u8]>,
+    /// Exclusive, or a reader (`SHARED`).
+    pub kind: Kind,
+    /// The TTL of each key once granted.
+    pub ttl_ms: i64,
+    /// The `CLIENT ID` of the connection that asks (0: a script).
+    pub client: u64,
+    /// The binding `SESSION` asks for, for every key.
+    pub session: Option<Session>,
+}
+
+/// What a look at every key found.
+pub enum Verdict {
+    /// Every key is free for the request (or held by its token already): the decision
+    /// for each, in order.
+    Fits(Vec<Decision>),
+    /// A key is busy (held, or with waiters queued for a newcomer). The deadline of each
+    /// key, in order, for the waiters' timers.
+    Busy(Vec<Option<i64>>),
+}
+
+/// What key `key` holds now as the rules see it, once its shared holders whose time has
+/// come are gone; a key of another type in the lock's place holds it like a lock.
+pub fn holding(ctx: &Context, key: &mut Key) -> Option<Holding> {
+    match key.kind() {
+        KeyKind::Empty => None,
+        KeyKind::Module => {
+            let _ = store::expire_holders(ctx, key);
+            match key.lock() {
+                Ok(Some(LockValue::Shared(holders))) => holders.holding(),
+                Ok(None) => None,
+                _ => Some(Holding::EXCLUSIVE),
+            }
+        }
+        KeyKind::Other => Some(Holding::EXCLUSIVE),
+    }
+}
+
+/// Decides for every key of `keys` (database `db`): a newcomer's look (`newcomer`: waiters
+/// queued for a key make it busy, and are served first where it is free), or the
+/// handoff's (its waiter heads every queue). A key of another type is an error, and so
+/// is a refusal on any key (a kind or a limit that disagrees); either way nothing
+/// changed.
+pub fn decide(
+    ctx: &Context,
+    keys: &[KeyRef],
+    request: &AllRequest,
+    newcomer: bool,
+) -> Result<Verdict, Error> {
+    let mut decisions = Vec::with_capacity(keys.len());
+    let mut deadlines = Vec::with_capacity(keys.len());
+    for &at in keys {
+        let name = ctx.create_string(at.name);
+        let mut key = Key::open_write(ctx, &name);
+        let mut queued = newcomer && waiting::queued(at);
+        if queued && !matches!(key.lock()?, Some(LockValue::Exclusive(_))) {
+            // Free or shared, yet clients wait for it: theirs first, as for LOCK.ACQUIRE.
+            drop(key);
+            waiting::handoff(ctx, at);
+            queued = waiting::queued(at);
+            key = Key::open_write(ctx, &name);
+        }
+        let _ = store::expire_holders(ctx, &mut key)?;
+        let held = key.lock()?;
+        let mine = request
+            .own
+            .and_then(|token| held.and_then(|value| value.kind_of(token)));
+        let holding = held.and_then(LockValue::holding);
+        match rules::decide(holding, mine, request.kind, queued) {
+            Decision::Refused(refusal) => return Err(Error::Refused(refusal)),
+            decision => decisions.push(decision),
+        }
+        deadlines.push(key.expire_at());
+    }
+    if decisions
+        .iter()
+        .all(|d| matches!(d, Decision::Grant | Decision::Renew))
+    {
+        Ok(Verdict::Fits(decisions))
+    } else {
+        Ok(Verdict::Busy(deadlines))
+    }
+}
+
+/// Grants (or renews) every key of `keys` to `request`, as `decisions` say: returns the
+/// token as held and one fence per key, in order. The decisions come from `decide` in
+/// the same command or callback, so every key still fits.
+pub fn grant(
+    ctx: &Context,
+    keys: &[KeyRef],
+    decisions: &[Decision],
+    request: &AllRequest,
+) -> Result<(Box<[u8]>, Vec<u64>), Error> {
+    let mut fences = Vec::with_capacity(keys.len());
+    let mut held_as: Option<Box<[u8]>> = None;
+    for (&at, decision) in keys.iter().zip(decisions) {
+        let name = ctx.create_string(at.name);
+        let mut key = Key::open_write(ctx, &name);
+        let (token, fence) = match decision {
+            Decision::Renew => {
+                let renewal = Renewal {
+                    token: request.own.ok_or(Error::RenewWithoutToken)?,
+                    kind: request.kind,
+                    session: request.session,
+                    value: None,
+                    ttl_ms: request.ttl_ms,
+                    client: request.client,
+                };
+                renewal::renew(ctx, &mut key, at, &renewal)?
+            }
+            _ => {
+                let grant = GrantRequest {
+                    key: at,
+                    token: request.token.clone(),
+                    kind: request.kind,
+                    ttl_ms: request.ttl_ms,
+                    client: request.client,
+                    session: request.session,
+                    value: None,
+                };
+                let (fence, token) =
+                    store::grant(ctx, &mut key, grant, |token, _| Box::<[u8]>::from(token))?;
+                (token, fence)
+            }
+        };
+        waiting::watch_holders(ctx, at, &key);
+        fences.push(fence);
+        held_as.get_or_insert(token);
+    }
+    Ok((held_as.unwrap_or_default(), fences))
+}
+
+/// Whether the server may block the caller here: not inside `MULTI`/`EXEC` or a script,
+/// and not on a replica, which follows its master and grants nothing itself.
+pub fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .contains(redis_module::ContextFlags::DENY_BLOCKING)
+        && !ffi::is_replica(ctx)
+}
