@@ -427,6 +427,38 @@ impl Waiter {
         Self::send_in(server, 0, key, ttl_ms, extra)
     }
 
+    /// Sends `LOCK.ACQUIREALL numkeys keys... ttl [extra...]` in database 0 on a new
+    /// connection and returns once the server counts one more blocked client.
+    pub fn start_all(server: &TestServer, keys: &[&str], ttl_ms: u64, extra: &[&str]) -> Self {
+        let mut observer = server.connection();
+        let before = lock_waiters(&mut observer);
+        let waiter = Self::send_all(server, keys, ttl_ms, extra);
+        poll_until(Duration::from_secs(10), "the waiter to block", || {
+            lock_waiters(&mut observer) == before + 1
+        });
+        waiter
+    }
+
+    /// Sends `LOCK.ACQUIREALL numkeys keys... ttl [extra...]` in database 0 on a new
+    /// connection without waiting for it to block.
+    pub fn send_all(server: &TestServer, keys: &[&str], ttl_ms: u64, extra: &[&str]) -> Self {
+        let mut waiter = Self::connect(server, &[], 0);
+        let (count, ttl) = (keys.len().to_string(), ttl_ms.to_string());
+        let mut command: Vec<&[u8]> = vec![b"LOCK.ACQUIREALL", count.as_bytes()];
+        command.extend(keys.iter().map(|key| key.as_bytes()));
+        command.push(ttl.as_bytes());
+        command.extend(extra.iter().map(|arg| arg.as_bytes()));
+        waiter.write(&command);
+        waiter
+    }
+
+    /// The reply to `LOCK.ACQUIREALL`, which must not be an error: `Some((token,
+    /// fences))`, `None` for nil.
+    pub fn granted_all(&mut self) -> Option<(Vec<u8>, Vec<i64>)> {
+        let reply = self.reply().expect("LOCK.ACQUIREALL ... WAIT");
+        redis::from_redis_value(reply).expect("[token, [fence, ...]] or nil")
+    }
+
     /// `start`, after `before` (a command that must answer `OK`, such as `CLIENT CAPA
     /// redirect`) on the same connection.
     pub fn start_after(
@@ -592,6 +624,23 @@ impl Waiter {
         let pong = self.query(&[b"PING"]).expect("PING");
         redis::from_redis_value(pong).expect("a text reply")
     }
+}
+
+/// `LOCK.ACQUIREALL numkeys keys... ttl [extra...]` on `con`: `Some((token, fences))`,
+/// `None` for nil; panics on an error reply.
+pub fn acquire_all(
+    con: &mut redis::Connection,
+    keys: &[&str],
+    ttl_ms: i64,
+    extra: &[&str],
+) -> Option<(Vec<u8>, Vec<i64>)> {
+    redis::cmd("LOCK.ACQUIREALL")
+        .arg(keys.len())
+        .arg(keys)
+        .arg(ttl_ms)
+        .arg(extra)
+        .query(con)
+        .expect("LOCK.ACQUIREALL")
 }
 
 /// `key` held (`ttl_ms`) by a holder, and a `Waiter` (`LOCK.ACQUIRE key ttl_ms extra...`)
