@@ -126,6 +126,7 @@ impl World {
             handle,
             key: first,
             more: keys.collect(),
+            all_keys: true,
             token: Vec::new(),
             wake_timer: None,
             ttl_ms: 1,

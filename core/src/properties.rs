@@ -143,6 +143,7 @@ proptest! {
                         handle: next_handle,
                         key: key.clone(),
                         more: Vec::new(),
+                        all_keys: false,
                         token: b"t".to_vec(),
                         wake_timer: None,
                         ttl_ms: 1,

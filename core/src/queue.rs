@@ -23,6 +23,9 @@ pub struct Waiter {
     /// The other keys it waits for, all at once (`LOCK.ACQUIREALL`), in the order given;
     /// empty for `LOCK.ACQUIRE`.
     pub more: Vec<KeyId>,
+    /// Whether it asked with `LOCK.ACQUIREALL`, whose reply lists a fence per key (one
+    /// key included).
+    pub all_keys: bool,
     /// The token it will hold: its own or one the server made when it started waiting.
     pub token: Vec<u8>,
     /// The module timer that wakes the server at the wait's deadline, if it has one.
@@ -251,6 +254,7 @@ mod tests {
             handle,
             key: key(name),
             more: Vec::new(),
+            all_keys: false,
             token: format!("t{handle}").into_bytes(),
             wake_timer: None,
             ttl_ms: 1000,
@@ -379,6 +383,7 @@ mod tests {
     fn multi(handle: usize, names: &[&str]) -> Waiter {
         Waiter {
             more: names[1..].iter().map(|name| key(name)).collect(),
+            all_keys: true,
             ..waiter(handle, names[0])
         }
     }

@@ -38,6 +38,18 @@ fn a_waiter_is_granted_every_key_at_once_when_the_last_one_frees() {
 }
 
 #[test]
+fn a_waiter_for_one_key_is_answered_with_a_list_of_one_fence() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (ta, fa) = acquire(&mut con, "a", 30_000, &[]).expect("a");
+    let mut waiter = Waiter::start_all(&server, &["a"], 30_000, LONG);
+    assert_eq!(release(&mut con, "a", &ta), 1);
+    let (_, fences) = waiter.granted_all().expect("a");
+    assert_eq!(fences.len(), 1);
+    assert!(fences[0] > fa);
+}
+
+#[test]
 fn an_older_single_key_waiter_goes_first_and_a_later_one_never_passes() {
     let server = TestServer::start();
     let mut con = server.connection();

@@ -2,6 +2,7 @@ mod acl_category;
 mod acquire_release;
 mod all_keys;
 mod all_keys_durability;
+mod all_keys_stress;
 mod all_keys_waiting;
 mod async_load;
 mod chaos;

@@ -252,9 +252,20 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         session: waiter.session,
         value: waiter.value.as_deref(),
     };
-    let answer = match store::grant(ctx, key, request, |token, fence| Answer::Granted {
-        token: token.into(),
-        fence,
+    let all_keys = waiter.all_keys;
+    let answer = match store::grant(ctx, key, request, |token, fence| {
+        // LOCK.ACQUIREALL of one key: a fence per key, still.
+        if all_keys {
+            Answer::GrantedAll {
+                token: token.into(),
+                fences: vec![fence],
+            }
+        } else {
+            Answer::Granted {
+                token: token.into(),
+                fence,
+            }
+        }
     }) {
         Ok((_, granted)) => granted,
         Err(err) => Answer::Error(err),

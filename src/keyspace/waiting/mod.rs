@@ -48,7 +48,7 @@ pub fn wait(
     timeout_ms: i64,
     expire_at: Option<i64>,
 ) -> Reply {
-    let blocked = queues::wait(ctx, key, Vec::new(), request, timeout_ms)?;
+    let blocked = queues::wait(ctx, key, None, request, timeout_ms)?;
     handoff::waiting_for(ctx, key, expire_at);
     Ok(blocked)
 }
@@ -68,7 +68,7 @@ pub fn wait_all(
         return Ok(redis_module::RedisValue::Null);
     };
     let more = more.iter().map(|key| key.to_id()).collect();
-    let blocked = queues::wait(ctx, first, more, request, timeout_ms)?;
+    let blocked = queues::wait(ctx, first, Some(more), request, timeout_ms)?;
     for (&key, &expire_at) in keys.iter().zip(deadlines) {
         handoff::waiting_for(ctx, key, expire_at);
     }

@@ -171,13 +171,13 @@ pub struct Request {
     pub value: Option<Box<[u8]>>,
 }
 
-/// Blocks the calling client until it is answered: granted the lock on `at` (and on
-/// every key of `more`, at once) as `request` asks, or `timeout_ms` passes (`0`: no
+/// Blocks the calling client until it is answered: granted the lock on `at` (and, for
+/// `LOCK.ACQUIREALL`, on every key of `more` at once) as `request` asks, or `timeout_ms` passes (`0`: no
 /// limit).
 pub fn wait(
     ctx: &Context,
     at: KeyRef,
-    more: Vec<KeyId>,
+    more: Option<Vec<KeyId>>,
     request: Request,
     timeout_ms: i64,
 ) -> Reply {
@@ -188,7 +188,8 @@ pub fn wait(
         q.push(Waiter {
             handle: handle.id(),
             key: at.to_id(),
-            more,
+            all_keys: more.is_some(),
+            more: more.unwrap_or_default(),
             token: request.token,
             wake_timer: None,
             ttl_ms: request.ttl_ms,
