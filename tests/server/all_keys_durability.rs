@@ -58,6 +58,9 @@ fn assert_set_in_one_transaction(stream: &[Vec<Vec<u8>>], keys: &[&str], token: 
     panic!("no MULTI/EXEC holds the LOCK._SET of every key of {keys:?}");
 }
 
+/// Frees a waiter's last key, given a connection, the holder's token and the key.
+type Free = fn(&mut redis::Connection, &[u8], &str);
+
 /// Grants every way a request for several keys can be granted: at once, and as a waiter
 /// when its last key is released, deleted or expires. Returns each grant's keys and
 /// token.
@@ -67,7 +70,7 @@ fn grant_every_way(server: &TestServer) -> Vec<(Vec<&'static str>, Vec<u8>)> {
     let (token, _) =
         acquire_all(&mut con, &["now:a", "now:b", "now:c"], 600_000, &[]).expect("at once");
     grants.push((vec!["now:a", "now:b", "now:c"], token));
-    let frees: [(&'static str, u64, fn(&mut redis::Connection, &[u8], &str)); 3] = [
+    let frees: [(&'static str, u64, Free); 3] = [
         ("released", 600_000, |con, token, key| {
             assert_eq!(release(con, key, token), 1);
         }),
