@@ -97,7 +97,7 @@ const COMMANDS: [CommandSpec; 12] = [
     CommandSpec {
         name: c"lock.acquireall",
         entry: command_entry!(commands::acquire_all::acquire_all),
-        flags: c"write deny-oom",
+        flags: c"write deny-oom getkeys-api",
         keys: Keys::Counted(KeyUse::Update),
         arity: -4,
         doc: Some(&docs::ACQUIREALL),

@@ -11,12 +11,14 @@ use redis_module::{Context, RedisValue};
 
 use crate::commands::args;
 use crate::ffi::Reply;
+use crate::ffi::call::{self, KeyFlags};
 use crate::ffi::command::Args;
 use crate::ffi::{self};
 use crate::keyspace::all_keys::{self, AllRequest, Verdict};
 use crate::keyspace::waiting::{self, Request};
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
+use crate::state::limits::MAX_KEYS;
 use crate::state::lock::{self, NewToken};
 use crate::state::stats;
 
@@ -26,7 +28,29 @@ use crate::state::stats;
 /// Replies `[token, [fence, ...]]` (one fence per key, in the order given) when every
 /// key is granted (or renewed, for a key its token holds already), else nil, or waits.
 pub fn acquire_all(ctx: &Context, args: &Args) -> Reply {
+    if call::keys_requested(ctx) {
+        declare_keys(ctx, args);
+        return Ok(RedisValue::NoReply);
+    }
     super::settled(ctx, run_acquire_all(ctx, args))
+}
+
+/// Tells the server where the keys are (`getkeys-api`): cluster routing (`CROSSSLOT`,
+/// `MOVED`) asks this way, as it reads no key spec of a module command. A malformed
+/// `numkeys` declares none; the command itself then refuses it.
+fn declare_keys(ctx: &Context, args: &Args) {
+    let argv = args.bytes();
+    let Some(count) = argv
+        .get(1)
+        .and_then(|n| args::integer(n))
+        .and_then(|n| usize::try_from(n).ok())
+        .filter(|n| (1..=MAX_KEYS).contains(n) && n + 2 < argv.len())
+    else {
+        return;
+    };
+    for pos in 2..2 + count {
+        call::key_at(ctx, pos, KeyFlags::UPDATE);
+    }
 }
 
 fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {

@@ -197,6 +197,9 @@ impl KeyFlags {
     /// Read only, reading what it holds (a lock's key to `LOCK.DO`).
     pub const READ: KeyFlags =
         KeyFlags((raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS) as i32);
+    /// Read and written, perhaps added (the keys of `LOCK.ACQUIREALL`).
+    pub const UPDATE: KeyFlags =
+        KeyFlags((raw::REDISMODULE_CMD_KEY_RW | raw::REDISMODULE_CMD_KEY_UPDATE) as i32);
 }
 
 /// Declares argument `pos` a key with `flags` (answering a keys request).

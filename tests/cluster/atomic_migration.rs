@@ -179,17 +179,21 @@ struct Locks {
     sessions: Vec<String>,
     shared: String,
     semaphore: String,
+    /// Two keys granted at once (`LOCK.ACQUIREALL`, token `all`).
+    all: [String; 2],
     /// The largest fence granted in the slot.
     top_fence: i64,
 }
 
 impl Locks {
-    fn keys(&self) -> [&String; 4] {
+    fn keys(&self) -> [&String; 6] {
         [
             &self.exclusive,
             &self.session,
             &self.shared,
             &self.semaphore,
+            &self.all[0],
+            &self.all[1],
         ]
     }
 
@@ -228,6 +232,11 @@ impl Locks {
         take(con, &shared, &["SHARED", "TOKEN", "reader-2"]);
         take(con, &semaphore, &["LIMIT", "3", "TOKEN", "permit-1"]);
         take(con, &semaphore, &["LIMIT", "3", "TOKEN", "permit-2"]);
+        let all = [key("all:1"), key("all:2")];
+        let (_, fences) =
+            crate::common::acquire_all(con, &[&all[0], &all[1]], 60_000, &["TOKEN", "all"])
+                .expect("two free keys at once");
+        top_fence = top_fence.max(fences[0]).max(fences[1]);
         Self {
             tag,
             exclusive,
@@ -235,6 +244,7 @@ impl Locks {
             sessions,
             shared,
             semaphore,
+            all,
             top_fence,
         }
     }
@@ -286,6 +296,16 @@ fn atomic_slot_migration_moves_locks_whole_and_leaves_the_source_whole_when_it_f
         60_000,
     );
     crate::cluster_common::wait_for_waiters(&mut src, &locks.exclusive, 1);
+    // A waiter for several keys of the slot, one of them free and kept for it.
+    let free = format!("{{{}}}:free", locks.tag);
+    let waiter_all = Waiter::start_all(
+        cluster.node(source.port),
+        &[&free, &locks.all[1]],
+        "waiter-all",
+        30_000,
+        60_000,
+    );
+    crate::cluster_common::wait_for_waiters(&mut src, &locks.all[1], 1);
     let before = locks.snapshots(&mut src);
 
     // A slow snapshot (5 ms a key) keeps each migration in flight long enough to stop it.
@@ -319,8 +339,15 @@ fn atomic_slot_migration_moves_locks_whole_and_leaves_the_source_whole_when_it_f
         waiter.answer_within(Duration::from_millis(100)).is_none(),
         "the waiter still waits on the source after two stopped migrations"
     );
+    assert!(waiter_all.answer_within(Duration::from_millis(1)).is_none());
 
     completed_migration_moves_every_kind(&cluster, source, target, &locks, &before, waiter);
+    let moved = format!("MOVED {slot} 127.0.0.1:{}", target.port);
+    assert_eq!(
+        waiter_all.answer_within(LIMIT),
+        Some(Answer::Error(moved)),
+        "the waiter for several keys is redirected"
+    );
     promoted_replica_of_the_target_has_the_locks(&cluster, target, &locks);
     drop(holder);
 }

@@ -23,6 +23,7 @@ fn lock_commands_are_routed_by_key_across_the_cluster() {
     other_nodes_answer_moved(&cluster);
     replicas_serve_lock_info_only_in_readonly_mode(&cluster);
     hash_tags_keep_a_lock_beside_its_data(&cluster);
+    several_keys_at_once_need_one_slot(&cluster);
     fenced_writes_are_routed_and_stay_in_one_slot(&cluster);
     commands_declare_their_key(&cluster);
 }
@@ -325,6 +326,47 @@ fn replicas_serve_lock_info_only_in_readonly_mode(cluster: &Cluster) {
         1,
         "{step}: release"
     );
+}
+
+/// `LOCK.ACQUIREALL` declares its keys: keys of different slots are refused with
+/// `CROSSSLOT` on the node that owns the first, and a hash tag puts them in one slot,
+/// where a cluster client routes the command and they are granted at once.
+fn several_keys_at_once_need_one_slot(cluster: &Cluster) {
+    let step = "several keys";
+    let (a, b) = ("transfer:a", "transfer:b");
+    assert_ne!(cluster.keyslot(a), cluster.keyslot(b), "{step}: two slots");
+    let mut owner = cluster.con(cluster.owner_of(cluster.keyslot(a)).port);
+    let err = error_of(
+        redis::cmd("LOCK.ACQUIREALL")
+            .arg(2)
+            .arg(a)
+            .arg(b)
+            .arg(1000)
+            .query(&mut owner),
+    );
+    assert!(err.starts_with("CROSSSLOT"), "{step}: {err}");
+    let exists: i64 = redis::cmd("EXISTS").arg(a).query(&mut owner).unwrap();
+    assert_eq!(exists, 0, "{step}: nothing taken");
+
+    let (a, b) = ("{transfer:7}:from", "{transfer:7}:to");
+    let mut con = cluster.client();
+    let granted: Option<(Vec<u8>, Vec<i64>)> = redis::cmd("LOCK.ACQUIREALL")
+        .arg(2)
+        .arg(a)
+        .arg(b)
+        .arg(30_000)
+        .query(&mut con)
+        .expect("LOCK.ACQUIREALL through the cluster client");
+    let (token, fences) = granted.expect("two free keys of one slot");
+    assert_eq!(fences.len(), 2, "{step}");
+    for key in [a, b] {
+        let released: i64 = redis::cmd("LOCK.RELEASE")
+            .arg(key)
+            .arg(&token)
+            .query(&mut con)
+            .expect("LOCK.RELEASE");
+        assert_eq!(released, 1, "{step}: {key}");
+    }
 }
 
 fn hash_tags_keep_a_lock_beside_its_data(cluster: &Cluster) {

@@ -359,6 +359,8 @@ pub fn redis_cli<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Output 
 pub enum Answer {
     /// `[token, fence]`.
     Granted(Vec<u8>, i64),
+    /// `[token, [fence, ...]]`, for `LOCK.ACQUIREALL`.
+    GrantedAll(Vec<u8>, Vec<i64>),
     /// nil: timed out or refused.
     Nil,
     /// An error reply (`MOVED`, `ASK`, `UNBLOCKED`, ...), as "CODE detail".
@@ -378,27 +380,62 @@ impl Waiter {
     /// Starts the waiter on `node`. Its connection gives up after `timeout` plus a
     /// margin, so a waiter the server never answers cannot hang the test run.
     pub fn start(node: &TestServer, key: &str, token: &str, ttl_ms: u64, timeout_ms: u64) -> Self {
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg(key)
+            .arg(ttl_ms)
+            .arg("TOKEN")
+            .arg(token)
+            .arg("WAIT")
+            .arg(timeout_ms);
+        Self::spawn(node, cmd, token, timeout_ms, |reply| {
+            let granted: Option<(Vec<u8>, i64)> = redis::from_redis_value(reply).ok()?;
+            Some(granted.map_or(Answer::Nil, |(token, fence)| Answer::Granted(token, fence)))
+        })
+    }
+
+    /// Starts a waiter for every key of `keys` at once (`LOCK.ACQUIREALL ... WAIT`) on
+    /// `node`.
+    pub fn start_all(
+        node: &TestServer,
+        keys: &[&str],
+        token: &str,
+        ttl_ms: u64,
+        timeout_ms: u64,
+    ) -> Self {
+        let mut cmd = redis::cmd("LOCK.ACQUIREALL");
+        cmd.arg(keys.len())
+            .arg(keys)
+            .arg(ttl_ms)
+            .arg("TOKEN")
+            .arg(token)
+            .arg("WAIT")
+            .arg(timeout_ms);
+        Self::spawn(node, cmd, token, timeout_ms, |reply| {
+            let granted: Option<(Vec<u8>, Vec<i64>)> = redis::from_redis_value(reply).ok()?;
+            Some(granted.map_or(Answer::Nil, |(token, fences)| {
+                Answer::GrantedAll(token, fences)
+            }))
+        })
+    }
+
+    fn spawn(
+        node: &TestServer,
+        cmd: redis::Cmd,
+        token: &str,
+        timeout_ms: u64,
+        read: fn(redis::Value) -> Option<Answer>,
+    ) -> Self {
         let mut con = node.connection();
         con.set_read_timeout(Some(
             Duration::from_millis(timeout_ms) + Duration::from_secs(30),
         ))
         .expect("read timeout");
         let (tx, answer) = mpsc::channel();
-        let cmd = {
-            let mut cmd = redis::cmd("LOCK.ACQUIRE");
-            cmd.arg(key)
-                .arg(ttl_ms)
-                .arg("TOKEN")
-                .arg(token)
-                .arg("WAIT")
-                .arg(timeout_ms);
-            cmd
-        };
         thread::spawn(move || {
-            let reply: redis::RedisResult<Option<(Vec<u8>, i64)>> = cmd.query(&mut con);
+            let reply: redis::RedisResult<redis::Value> = cmd.query(&mut con);
             let answer = match reply {
-                Ok(Some((token, fence))) => Answer::Granted(token, fence),
-                Ok(None) => Answer::Nil,
+                Ok(value) => read(value.clone())
+                    .unwrap_or_else(|| Answer::Dropped(format!("unexpected reply {value:?}"))),
                 Err(err) => match err.code() {
                     Some(code) => Answer::Error(format!("{code} {}", err.detail().unwrap_or(""))),
                     None => Answer::Dropped(err.to_string()),

@@ -4,8 +4,9 @@
 use crate::common::{TestServer, error_of, server_kind};
 
 /// The public commands, which `@lock` holds (and the per-command rights name).
-const PUBLIC: [&str; 7] = [
+const PUBLIC: [&str; 8] = [
     "lock.acquire",
+    "lock.acquireall",
     "lock.release",
     "lock.extend",
     "lock.info",

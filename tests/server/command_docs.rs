@@ -11,10 +11,14 @@ use redis::Value;
 use crate::common::{TestServer, fresh_dir, poll_until, server_binary};
 
 /// The public commands and their synopsis, as `COMMAND DOCS` must give it.
-const SYNOPSES: [(&str, &str); 7] = [
+const SYNOPSES: [(&str, &str); 8] = [
     (
         "LOCK.ACQUIRE",
         "key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE value]",
+    ),
+    (
+        "LOCK.ACQUIREALL",
+        "numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED]",
     ),
     ("LOCK.RELEASE", "key token"),
     ("LOCK.EXTEND", "key token ttl-ms"),
@@ -115,7 +119,13 @@ fn command_docs_describe_every_public_command_with_every_field() {
             let doc = docs(&mut con, name);
             let summary = text(field(&doc, "summary"));
             assert!(summary.len() > 20, "{name}: summary {summary:?}");
-            assert_eq!(text(field(&doc, "since")), "0.1.0", "{name}");
+            // The module version that added it.
+            let since = if name == "LOCK.ACQUIREALL" {
+                "0.2.0"
+            } else {
+                "0.1.0"
+            };
+            assert_eq!(text(field(&doc, "since")), since, "{name}");
             assert_eq!(text(field(&doc, "group")), "module", "{name}");
             assert_eq!(text(field(&doc, "module")), "lock", "{name}");
             assert!(text(field(&doc, "complexity")).starts_with("O("), "{name}");
