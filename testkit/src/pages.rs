@@ -140,14 +140,18 @@ pub fn is_token(s: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
-/// `N) rest` -> (`N) `, rest); other lines have no prefix.
+/// `N) rest` -> (`N) `, rest), and `N) M) rest` (the first element of a nested array)
+/// -> (`N) M) `, rest); other lines have no prefix.
 pub fn split_index(line: &str) -> (&str, &str) {
-    match line.find(") ") {
-        Some(at) if line[..at].bytes().all(|b| b.is_ascii_digit()) && at > 0 => {
-            line.split_at(at + 2)
+    let mut end = 0;
+    while let Some(at) = line[end..].find(") ") {
+        let number = &line[end..end + at];
+        if at == 0 || !number.bytes().all(|b| b.is_ascii_digit()) {
+            break;
         }
-        _ => ("", line),
+        end += at + 2;
     }
+    line.split_at(end)
 }
 
 pub fn integer(s: &str) -> Option<i64> {
