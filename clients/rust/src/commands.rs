@@ -114,6 +114,65 @@ pub fn acquire_mode_cmd(
     cmd
 }
 
+/// `LOCK.ACQUIREALL numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms]
+/// [SESSION grace-ms] [SHARED]`: every key at once, or none.
+///
+/// Reply: `Option<GrantAll>`, `None` when a key is busy (at once, or when the wait timed
+/// out). `mode` is [`Mode::Exclusive`] or [`Mode::Shared`]; the server refuses a
+/// semaphore (`LIMIT`) for several keys.
+pub fn acquire_all_cmd<K: AsRef<[u8]>>(
+    keys: &[K],
+    ttl: Duration,
+    token: Option<&[u8]>,
+    wait: Option<Duration>,
+    session: Option<Duration>,
+    mode: Mode,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("LOCK.ACQUIREALL");
+    cmd.arg(keys.len());
+    for key in keys {
+        cmd.arg(key.as_ref());
+    }
+    cmd.arg(millis(ttl));
+    if let Some(token) = token {
+        cmd.arg("TOKEN").arg(token);
+    }
+    if let Some(wait) = wait {
+        cmd.arg("WAIT").arg(millis(wait));
+    }
+    if let Some(grace) = session {
+        cmd.arg("SESSION").arg(millis(grace));
+    }
+    mode.add_to(&mut cmd);
+    cmd
+}
+
+/// Several keys granted at once: the reply `[token, [fence, ...]]` of `LOCK.ACQUIREALL`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GrantAll {
+    /// The secret that proves ownership of every key.
+    pub token: Vec<u8>,
+    /// One fencing token per key, in the order the keys were given.
+    pub fences: Vec<u64>,
+}
+
+impl std::fmt::Debug for GrantAll {
+    // The token is a secret: keep it out of logs.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrantAll")
+            .field("token", &"<redacted>")
+            .field("fences", &self.fences)
+            .finish()
+    }
+}
+
+impl FromRedisValue for GrantAll {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let (token, fences) = <(Vec<u8>, Vec<u64>)>::from_redis_value(v)?;
+        Ok(GrantAll { token, fences })
+    }
+}
+
 /// `LOCK.RELEASE key token`. Reply: `bool`, true if this token held the lock and it is
 /// now released.
 pub fn release_cmd(key: impl AsRef<[u8]>, token: &[u8]) -> redis::Cmd {

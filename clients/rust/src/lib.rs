@@ -90,14 +90,16 @@ mod election;
 mod guard;
 mod link;
 mod lost;
+mod multi;
 mod options;
 pub mod redlock;
 mod sync;
 mod token;
 
-pub use commands::{Grant, LockInfo, Mode};
+pub use commands::{Grant, GrantAll, LockInfo, Mode};
 pub use election::{Election, Leader, Leadership, Observer};
 pub use lost::{LockLost, LostReason};
+pub use multi::MultiLock;
 pub use options::LockOptions;
 pub use redlock::{Redlock, RedlockError, RedlockGuard, RedlockOptions};
 pub use sync::{Lock, Locker};

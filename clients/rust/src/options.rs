@@ -189,6 +189,19 @@ impl LockOptions {
         cmd
     }
 
+    /// `LOCK.ACQUIREALL` of `keys` with these options (a published value belongs to one
+    /// key: it is not sent).
+    pub(crate) fn acquire_all_cmd(&self, keys: &[Vec<u8>], token: &[u8]) -> redis::Cmd {
+        crate::commands::acquire_all_cmd(
+            keys,
+            self.ttl(),
+            Some(token),
+            self.wait_timeout(),
+            self.session_grace(),
+            self.mode,
+        )
+    }
+
     /// How long the client waits for the acquire's reply, `None` for no limit: a
     /// waiting acquire must not time out on the client before the server answers, so
     /// the wait plus `command_timeout`, and no limit for a wait without one.

@@ -129,6 +129,21 @@ impl Locker {
         self.acquire(key, &options.clone().mode(Mode::Semaphore(permits)))
     }
 
+    /// Acquires every key of `keys` at once, or none (`LOCK.ACQUIREALL`), with one token
+    /// and a fence per key: `Some(lock)` when granted, `None` when a key is busy (at once,
+    /// or after the wait timed out). With a wait, the request queues on every key and
+    /// holds none of them meanwhile, so two callers that take the same keys in different
+    /// orders never deadlock. [`Mode::Shared`] reads every key; a semaphore, a published
+    /// value and the watchdog are for one key. On a cluster the keys must share a slot
+    /// (a hash tag).
+    pub fn lock_all(
+        &self,
+        keys: &[&[u8]],
+        options: &LockOptions,
+    ) -> RedisResult<Option<crate::MultiLock>> {
+        crate::multi::lock_all(&self.links, self.command_timeout, keys, options)
+    }
+
     /// Acquires `key` with `options`: `Some(lock)` when granted, `None` when another
     /// token holds it (at once, or after the wait timed out).
     ///

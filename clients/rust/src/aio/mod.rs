@@ -69,11 +69,13 @@ async fn within<T>(
 mod conn;
 mod lock;
 mod locker;
+mod multi;
 mod redlock;
 mod shared;
 
 use conn::Conn;
 pub use lock::Lock;
 pub use locker::Locker;
+pub use multi::MultiLock;
 pub use redlock::{Redlock, RedlockGuard};
 use shared::{Shared, UNBOUND, watchdog};

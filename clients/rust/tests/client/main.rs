@@ -5,5 +5,6 @@ mod deployments;
 mod election;
 mod election_churn;
 mod guard;
+mod multi_guards;
 mod redlock;
 mod shared_guards;

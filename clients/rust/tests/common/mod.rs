@@ -102,3 +102,18 @@ pub fn info_field(con: &mut redis::Connection, key: &str, field: &str) -> Option
         _ => None,
     })
 }
+
+/// The number of keys in the server's database 0.
+pub fn dbsize(con: &mut redis::Connection) -> i64 {
+    redis::cmd("DBSIZE").query(con).expect("DBSIZE")
+}
+
+/// Waits until the server counts `n` clients blocked in a lock's queue (`INFO lock`,
+/// `lock_waiters`).
+pub fn wait_for_waiters(con: &mut redis::Connection, n: u64) {
+    poll_until(
+        std::time::Duration::from_secs(10),
+        "the waiters to block",
+        || lock_stat(con, "lock_waiters") == n,
+    );
+}

@@ -1,0 +1,129 @@
+//! Several keys at once, all or none, on async connections (`LOCK.ACQUIREALL`): the
+//! async [`MultiLock`](super::MultiLock).
+
+use super::*;
+use crate::commands::GrantAll;
+
+/// Every key of one [`Locker::lock_all`], held by one token with a fence per key. It keeps
+/// a connection of its own (a session-bound grant lives with it). Release it with
+/// [`release`](Self::release); dropping it closes that connection, which frees a
+/// session-bound grant, and otherwise leaves the keys to their TTL. No watchdog: extend
+/// the keys with [`extend`](Self::extend).
+pub struct MultiLock {
+    con: AsyncLink,
+    keys: Vec<Vec<u8>>,
+    grant: GrantAll,
+    command_timeout: Duration,
+}
+
+impl std::fmt::Debug for MultiLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiLock")
+            .field("keys", &self.keys.len())
+            .field("fences", &self.grant.fences)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `LOCK.RELEASE` (or `LOCK.EXTEND` to `ttl`) of every key of `keys` by `token`, in one
+/// round trip: whether each one was held.
+async fn on_every_key(
+    con: &mut AsyncLink,
+    keys: &[Vec<u8>],
+    token: &[u8],
+    ttl: Option<Duration>,
+) -> RedisResult<Vec<bool>> {
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.add_command(match ttl {
+            Some(ttl) => extend_cmd(key, token, ttl),
+            None => release_cmd(key, token),
+        });
+    }
+    pipe.query_async(con).await
+}
+
+impl Locker {
+    /// Acquires every key of `keys` at once, or none (`LOCK.ACQUIREALL`), with one token
+    /// and a fence per key: `Some(lock)` when granted, `None` when a key is busy (at
+    /// once, or after the wait timed out). With a wait, the request queues on every key
+    /// and holds none of them meanwhile, so two callers that take the same keys in
+    /// different orders never deadlock. [`Mode::Shared`] reads every key. On a cluster
+    /// the keys must share a slot (a hash tag).
+    pub async fn lock_all(
+        &self,
+        keys: &[&[u8]],
+        options: &LockOptions,
+    ) -> RedisResult<Option<MultiLock>> {
+        let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.to_vec()).collect();
+        let token = options.token_to_send();
+        let cmd = options.acquire_all_cmd(&keys, &token);
+        let mut con = within(Some(self.command_timeout), self.conn.open()).await?;
+        let reply: RedisResult<Option<GrantAll>> =
+            within(options.reply_limit(self.command_timeout), async {
+                cmd.query_async(&mut con).await
+            })
+            .await;
+        match reply {
+            Ok(Some(grant)) => Ok(Some(MultiLock {
+                con,
+                keys,
+                grant,
+                command_timeout: self.command_timeout,
+            })),
+            Ok(None) => Ok(None),
+            Err(err) => {
+                if outcome_unknown(&err) {
+                    // The reply was lost: the keys may be ours. Give them back, best effort.
+                    if let Ok(mut con) = self.conn.open().await {
+                        let _ = within(
+                            Some(self.command_timeout),
+                            on_every_key(&mut con, &keys, &token, None),
+                        )
+                        .await;
+                    }
+                }
+                Err(err)
+            }
+        }
+    }
+}
+
+impl MultiLock {
+    /// The keys, in the order given.
+    pub fn keys(&self) -> &[Vec<u8>] {
+        &self.keys
+    }
+
+    /// The token that holds every key (a secret: it proves ownership).
+    pub fn token(&self) -> &[u8] {
+        &self.grant.token
+    }
+
+    /// One fencing token per key, in the order of [`keys`](Self::keys).
+    pub fn fences(&self) -> &[u64] {
+        &self.grant.fences
+    }
+
+    /// Sets every key's remaining time to `ttl`, in one round trip. `true` only if this
+    /// token still held every key.
+    pub async fn extend(&mut self, ttl: Duration) -> RedisResult<bool> {
+        let held = within(
+            Some(self.command_timeout),
+            on_every_key(&mut self.con, &self.keys, &self.grant.token, Some(ttl)),
+        )
+        .await?;
+        Ok(held.into_iter().all(|held| held))
+    }
+
+    /// Releases every key, in one round trip. `Ok(true)`: every key was still held;
+    /// `Ok(false)`: some had expired or been taken over.
+    pub async fn release(mut self) -> RedisResult<bool> {
+        let held = within(
+            Some(self.command_timeout),
+            on_every_key(&mut self.con, &self.keys, &self.grant.token, None),
+        )
+        .await?;
+        Ok(held.into_iter().all(|held| held))
+    }
+}
