@@ -14,6 +14,7 @@ same for `redis.asyncio`. `read_lock`, `write_lock` and `semaphore` make the sam
 as a reader or writer of a read/write lock, or a holder of a counting semaphore
 (`LOCK.ACQUIRE ... SHARED` / `LIMIT n`). `Redlock` spans several independent masters. `acquire`,
 `release`, `extend`, `info` and `lock` are the commands as functions, in milliseconds.
+`MultiLock` takes several keys at once, all or none (`LOCK.ACQUIREALL`), without deadlock.
 `Election` is leader election on one lock (campaign, proclaim, resign, leader, observe),
 on `VALUE` and `LOCK.WATCH`.
 """
@@ -23,12 +24,13 @@ from ._helpers import (
     Held, LockNotAcquired, LockNotReplicated, acquire, extend, info, lock, release,
 )
 from ._lock import Lock, read_lock, semaphore, write_lock
+from ._multi import MultiLock
 from ._redlock import Redlock
 from .exceptions import LockError, LockLostError, LockNotOwnedError
 
 __all__ = [
     "Lock", "read_lock", "write_lock", "semaphore", "Redlock", "LockError", "LockNotOwnedError", "LockLostError",
     "Held", "LockNotAcquired", "LockNotReplicated", "acquire", "release", "extend", "info",
-    "lock", "Election", "Leadership", "Leader",
+    "lock", "Election", "Leadership", "Leader", "MultiLock",
 ]
 __version__ = "0.1.0"

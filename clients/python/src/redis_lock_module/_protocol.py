@@ -60,6 +60,35 @@ def acquire_args(name: Any, ttl_ms: int, token: Optional[Token] = None,
     return args
 
 
+def acquire_all_args(names: Sequence[Any], ttl_ms: int, token: Optional[Token] = None,
+                     wait_ms: Optional[int] = None, session_ms: Optional[int] = None,
+                     shared: bool = False) -> List[Any]:
+    """`LOCK.ACQUIREALL numkeys key [key ...] ttl-ms [TOKEN t] [WAIT ms] [SESSION ms]
+    [SHARED]`: 1 to 64 distinct keys, checked here."""
+    names = list(names)
+    if not 1 <= len(names) <= 64:
+        raise ValueError(f"1 to 64 keys at once, not {len(names)}")
+    args: List[Any] = ["LOCK.ACQUIREALL", len(names), *names, ttl_ms]
+    if token is not None:
+        args += ["TOKEN", token]
+    if wait_ms is not None:
+        args += ["WAIT", wait_ms]
+    if session_ms is not None:
+        args += ["SESSION", session_ms]
+    if shared:
+        args.append("SHARED")
+    return args
+
+
+def grant_all(reply: Any) -> Optional[Tuple[bytes, List[int]]]:
+    """The reply of `LOCK.ACQUIREALL`: `(token, [fence, ...])`, or None when a key is
+    busy."""
+    if reply is None:
+        return None
+    token, fences = reply
+    return as_bytes(token), [int(fence) for fence in fences]
+
+
 def grant(reply: Any) -> Optional[Tuple[bytes, int]]:
     """The reply of `LOCK.ACQUIRE`: `(token, fence)`, or None when another token holds
     the lock. The token comes back as bytes whatever the client's decoding."""

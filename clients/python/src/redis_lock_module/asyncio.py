@@ -17,12 +17,13 @@ from redis.exceptions import ResponseError
 
 from . import _election, _protocol
 from ._protocol import Number, Token
+from ._multi import AsyncMultiLock as MultiLock
 from ._redlock import AsyncRedlock
 from ._state import LockState
 from ._watchdog import TaskWatchdog
 from .exceptions import LockError, LockNotOwnedError
 
-__all__ = ["Lock", "Redlock", "read_lock", "write_lock", "semaphore", "Election", "Leadership"]
+__all__ = ["Lock", "Redlock", "read_lock", "write_lock", "semaphore", "Election", "Leadership", "MultiLock"]
 
 Redlock = AsyncRedlock
 
