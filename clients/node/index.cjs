@@ -4,12 +4,13 @@
 // `Redlock` as a drop-in for node-redlock, `Election` for leader election.
 
 const { Locker, Lock } = require('./lib/locker.cjs');
+const { MultiLock } = require('./lib/multi.cjs');
 const { Redlock, RedlockLock } = require('./lib/redlock.cjs');
 const { Election, Leadership } = require('./lib/election.cjs');
 const { LockError, ResourceLockedError, LockLostError, ExecutionError } = require('./lib/errors.cjs');
 
 const api = {
-  Locker, Lock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
+  Locker, Lock, MultiLock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
 };
 module.exports = api;
 // The default export is Redlock, as node-redlock's; it also carries every other export,

@@ -85,8 +85,25 @@ export interface LockInfo {
   [field: string]: number | string | null | undefined;
 }
 
+/** Every key of one `Locker#lockAll`, held by one token with a fence per resource. */
+export declare class MultiLock {
+  readonly resources: string[];
+  readonly keys: string[];
+  readonly value: string;
+  readonly fences: number[];
+  duration: number;
+  expiration: number;
+  release(): Promise<void>;
+  extend(duration: number): Promise<MultiLock>;
+}
+
 export declare class Locker {
   constructor(client: Client, settings?: AcquireSettings);
+  lockAll(
+    resources: string[],
+    duration: number,
+    settings?: Pick<AcquireSettings, 'wait' | 'session' | 'token' | 'shared'>,
+  ): Promise<MultiLock>;
   readonly connection: { send(args: Array<string | number>): Promise<unknown> };
   acquire(resource: string | [string], duration: number, settings?: AcquireSettings): Promise<Lock>;
   readLock(resource: string | [string], duration: number, settings?: AcquireSettings): Promise<Lock>;
@@ -120,8 +137,8 @@ export declare class RedlockLock {
   readonly value: string;
   readonly attempts: ReadonlyArray<{ granted: number; errors: unknown[] }>;
   expiration: number;
-  /** Each granting master's fence. */
-  readonly fences: number[];
+  /** Each granting master's fence (for several resources, its array of fences). */
+  readonly fences: Array<number | number[]>;
   /** With one client, the fencing token; undefined across independent masters. */
   readonly fence: number | undefined;
   release(): Promise<void>;

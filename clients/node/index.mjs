@@ -3,6 +3,6 @@
 import cjs from './index.cjs';
 
 export const {
-  Locker, Lock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
+  Locker, Lock, MultiLock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
 } = cjs;
 export default cjs.Redlock;

@@ -238,6 +238,18 @@ class Locker {
     return new Lock(this, name, key, granted.token, granted.fence, duration, session);
   }
 
+  /**
+   * Takes every resource of `resources` at once, or none (`LOCK.ACQUIREALL`), for
+   * `duration` ms: one token, a fence per resource. With `wait`, the request queues on
+   * every key holding none of them, so callers that take the same keys in different
+   * orders never deadlock. Settings: `wait`, `session`, `token`, `shared`. Resolves to a
+   * MultiLock; rejects with ResourceLockedError when a key is busy. On a cluster the
+   * keys must share a slot (a hash tag).
+   */
+  lockAll(resources, duration, settings = {}) {
+    return require('./multi.cjs').lockAll(this, resources, duration, settings);
+  }
+
   /** A reader of the read/write lock `resource`: `acquire(..., { shared: true })`. */
   readLock(resource, duration, settings = {}) {
     return this.acquire(resource, duration, { ...settings, shared: true });

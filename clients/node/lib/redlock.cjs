@@ -6,7 +6,8 @@
 // independent masters it is the Redlock algorithm over them.
 
 const { EventEmitter } = require('node:events');
-const { Locker, checkMs, resourceOf, randomToken, holdWhile } = require('./locker.cjs');
+const { Locker, checkMs, randomToken, holdWhile } = require('./locker.cjs');
+const { resourcesOf } = require('./multi.cjs');
 const { ResourceLockedError, ExecutionError, LockLostError } = require('./errors.cjs');
 
 const DEFAULTS = {
@@ -35,6 +36,13 @@ function checkSettings(settings) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** One resource with `acquire`, several at once with `lockAll`, on one master. */
+function take(locker, resources, duration, settings) {
+  return resources.length === 1
+    ? locker.acquire(resources[0], duration, settings)
+    : locker.lockAll(resources, duration, settings);
+}
+
 /** A lock held through a Redlock: node-redlock's Lock, plus the fence(s). */
 class RedlockLock {
   constructor(redlock, resources, value, held, attempts, expiration) {
@@ -48,9 +56,11 @@ class RedlockLock {
     this.expiration = expiration;
     /** The module's lock on each master that granted it. */
     this.held = held;
-    /** Each granting master's fence (fences of independent masters do not compare). */
-    this.fences = held.map((lock) => lock.fence);
-    /** With one client, the fencing token to send with every write; else undefined. */
+    /** Each granting master's fence (fences of independent masters do not compare); for
+     *  several resources, each master's array of one fence per resource. */
+    this.fences = held.map((lock) => lock.fences ?? lock.fence);
+    /** With one client and one resource, the fencing token to send with every write;
+     *  else undefined. */
     this.fence = redlock.lockers.length === 1 ? held[0].fence : undefined;
   }
 
@@ -86,11 +96,12 @@ class Redlock extends EventEmitter {
   }
 
   /**
-   * Takes `resources` (one key, as a one-element array or a string) for `duration`
-   * ms. Rejects with ExecutionError when no quorum is reached within the retries.
+   * Takes `resources` (a key, or an array of keys: all of them or none) for `duration`
+   * ms. Several resources are taken on each master in one step (`LOCK.ACQUIREALL`).
+   * Rejects with ExecutionError when no quorum is reached within the retries.
    */
   async acquire(resources, duration, settings = {}) {
-    const resource = resourceOf(resources);
+    const resource = resourcesOf(resources);
     checkMs(duration, 'duration', 1);
     const options = checkSettings({ ...this.settings, ...settings });
     if (this.lockers.length === 1) {
@@ -101,7 +112,7 @@ class Redlock extends EventEmitter {
       const token = randomToken();
       const started = Date.now();
       const results = await Promise.allSettled(
-        this.lockers.map((locker) => locker.acquire(resource, duration, { token })),
+        this.lockers.map((locker) => take(locker, resource, duration, { token })),
       );
       const held = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
       const drift = Math.round(options.driftFactor * duration) + 2;
@@ -113,7 +124,7 @@ class Redlock extends EventEmitter {
         }
       }
       if (held.length >= this.quorum && validity > 0) {
-        return new RedlockLock(this, [resource], token, held, attempts, started + duration - drift);
+        return new RedlockLock(this, resource, token, held, attempts, started + duration - drift);
       }
       await Promise.allSettled(held.map((lock) => lock.release()));
       if (options.retryCount !== -1 && attempt >= options.retryCount) {
@@ -132,8 +143,8 @@ class Redlock extends EventEmitter {
       : retryCount === -1 ? 0
         : Math.max(1, retryCount * (retryDelay + retryJitter));
     try {
-      const lock = await this.lockers[0].acquire(resource, duration, { wait });
-      return new RedlockLock(this, [resource], lock.value, [lock], [{ granted: 1, errors: [] }], lock.expiration);
+      const lock = await take(this.lockers[0], resource, duration, { wait });
+      return new RedlockLock(this, resource, lock.value, [lock], [{ granted: 1, errors: [] }], lock.expiration);
     } catch (error) {
       if (error instanceof ResourceLockedError) {
         throw new ExecutionError('The operation was unable to achieve a quorum during its retry window.', [

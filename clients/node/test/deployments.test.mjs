@@ -226,6 +226,25 @@ describe('Redlock (node-redlock)', { timeout: 60_000 }, () => {
     clients.forEach((c) => c.disconnect());
   });
 
+  test('three masters: several resources at once on each, all or none', async () => {
+    const clients = redlockPorts.map((p) => new IORedis({ port: p }));
+    const redlock = new Redlock(clients, { retryCount: 1, retryDelay: 50, retryJitter: 10 });
+    const [a, b] = [key('redlock3-a'), key('redlock3-b')];
+    const lock = await redlock.acquire([a, b], 10_000);
+    assert.equal(lock.fences.length, 3);
+    assert.ok(lock.fences.every((fences) => fences.length === 2));
+    await lock.release();
+    // b is held on two masters: no quorum, and nothing left on any master.
+    const others = clients.slice(1).map((c) => new Locker(c));
+    const held = await Promise.all(others.map((l) => l.acquire(b, 10_000)));
+    await assert.rejects(redlock.acquire([a, b], 10_000), ExecutionError);
+    for (const client of clients) {
+      assert.equal(await client.exists(a), 0, 'a was given back, or never taken');
+    }
+    await Promise.all(held.map((h) => h.release()));
+    clients.forEach((c) => c.disconnect());
+  });
+
   test('using extends below the threshold and releases after', async () => {
     const client = new IORedis({ port });
     const redlock = new Redlock([client], { automaticExtensionThreshold: 200 });

@@ -1,7 +1,7 @@
 // Compiled with `tsc --noEmit --strict` in the tests: the declarations fit real use.
 import IORedis from 'ioredis';
 import { createClient, createClientPool, createCluster, createSentinel } from 'redis';
-import Redlock, { Locker, Lock, LockLostError, ResourceLockedError, ExecutionError, Election, Leadership, Leader } from 'redis-lock-module';
+import Redlock, { Locker, Lock, MultiLock, LockLostError, ResourceLockedError, ExecutionError, Election, Leadership, Leader } from 'redis-lock-module';
 
 async function main(): Promise<void> {
   const ioredis = new Locker(new IORedis(7379));
@@ -15,6 +15,11 @@ async function main(): Promise<void> {
     await createSentinel({ name: 'mymaster', sentinelRootNodes: [{ host: '127.0.0.1', port: 26379 }] }).connect(),
   );
   await sentinel.acquire('orders:44', 10_000);
+  const both: MultiLock = await ioredis.lockAll(['{acct}:7', '{acct}:9'], 10_000, { wait: 1_000, shared: false });
+  const fences: number[] = both.fences;
+  void fences;
+  await both.extend(20_000);
+  await both.release();
   const election = new Election(new IORedis(7379), 'service:leader', { ttl: 10_000, lockDelay: 2_000 });
   const leadership: Leadership | null = await election.campaign('10.0.0.1:8080', { timeout: 1_000 });
   if (leadership !== null) {
