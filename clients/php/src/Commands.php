@@ -62,6 +62,36 @@ final class Commands
     }
 
     /**
+     * `LOCK.ACQUIREALL numkeys key [key ...] ttl-ms [TOKEN token] [WAIT ms] [SESSION ms]
+     * [SHARED]`: [token, [fence, ...]] when every key is granted at once, null when one
+     * is busy (after `$waitMs`, if given; 0 waits without limit).
+     *
+     * @param list<string> $keys
+     * @return array{0: string, 1: list<int>}|null
+     */
+    public function acquireAll(array $keys, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, bool $shared = false): ?array
+    {
+        $args = array_merge(['LOCK.ACQUIREALL', (string) count($keys)], $keys, [(string) $ttlMs]);
+        if ($token !== null) {
+            array_push($args, 'TOKEN', $token);
+        }
+        if ($shared) {
+            $args[] = 'SHARED';
+        }
+        if ($sessionMs !== null) {
+            array_push($args, 'SESSION', (string) $sessionMs);
+        }
+        if ($waitMs !== null) {
+            array_push($args, 'WAIT', (string) $waitMs);
+        }
+        $reply = $waitMs === null ? $this->call($args) : $this->waiting($args, $waitMs);
+        if (!is_array($reply)) {
+            return null;
+        }
+        return [(string) $reply[0], array_map('intval', array_values((array) $reply[1]))];
+    }
+
+    /**
      * `LOCK.WATCH key fence timeout-ms`: [fence, value] of the key's holder once it
      * differs from `$fence` ([0, null] when nobody holds it), null when `$timeoutMs`
      * passes first (0: no limit). Blocks the connection meanwhile.
@@ -175,12 +205,18 @@ final class Commands
         throw new LockException($args[0] . ': too many redirections for ' . $args[1]);
     }
 
+    /** The key a cluster routes `$args` by: the first key (after `numkeys` for LOCK.ACQUIREALL). */
+    private static function routeKey(array $args): string
+    {
+        return (string) ($args[0] === 'LOCK.ACQUIREALL' ? $args[2] : $args[1]);
+    }
+
     /** rawCommand, throwing on an error reply (WRONGTYPE, a bad argument). */
     public function call(array $args)
     {
         $this->redis->clearLastError();
         $reply = $this->redis instanceof RedisCluster
-            ? $this->redis->rawCommand($args[1], ...$args)
+            ? $this->redis->rawCommand(self::routeKey($args), ...$args)
             : $this->redis->rawCommand(...$args);
         $error = $this->redis->getLastError();
         if ($reply === false && $error !== null) {

@@ -95,6 +95,46 @@ class RedisLock
         return $this->take($name, $timeout, $expire, ['LIMIT', (string) $permits]);
     }
 
+    /**
+     * Takes every name of `$names` at once, or none (`LOCK.ACQUIREALL`), for `$expire`
+     * seconds, waiting up to `$timeout` seconds (0: do not wait) in every name's queue,
+     * holding none meanwhile: two workers that take the same names in different orders
+     * never deadlock. `$shared`: as a reader of each. True once all are held; each name is
+     * then held as by `lock` (`unlock`, `expire`, `isLocking`, `fence`, `do` work on it),
+     * and `unlockAll($names)` / `expireAll($names, ...)` release or extend them together.
+     * On a RedisCluster the names must share a slot (a hash tag in the prefix or names).
+     *
+     * @param list<string> $names
+     */
+    public function lockAll(array $names, $timeout = 0, $expire = 15, bool $shared = false): bool
+    {
+        if ($names === [] || count($names) > 64 || in_array('', $names, true) || count(array_unique($names)) !== count($names)) {
+            throw new LockException('lockAll: 1 to 64 distinct, non-empty names');
+        }
+        $ttlMs = self::ms($expire, 'expire', 1);
+        $waitMs = $timeout > 0 ? self::ms($timeout, 'timeout', 1) : null;
+        $held = array_values(array_filter($names, function ($name) {
+            return isset($this->lockedNames[$name]);
+        }));
+        $token = $held === [] ? bin2hex(random_bytes(16)) : $this->lockedNames[$held[0]][0];
+        $keys = array_map(function ($name) {
+            return $this->key($name);
+        }, $names);
+        $granted = $this->commands->acquireAll($keys, $ttlMs, $token, $waitMs, $this->sessionMs, $shared);
+        if ($granted === null) {
+            return false;
+        }
+        foreach ($names as $i => $name) {
+            $this->lockedNames[$name] = [$granted[0], $granted[1][$i]];
+            if ($shared) {
+                $this->sharedNames[$name] = [['SHARED'], $ttlMs];
+            } else {
+                unset($this->sharedNames[$name]);
+            }
+        }
+        return true;
+    }
+
     /** @param list<string> $mode */
     private function take(string $name, $timeout, $expire, array $mode): bool
     {
@@ -158,11 +198,16 @@ class RedisLock
         return $this->commands->release($this->key($name), $token);
     }
 
-    /** Releases every lock this object holds; true if all of them were still held. */
-    public function unlockAll(): bool
+    /**
+     * Releases every lock this object holds (or those of `$names`, as `lockAll` took
+     * them); true if all of them were still held.
+     *
+     * @param list<string>|null $names
+     */
+    public function unlockAll(?array $names = null): bool
     {
         $allReleased = true;
-        foreach (array_keys($this->lockedNames) as $name) {
+        foreach ($names ?? array_keys($this->lockedNames) as $name) {
             if (!$this->unlock((string) $name)) {
                 $allReleased = false;
             }
@@ -177,6 +222,23 @@ class RedisLock
             return false;
         }
         return $this->commands->extend($this->key($name), $this->lockedNames[$name][0], self::ms($expire, 'expire', 1));
+    }
+
+    /**
+     * Sets what is left of the time of every name of `$names` to `$expire` seconds; true
+     * if this object still held all of them.
+     *
+     * @param list<string> $names
+     */
+    public function expireAll(array $names, $expire): bool
+    {
+        $allHeld = true;
+        foreach ($names as $name) {
+            if (!$this->expire($name, $expire)) {
+                $allHeld = false;
+            }
+        }
+        return $allHeld;
     }
 
     /**

@@ -130,6 +130,27 @@ check('and released the others', $r->exists('Lock:x', 'Lock:z') === 0 && !$a->is
 $a->lock('x');
 check('unlockAll answers true when all were held', $a->unlockAll() && $r->exists('Lock:x') === 0);
 
+// lockAll: several names at once, all or none (LOCK.ACQUIREALL).
+check('lockAll takes every free name at once', $a->lockAll(['acct:7', 'acct:9']));
+check('with a fence per name', $a->fence('acct:7') > 0 && $a->fence('acct:9') > 0 && $a->fence('acct:7') !== $a->fence('acct:9'));
+check('lockAll takes none when one is busy', !$b->lockAll(['acct:3', 'acct:9']) && $r->exists('Lock:acct:3') === 0);
+check('each name is then an ordinary lock', $a->isLocking('acct:7') && $a->isLocking('acct:9'));
+check('expireAll extends them together', $a->expireAll(['acct:7', 'acct:9'], 30) && $r->pTtl('Lock:acct:9') > 20000);
+check('a waiting lockAll is granted once they are free', (function () use ($a, $r, $port): bool {
+    $child = start(['-r', 'require "' . __DIR__ . '/../autoload.php"; $l = new RedisLock\\RedisLock((function () { $r = new Redis(); $r->connect("127.0.0.1", ' . $port . '); return $r; })()); echo $l->lockAll(["acct:9", "acct:7"], 10) ? "granted" : "not granted";']);
+    $deadline = microtime(true) + 10;
+    while ((int) ($r->info('lock')['lock_waiters'] ?? 0) < 1 && microtime(true) < $deadline) {
+        usleep(2000); // polled until the child waits in the server's queues
+    }
+    $a->unlockAll(['acct:7', 'acct:9']);
+    return trim(finish($child)) === 'granted';
+})());
+check('lockAll refuses bad names', throws(function () use ($a) {
+    $a->lockAll([]);
+}, 'lockAll') && throws(function () use ($a) {
+    $a->lockAll(['x', 'x']);
+}, 'lockAll'));
+
 $reader1 = new RedisLock(connect($port));
 $reader2 = new RedisLock(connect($port));
 $writer = new RedisLock(connect($port));
