@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The scenarios, by the names `--only` takes.
-pub const SCENARIOS: [&str; 11] = [
+pub const SCENARIOS: [&str; 12] = [
     "throughput",
     "callgrind",
     "contention",
@@ -16,6 +16,7 @@ pub const SCENARIOS: [&str; 11] = [
     "shared",
     "election",
     "fenced",
+    "transfers",
 ];
 
 /// Sizes and durations of one benchmark run.

@@ -28,7 +28,7 @@ pub use report::Report;
 
 use scenarios::{
     callgrind, contention, durability, election, expiry, fenced, sessions, shared, throughput,
-    waiters,
+    transfers, waiters,
 };
 use server::{Launch, Server};
 
@@ -110,6 +110,11 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
         if callgrind::available() {
             report.metrics.extend(fenced::instructions(cfg)?);
         }
+    }
+    if cfg.runs("transfers") {
+        step("scenario 13: crossing transfers: LOCK.ACQUIREALL against sorted keys one by one");
+        let server = Server::start(&launch)?;
+        report.metrics.extend(transfers::run(cfg, &server)?);
     }
     report.elapsed = started.elapsed();
     Ok(report)

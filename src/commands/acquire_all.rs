@@ -7,7 +7,7 @@
 //! replica and in the AOF); else nil, or with `WAIT` one request queued on every key
 //! (`keyspace/waiting/`), holding nothing while it waits.
 
-use redis_module::{Context, RedisValue};
+use redis_module::{Context, RedisString, RedisValue};
 
 use crate::commands::args;
 use crate::ffi::Reply;
@@ -65,6 +65,8 @@ fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
 
     let db = ffi::selected_db(ctx);
     let keys: Vec<KeyRef> = names.iter().map(|name| KeyRef::new(db, name)).collect();
+    let strings: Vec<_> = (2..2 + keys.len()).filter_map(|i| args.string(i)).collect();
+    let strings: Vec<&RedisString> = strings.iter().map(|name| &**name).collect();
     let request = AllRequest {
         token: NewToken::for_grant(options.token),
         own: options.token,
@@ -73,13 +75,15 @@ fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
         client,
         session,
     };
-    match all_keys::decide(ctx, &keys, &request, true)? {
+    let (verdict, mut opened) = all_keys::decide(ctx, &keys, &strings, &request, true)?;
+    match verdict {
         Verdict::Fits(decisions) => {
-            let (token, fences) = all_keys::grant(ctx, &keys, &decisions, &request)?;
+            let (token, fences) = all_keys::grant(ctx, &keys, &mut opened, &decisions, &request)?;
             ffi::reply_granted_all(ctx, &token, &fences);
             Ok(RedisValue::NoReply)
         }
         Verdict::Busy(deadlines) => {
+            drop(opened);
             stats::CONTENDED.bump();
             match options.wait_ms {
                 Some(timeout_ms) if all_keys::can_block(ctx) => {

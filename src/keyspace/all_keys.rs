@@ -5,7 +5,7 @@
 //! wraps the effects of one command, timer or job in `MULTI`/`EXEC`, so a replica and the
 //! AOF see them as one unit.
 
-use redis_module::Context;
+use redis_module::{Context, RedisString};
 
 use crate::datatype::LockKey;
 use crate::ffi::{self, Key, KeyKind};
@@ -62,29 +62,30 @@ pub fn holding(ctx: &Context, key: &mut Key) -> Option<Holding> {
     }
 }
 
-/// Decides for every key of `keys` (database `db`): a newcomer's look (`newcomer`: waiters
-/// queued for a key make it busy, and are served first where it is free), or the
-/// handoff's (its waiter heads every queue). A key of another type is an error, and so
-/// is a refusal on any key (a kind or a limit that disagrees); either way nothing
-/// changed.
-pub fn decide(
-    ctx: &Context,
+/// Decides for every key of `keys` (named by `names`, in order): a newcomer's look
+/// (`newcomer`: waiters queued for a key make it busy, and are served first where it is
+/// free), or the handoff's (its waiter heads every queue). A key of another type is an
+/// error, and so is a refusal on any key (a kind or a limit that disagrees); either way
+/// nothing changed. Returns the keys opened for writing, for `grant`: each key is opened
+/// once.
+pub fn decide<'c>(
+    ctx: &'c Context,
     keys: &[KeyRef],
+    names: &[&'c RedisString],
     request: &AllRequest,
     newcomer: bool,
-) -> Result<Verdict, Error> {
+) -> Result<(Verdict, Vec<Key<'c>>), Error> {
     let mut decisions = Vec::with_capacity(keys.len());
-    let mut deadlines = Vec::with_capacity(keys.len());
-    for &at in keys {
-        let name = ctx.create_string(at.name);
-        let mut key = Key::open_write(ctx, &name);
+    let mut opened = Vec::with_capacity(keys.len());
+    for (&at, &name) in keys.iter().zip(names) {
+        let mut key = Key::open_write(ctx, name);
         let mut queued = newcomer && waiting::queued(at);
         if queued && !matches!(key.lock()?, Some(LockValue::Exclusive(_))) {
             // Free or shared, yet clients wait for it: theirs first, as for LOCK.ACQUIRE.
             drop(key);
             waiting::handoff(ctx, at);
             queued = waiting::queued(at);
-            key = Key::open_write(ctx, &name);
+            key = Key::open_write(ctx, name);
         }
         let _ = store::expire_holders(ctx, &mut key)?;
         let held = key.lock()?;
@@ -96,32 +97,33 @@ pub fn decide(
             Decision::Refused(refusal) => return Err(Error::Refused(refusal)),
             decision => decisions.push(decision),
         }
-        deadlines.push(key.expire_at());
+        opened.push(key);
     }
-    if decisions
+    let verdict = if decisions
         .iter()
         .all(|d| matches!(d, Decision::Grant | Decision::Renew))
     {
-        Ok(Verdict::Fits(decisions))
+        Verdict::Fits(decisions)
     } else {
-        Ok(Verdict::Busy(deadlines))
-    }
+        Verdict::Busy(opened.iter().map(Key::expire_at).collect())
+    };
+    Ok((verdict, opened))
 }
 
-/// Grants (or renews) every key of `keys` to `request`, as `decisions` say: returns the
-/// token as held and one fence per key, in order. The decisions come from `decide` in
-/// the same command or callback, so every key still fits.
+/// Grants (or renews) every key of `keys` (opened by `decide`, in order) to `request`,
+/// as `decisions` say: returns the token as held and one fence per key, in order. The
+/// decisions come from `decide` in the same command or callback, so every key still
+/// fits.
 pub fn grant(
     ctx: &Context,
     keys: &[KeyRef],
+    opened: &mut [Key],
     decisions: &[Decision],
     request: &AllRequest,
 ) -> Result<(Box<[u8]>, Vec<u64>), Error> {
     let mut fences = Vec::with_capacity(keys.len());
     let mut held_as: Option<Box<[u8]>> = None;
-    for (&at, decision) in keys.iter().zip(decisions) {
-        let name = ctx.create_string(at.name);
-        let mut key = Key::open_write(ctx, &name);
+    for ((&at, key), decision) in keys.iter().zip(opened.iter_mut()).zip(decisions) {
         let (token, fence) = match decision {
             Decision::Renew => {
                 let renewal = Renewal {
@@ -132,7 +134,7 @@ pub fn grant(
                     ttl_ms: request.ttl_ms,
                     client: request.client,
                 };
-                renewal::renew(ctx, &mut key, at, &renewal)?
+                renewal::renew(ctx, key, at, &renewal)?
             }
             _ => {
                 let grant = GrantRequest {
@@ -144,14 +146,20 @@ pub fn grant(
                     session: request.session,
                     value: None,
                 };
-                let (fence, token) =
-                    store::grant(ctx, &mut key, grant, |token, _| Box::<[u8]>::from(token))?;
-                (token, fence)
+                // The token as held is the same on every key: kept from the first.
+                let (fence, token) = store::grant(ctx, key, grant, |token, _| {
+                    held_as.is_none().then(|| Box::<[u8]>::from(token))
+                })?;
+                (token.unwrap_or_default(), fence)
             }
         };
-        waiting::watch_holders(ctx, at, &key);
+        if request.kind != Kind::Exclusive {
+            waiting::watch_holders(ctx, at, key);
+        }
         fences.push(fence);
-        held_as.get_or_insert(token);
+        if held_as.is_none() {
+            held_as = Some(token);
+        }
     }
     Ok((held_as.unwrap_or_default(), fences))
 }

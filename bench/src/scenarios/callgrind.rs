@@ -288,7 +288,62 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
         metrics.push(valued);
     }
     metrics.extend([acquire_all, release_all]);
+    metrics.push(several_keys(cfg, &server, &mut conn)?);
     Ok(metrics)
+}
+
+/// Keys per `LOCK.ACQUIREALL` in the cost comparison.
+const SEVERAL: usize = 4;
+
+/// What `LOCK.ACQUIREALL` of `SEVERAL` free keys costs against `SEVERAL` single
+/// `LOCK.ACQUIRE`s of free keys: instructions in `processCommand` per set of keys.
+fn several_keys(cfg: &Config, server: &Server, conn: &mut Conn) -> io::Result<Metric> {
+    let mut metric = Metric::new(
+        "4. server cost",
+        &format!("instructions per {SEVERAL} free keys taken (processCommand, callgrind)"),
+        "instr",
+        &format!("{SEVERAL} LOCK.ACQUIRE"),
+        Better::Lower,
+    )
+    .target(Target::RatioAtMost(1.0));
+    let sets = (cfg.callgrind_ops / SEVERAL).max(1);
+    for round in 0..cfg.rounds.min(3) {
+        let keys: Vec<Vec<Vec<u8>>> = (0..sets)
+            .map(|set| {
+                (0..SEVERAL)
+                    .map(|k| format!("cg:{round}:all:{set}:{k}").into_bytes())
+                    .collect()
+            })
+            .collect();
+        let (_, all) = measured(server, sets, || {
+            for batch in keys.chunks(BATCH) {
+                for set in batch {
+                    let count = SEVERAL.to_string();
+                    let mut args: Vec<&[u8]> = vec![b"LOCK.ACQUIREALL", count.as_bytes()];
+                    args.extend(set.iter().map(Vec::as_slice));
+                    args.push(TTL);
+                    conn.queue(&args);
+                }
+                conn.flush()?;
+                for _ in batch {
+                    if !matches!(conn.read()?.ok()?, Reply::Array(_)) {
+                        return Err(io::Error::other("callgrind: several keys not granted"));
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        metric.push(Side::Module, all, None);
+        let singles: Vec<Vec<u8>> = keys
+            .iter()
+            .flatten()
+            .map(|key| [key.as_slice(), b":one"].concat())
+            .collect();
+        let (_, one_by_one) =
+            measured(server, sets, || acquire_valued_batch(conn, &singles, None))?;
+        metric.push(Side::Recipe, one_by_one, None);
+    }
+    Ok(metric)
 }
 
 /// The server's own compare-and-delete: `DELIFEQ key token` where the server has it

@@ -13,4 +13,5 @@ pub mod session_close;
 pub mod sessions;
 pub mod shared;
 pub mod throughput;
+pub mod transfers;
 pub mod waiters;

@@ -29,7 +29,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
-use redis_module::Context;
+use redis_module::{Context, RedisString};
 
 use super::queues::{self, Answer};
 use crate::datatype::LockKey;
@@ -175,6 +175,8 @@ fn all_granted(ctx: &Context, waiter: &Waiter) -> Answer {
         return Answer::Error(redirect);
     }
     let keys: Vec<KeyRef> = waiter.keys().map(KeyId::as_ref).collect();
+    let strings: Vec<RedisString> = keys.iter().map(|at| ctx.create_string(at.name)).collect();
+    let names: Vec<&RedisString> = strings.iter().collect();
     let request = AllRequest {
         token: NewToken::Given(&waiter.token),
         own: Some(&waiter.token),
@@ -183,10 +185,15 @@ fn all_granted(ctx: &Context, waiter: &Waiter) -> Answer {
         client: waiter.client,
         session: waiter.session,
     };
-    let granted = all_keys::decide(ctx, &keys, &request, false).and_then(|verdict| match verdict {
-        Verdict::Fits(decisions) => all_keys::grant(ctx, &keys, &decisions, &request),
-        Verdict::Busy(_) => Err(Error::ChangedWhileGranting),
-    });
+    let granted =
+        all_keys::decide(ctx, &keys, &names, &request, false).and_then(|(verdict, mut opened)| {
+            match verdict {
+                Verdict::Fits(decisions) => {
+                    all_keys::grant(ctx, &keys, &mut opened, &decisions, &request)
+                }
+                Verdict::Busy(_) => Err(Error::ChangedWhileGranting),
+            }
+        });
     match granted {
         Ok((token, fences)) => Answer::GrantedAll { token, fences },
         Err(err) => Answer::Error(err),
