@@ -10,7 +10,7 @@
 //!
 //! Reported side by side: critical sections per second, the 99th percentile of the wait
 //! (wanting both to holding both), and the spread between workers (most sections of one
-//! worker / fewest). Overlaps (two holders of one account at once, from the workers'
+//! worker / fewest, a worker with none counted as one). Overlaps (two holders of one account at once, from the workers'
 //! stamps) must be 0.
 
 use std::collections::HashMap;
