@@ -21,8 +21,11 @@ fn a_waiter_is_granted_every_key_at_once_when_the_last_one_frees() {
     assert_eq!(info_field(&mut con, "b", "waiters"), Some(1));
 
     assert_eq!(release(&mut con, "a", &ta), 1);
-    // a is free, and kept for the waiter: nobody else takes it meanwhile.
+    // a is free, and kept for the waiter: nobody else takes it meanwhile. LOCK.INFO
+    // answers as for any free key (nil), b's shows the waiter.
     assert!(!exists(&mut con, "a"));
+    assert_eq!(info(&mut con, "a"), None);
+    assert_eq!(info_field(&mut con, "b", "waiters"), Some(1));
     assert_eq!(acquire(&mut con, "a", 1000, &[]), None);
     assert_eq!(acquire_all(&mut con, &["a"], 1000, &[]), None);
     assert!(waiter.is_blocked());

@@ -12,7 +12,9 @@ fn a_smoke_run_measures_every_scenario_on_both_sides_and_writes_the_results() {
     let cfg = Config::smoke(redis_lock_testkit::module_path(), out.clone());
     let report = redis_lock_bench::run(&cfg).expect("smoke run of the benchmark");
 
-    for scenario in ["1.", "2.", "3.", "4.", "5.", "6.", "7.", "8.", "11.", "12.", "13."] {
+    for scenario in [
+        "1.", "2.", "3.", "4.", "5.", "6.", "7.", "8.", "11.", "12.", "13.",
+    ] {
         assert!(
             report
                 .metrics
