@@ -140,7 +140,10 @@ fn manual_migration_moves_locks_and_redirects_waiters(
         Waiter::start(source_node, &held, "waiter-1", 30_000, 20_000),
         Waiter::start(source_node, &held, "waiter-2", 30_000, 20_000),
     ];
-    crate::cluster_common::wait_for_waiters(&mut src, &held, 2);
+    // A waiter for several keys of the slot, the other one free and kept for it.
+    let free = format!("{{{tag}}}:free");
+    let waiter_all = Waiter::start_all(source_node, &[&free, &held], "waiter-all", 30_000, 20_000);
+    crate::cluster_common::wait_for_waiters(&mut src, &held, 3);
     // A follower of the holder (docs/commands.md, LOCK.WATCH): redirected with the key.
     let mut watch_con = cluster.con(source.port);
     let (watch_key, watch_fence) = (held.clone(), held_before.fence);
@@ -162,7 +165,7 @@ fn manual_migration_moves_locks_and_redirects_waiters(
     // Keys not moved yet are still served by the source.
     assert_eq!(
         info_field(&mut src, &held, "waiters"),
-        Some(2),
+        Some(3),
         "{step}: the source serves its keys while the slot migrates"
     );
 
@@ -195,6 +198,11 @@ fn manual_migration_moves_locks_and_redirects_waiters(
             waiter.token
         );
     }
+    assert_eq!(
+        waiter_all.answer_within(ANSWER_TIMEOUT),
+        Some(Answer::Error(ask.clone())),
+        "{step}: the waiter for several keys is redirected to the new node"
+    );
     assert_eq!(
         watcher.join().expect("the watcher thread"),
         ask,

@@ -40,15 +40,20 @@ for (const [library, connect] of Object.entries(libraries)) {
       const locker = new Locker(client);
       const [a, b] = keys(2);
       const held = await locker.lockAll([a, b], 10_000);
-      const first = locker.lockAll([b, a], 10_000, { wait: 10_000 });
-      const second = locker.lockAll([a, b], 10_000, { wait: 10_000 });
+      // Each waiter releases its own grant: which of the two came first is the server's
+      // to say.
+      const turn = (order) => locker.lockAll(order, 10_000, { wait: 10_000 }).then(async (lock) => {
+        await lock.release();
+        return lock.fences;
+      });
+      const crossing = [turn([b, a]), turn([a, b])];
       await until(async () => (await locker.info(a)).waiters === 2, 'two waiters');
       await held.release();
-      const one = await first;
-      await one.release();
-      const two = await second;
-      assert.ok(two.fences[0] > one.fences[1] && two.fences[1] > one.fences[0]);
-      await two.release();
+      const [one, two] = await Promise.all(crossing);
+      // One was granted both keys, then the other: every fence of the later grant is above
+      // every fence of the earlier one.
+      const [earlier, later] = Math.min(...one) < Math.min(...two) ? [one, two] : [two, one];
+      assert.ok(Math.min(...later) > Math.max(...earlier));
       await close(client);
     });
 
