@@ -58,6 +58,18 @@ pub fn acquire_session_cmd(
 ) -> redis::Cmd {
     let mut cmd = redis::cmd("LOCK.ACQUIRE");
     cmd.arg(key.as_ref()).arg(millis(ttl));
+    add_acquire_options(&mut cmd, token, wait, session);
+    cmd
+}
+
+/// Adds `[TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`, the options both acquires
+/// share.
+fn add_acquire_options(
+    cmd: &mut redis::Cmd,
+    token: Option<&[u8]>,
+    wait: Option<Duration>,
+    session: Option<Duration>,
+) {
     if let Some(token) = token {
         cmd.arg("TOKEN").arg(token);
     }
@@ -67,7 +79,6 @@ pub fn acquire_session_cmd(
     if let Some(grace) = session {
         cmd.arg("SESSION").arg(millis(grace));
     }
-    cmd
 }
 
 /// How an acquire asks to hold a key: alone (a mutex, or a read/write lock's writer),
@@ -134,15 +145,7 @@ pub fn acquire_all_cmd<K: AsRef<[u8]>>(
         cmd.arg(key.as_ref());
     }
     cmd.arg(millis(ttl));
-    if let Some(token) = token {
-        cmd.arg("TOKEN").arg(token);
-    }
-    if let Some(wait) = wait {
-        cmd.arg("WAIT").arg(millis(wait));
-    }
-    if let Some(grace) = session {
-        cmd.arg("SESSION").arg(millis(grace));
-    }
+    add_acquire_options(&mut cmd, token, wait, session);
     mode.add_to(&mut cmd);
     cmd
 }
