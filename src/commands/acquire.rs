@@ -11,9 +11,9 @@ use redis_module::{Context, ContextFlags, RedisValue};
 
 use crate::commands::args;
 use crate::datatype::LockKey;
+use crate::ffi;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
-use crate::ffi::{self, Key};
 use crate::keyspace::all_keys;
 use crate::keyspace::renewal::{self, Renewal};
 use crate::keyspace::store;
@@ -97,19 +97,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
 
     let db = ffi::selected_db(ctx);
     let at = KeyRef::new(db, argv[1]);
-    let mut queued = waiting::queued(at);
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let mut key = Key::open_write(ctx, &name);
-    let expired = store::expire_holders(ctx, &mut key)?;
-    if queued && (expired > 0 || !matches!(key.lock()?, Some(LockValue::Exclusive(_)))) {
-        // Free or shared, yet clients wait for it (its handoff is due from a timer on a
-        // server without post-notification jobs, or its removal reached no callback):
-        // theirs first, now, before this newcomer is considered.
-        drop(key);
-        waiting::handoff(ctx, at);
-        queued = waiting::queued(at);
-        key = Key::open_write(ctx, &name);
-    }
+    let (mut key, queued) = all_keys::open_for_newcomer(ctx, at, &name)?;
     let held = key.lock()?;
     let mine = options
         .token
@@ -153,7 +142,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
             // Inside MULTI/EXEC or a script the server forbids blocking; a replica
             // follows its master and grants nothing itself: as if WAIT were absent.
             match options.wait_ms {
-                Some(timeout_ms) if all_keys::can_block(ctx) => {
+                Some(timeout_ms) if super::can_block(ctx) => {
                     let expire_at = key.expire_at();
                     drop(key);
                     let request = Request {

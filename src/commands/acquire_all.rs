@@ -10,10 +10,10 @@
 use redis_module::{Context, RedisString, RedisValue};
 
 use crate::commands::args;
+use crate::ffi;
 use crate::ffi::Reply;
 use crate::ffi::call::{self, KeyFlags};
 use crate::ffi::command::Args;
-use crate::ffi::{self};
 use crate::keyspace::all_keys::{self, AllRequest, Verdict};
 use crate::keyspace::waiting::{self, Request};
 use crate::state::error::Error;
@@ -86,7 +86,7 @@ fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
             drop(opened);
             stats::CONTENDED.bump();
             match options.wait_ms {
-                Some(timeout_ms) if all_keys::can_block(ctx) => {
+                Some(timeout_ms) if super::can_block(ctx) => {
                     let request = Request {
                         token: lock::token_buffer(options.token),
                         ttl_ms: options.ttl_ms,

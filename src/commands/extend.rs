@@ -4,9 +4,9 @@ use redis_module::{Context, RedisValue};
 
 use crate::commands::args;
 use crate::datatype::LockKey;
+use crate::ffi;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
-use crate::ffi::{self};
 use crate::keyspace::renewal;
 use crate::keyspace::store::{self, EVENT_EXTEND};
 use crate::keyspace::waiting;

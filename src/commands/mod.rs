@@ -39,6 +39,14 @@ fn settled(ctx: &Context, reply: Reply) -> Reply {
     reply
 }
 
+/// Whether the server may block the caller here (`WAIT`): not inside `MULTI`/`EXEC` or a
+/// script, and not on a replica, which follows its master and grants nothing itself.
+fn can_block(ctx: &Context) -> bool {
+    !ctx.get_flags()
+        .contains(redis_module::ContextFlags::DENY_BLOCKING)
+        && !crate::ffi::is_replica(ctx)
+}
+
 /// Opens `name` (raw `raw`, in database `db`) for a release or an extend with the lock's
 /// waiters served first, when it was freed where the server runs the handoff only later:
 /// a `DEL` earlier in the same `MULTI`/`EXEC` (post-notification jobs run when the

@@ -4,11 +4,15 @@
 //! `LOCK.ACQUIRE` grants one, and each grant replicates as its own effects: the server
 //! wraps the effects of one command, timer or job in `MULTI`/`EXEC`, so a replica and the
 //! AOF see them as one unit.
+//!
+//! Also what a newcomer's acquire and the handoff share with it, for one key: how a key
+//! is opened for a newcomer, waiters served first (`open_for_newcomer`), and what a key
+//! holds as the rules see it (`holding`).
 
 use redis_module::{Context, RedisString};
 
 use crate::datatype::LockKey;
-use crate::ffi::{self, Key, KeyKind};
+use crate::ffi::{Key, KeyKind};
 use crate::keyspace::renewal::{self, Renewal};
 use crate::keyspace::store;
 use crate::keyspace::waiting;
@@ -62,6 +66,28 @@ pub fn holding(ctx: &Context, key: &mut Key) -> Option<Holding> {
     }
 }
 
+/// Opens `at` (named `name`) for a newcomer's acquire, with its shared holders whose time
+/// has come gone: the key, and whether clients wait for it. A key that is free or
+/// shared while clients wait for it (its handoff is due from a timer on a server without
+/// post-notification jobs, or its removal reached no callback) is handed to them first,
+/// before the newcomer is considered.
+pub fn open_for_newcomer<'c>(
+    ctx: &'c Context,
+    at: KeyRef,
+    name: &'c RedisString,
+) -> Result<(Key<'c>, bool), Error> {
+    let mut key = Key::open_write(ctx, name);
+    let mut queued = waiting::queued(at);
+    if queued && !matches!(key.lock()?, Some(LockValue::Exclusive(_))) {
+        drop(key);
+        waiting::handoff(ctx, at);
+        queued = waiting::queued(at);
+        key = Key::open_write(ctx, name);
+    }
+    let _ = store::expire_holders(ctx, &mut key)?;
+    Ok((key, queued))
+}
+
 /// Decides for every key of `keys` (named by `names`, in order): a newcomer's look
 /// (`newcomer`: waiters queued for a key make it busy, and are served first where it is
 /// free), or the handoff's (its waiter heads every queue). A key of another type is an
@@ -78,16 +104,13 @@ pub fn decide<'c>(
     let mut decisions = Vec::with_capacity(keys.len());
     let mut opened = Vec::with_capacity(keys.len());
     for (&at, &name) in keys.iter().zip(names) {
-        let mut key = Key::open_write(ctx, name);
-        let mut queued = newcomer && waiting::queued(at);
-        if queued && !matches!(key.lock()?, Some(LockValue::Exclusive(_))) {
-            // Free or shared, yet clients wait for it: theirs first, as for LOCK.ACQUIRE.
-            drop(key);
-            waiting::handoff(ctx, at);
-            queued = waiting::queued(at);
-            key = Key::open_write(ctx, name);
-        }
-        let _ = store::expire_holders(ctx, &mut key)?;
+        let (key, queued) = if newcomer {
+            open_for_newcomer(ctx, at, name)?
+        } else {
+            let mut key = Key::open_write(ctx, name);
+            let _ = store::expire_holders(ctx, &mut key)?;
+            (key, false)
+        };
         let held = key.lock()?;
         let mine = request
             .own
@@ -162,12 +185,4 @@ pub fn grant(
         }
     }
     Ok((held_as.unwrap_or_default(), fences))
-}
-
-/// Whether the server may block the caller here: not inside `MULTI`/`EXEC` or a script,
-/// and not on a replica, which follows its master and grants nothing itself.
-pub fn can_block(ctx: &Context) -> bool {
-    !ctx.get_flags()
-        .contains(redis_module::ContextFlags::DENY_BLOCKING)
-        && !ffi::is_replica(ctx)
 }
