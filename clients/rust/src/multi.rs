@@ -18,6 +18,7 @@ use crate::options::LockOptions;
 /// grant lives with it). No watchdog: extend all the keys with [`extend`](Self::extend).
 pub struct MultiLock {
     links: Arc<Links>,
+    command_timeout: Duration,
     con: Option<Link>,
     keys: Vec<Vec<u8>>,
     grant: GrantAll,
@@ -26,12 +27,61 @@ pub struct MultiLock {
 
 impl std::fmt::Debug for MultiLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MultiLock")
-            .field("keys", &self.keys.len())
-            .field("fences", &self.grant.fences)
-            .finish_non_exhaustive()
+        debug_multi(f, &self.keys, &self.grant)
     }
 }
+
+/// How the sync and async `MultiLock` show in logs: how many keys and their fences,
+/// never the token.
+pub(crate) fn debug_multi(
+    f: &mut std::fmt::Formatter<'_>,
+    keys: &[Vec<u8>],
+    grant: &GrantAll,
+) -> std::fmt::Result {
+    f.debug_struct("MultiLock")
+        .field("keys", &keys.len())
+        .field("fences", &grant.fences)
+        .finish_non_exhaustive()
+}
+
+/// `LOCK.EXTEND` of every key of `keys` to `ttl` (or, with `None`, `LOCK.RELEASE` of
+/// each) by `token`, as one pipeline: each reply says whether the key was held.
+pub(crate) fn on_every_key(
+    keys: &[Vec<u8>],
+    token: &[u8],
+    ttl: Option<Duration>,
+) -> redis::Pipeline {
+    let mut pipe = redis::pipe();
+    for key in keys {
+        pipe.add_command(match ttl {
+            Some(ttl) => extend_cmd(key, token, ttl),
+            None => release_cmd(key, token),
+        });
+    }
+    pipe
+}
+
+/// The accessors of the sync and async `MultiLock` (fields `keys` and `grant`).
+macro_rules! multi_lock_accessors {
+    () => {
+        /// The keys, in the order given.
+        pub fn keys(&self) -> &[Vec<u8>] {
+            &self.keys
+        }
+
+        /// The token that holds every key (a secret: it proves ownership).
+        pub fn token(&self) -> &[u8] {
+            &self.grant.token
+        }
+
+        /// One fencing token per key, in the order of [`keys`](Self::keys).
+        pub fn fences(&self) -> &[u64] {
+            &self.grant.fences
+        }
+    };
+}
+
+pub(crate) use multi_lock_accessors;
 
 /// Acquires every key of `keys` at once with `options` on a connection of `links`.
 pub(crate) fn lock_all(
@@ -68,6 +118,7 @@ pub(crate) fn lock_all(
     con.set_read_timeout(Some(command_timeout))?;
     Ok(Some(MultiLock {
         links: links.clone(),
+        command_timeout,
         con: Some(con),
         keys,
         grant,
@@ -77,33 +128,16 @@ pub(crate) fn lock_all(
 
 /// Releases every key of `keys` held by `token`, in one round trip: how many were.
 fn release_all(con: &mut Link, keys: &[Vec<u8>], token: &[u8]) -> RedisResult<usize> {
-    let mut pipe = redis::pipe();
-    for key in keys {
-        pipe.add_command(release_cmd(key, token));
-    }
-    let released: Vec<bool> = pipe.query(con)?;
+    let released: Vec<bool> = on_every_key(keys, token, None).query(con)?;
     Ok(released.into_iter().filter(|held| *held).count())
 }
 
 impl MultiLock {
-    /// The keys, in the order given.
-    pub fn keys(&self) -> &[Vec<u8>] {
-        &self.keys
-    }
-
-    /// The token that holds every key (a secret: it proves ownership).
-    pub fn token(&self) -> &[u8] {
-        &self.grant.token
-    }
-
-    /// One fencing token per key, in the order of [`keys`](Self::keys).
-    pub fn fences(&self) -> &[u64] {
-        &self.grant.fences
-    }
+    multi_lock_accessors!();
 
     fn con(&mut self) -> RedisResult<&mut Link> {
         if self.con.is_none() {
-            self.con = Some(self.links.fresh(Duration::from_secs(5))?);
+            self.con = Some(self.links.fresh(self.command_timeout)?);
         }
         Ok(self.con.as_mut().expect("a connection"))
     }
@@ -111,10 +145,7 @@ impl MultiLock {
     /// Sets every key's remaining time to `ttl` (`LOCK.EXTEND` on each, one round trip).
     /// `true` only if this token still held every key.
     pub fn extend(&mut self, ttl: Duration) -> RedisResult<bool> {
-        let mut pipe = redis::pipe();
-        for key in &self.keys {
-            pipe.add_command(extend_cmd(key, &self.grant.token, ttl));
-        }
+        let pipe = on_every_key(&self.keys, &self.grant.token, Some(ttl));
         let extended: Vec<bool> = pipe.query(self.con()?)?;
         Ok(extended.into_iter().all(|held| held))
     }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::commands::GrantAll;
+use crate::multi::{debug_multi, multi_lock_accessors, on_every_key};
 
 /// Every key of one [`Locker::lock_all`], held by one token with a fence per key. It keeps
 /// a connection of its own (a session-bound grant lives with it). Release it with
@@ -18,29 +19,19 @@ pub struct MultiLock {
 
 impl std::fmt::Debug for MultiLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MultiLock")
-            .field("keys", &self.keys.len())
-            .field("fences", &self.grant.fences)
-            .finish_non_exhaustive()
+        debug_multi(f, &self.keys, &self.grant)
     }
 }
 
 /// `LOCK.RELEASE` (or `LOCK.EXTEND` to `ttl`) of every key of `keys` by `token`, in one
 /// round trip: whether each one was held.
-async fn on_every_key(
+async fn query_every_key(
     con: &mut AsyncLink,
     keys: &[Vec<u8>],
     token: &[u8],
     ttl: Option<Duration>,
 ) -> RedisResult<Vec<bool>> {
-    let mut pipe = redis::pipe();
-    for key in keys {
-        pipe.add_command(match ttl {
-            Some(ttl) => extend_cmd(key, token, ttl),
-            None => release_cmd(key, token),
-        });
-    }
-    pipe.query_async(con).await
+    on_every_key(keys, token, ttl).query_async(con).await
 }
 
 impl Locker {
@@ -78,7 +69,7 @@ impl Locker {
                     if let Ok(mut con) = self.conn.open().await {
                         let _ = within(
                             Some(self.command_timeout),
-                            on_every_key(&mut con, &keys, &token, None),
+                            query_every_key(&mut con, &keys, &token, None),
                         )
                         .await;
                     }
@@ -90,27 +81,14 @@ impl Locker {
 }
 
 impl MultiLock {
-    /// The keys, in the order given.
-    pub fn keys(&self) -> &[Vec<u8>] {
-        &self.keys
-    }
-
-    /// The token that holds every key (a secret: it proves ownership).
-    pub fn token(&self) -> &[u8] {
-        &self.grant.token
-    }
-
-    /// One fencing token per key, in the order of [`keys`](Self::keys).
-    pub fn fences(&self) -> &[u64] {
-        &self.grant.fences
-    }
+    multi_lock_accessors!();
 
     /// Sets every key's remaining time to `ttl`, in one round trip. `true` only if this
     /// token still held every key.
     pub async fn extend(&mut self, ttl: Duration) -> RedisResult<bool> {
         let held = within(
             Some(self.command_timeout),
-            on_every_key(&mut self.con, &self.keys, &self.grant.token, Some(ttl)),
+            query_every_key(&mut self.con, &self.keys, &self.grant.token, Some(ttl)),
         )
         .await?;
         Ok(held.into_iter().all(|held| held))
@@ -121,7 +99,7 @@ impl MultiLock {
     pub async fn release(mut self) -> RedisResult<bool> {
         let held = within(
             Some(self.command_timeout),
-            on_every_key(&mut self.con, &self.keys, &self.grant.token, None),
+            query_every_key(&mut self.con, &self.keys, &self.grant.token, None),
         )
         .await?;
         Ok(held.into_iter().all(|held| held))
