@@ -3,7 +3,9 @@
 //! (`model_fuzz/model.rs`): who holds what, fences that only grow, waiters served first
 //! come first served, session-bound locks released with their connection.
 //!
-//! The sequences mix `LOCK.ACQUIRE` (any options, blocking or not), `LOCK.RELEASE`,
+//! The sequences mix `LOCK.ACQUIRE` and `LOCK.ACQUIREALL` over one to three keys in any
+//! order (any options, blocking or not: a waiter for several keys queues on each and is
+//! granted all of them at once, first come first served on every key), `LOCK.RELEASE`,
 //! `LOCK.EXTEND` and `LOCK.INFO` with `DEL`, `UNLINK`, `PEXPIRE`, `RENAME`, `COPY`,
 //! `DUMP`/`RESTORE`, `MOVE`, `SET`, `FLUSHDB`, `MULTI`/`EXEC`, `EVAL` and clients that go
 //! (`CLIENT KILL` by id, address or type, `QUIT`, a closed socket). One step runs at a
@@ -13,6 +15,8 @@
 //! `make test` runs a few thousand steps on every server; `make fuzz` many more
 //! (`MODEL_FUZZ_STEPS`). A failure prints its seed, and `MODEL_FUZZ_SEED` replays it.
 
+mod acquire;
+mod all_keys;
 mod commands;
 mod conn;
 mod model;
@@ -50,6 +54,13 @@ enum Expect {
     Grant(i64),
     /// `[token, fence]` with this token and fence (a placeholder if the grant is pending).
     Renew(Vec<u8>, i64),
+    /// `[token, [fence, ...]]` (`LOCK.ACQUIREALL`): one fence per key, each a pending
+    /// grant's placeholder (negative) or a renewed key's own fence; the token given, or
+    /// `None` for one the server makes.
+    All {
+        token: Option<Vec<u8>>,
+        fences: Vec<i64>,
+    },
     Nil,
     Int(i64),
     /// An error reply with this code (`ERR`, `WRONGTYPE`).
@@ -68,11 +79,29 @@ enum Source {
     Waiter(usize),
 }
 
-/// A grant the model expects, whose token and fence the server names.
-#[derive(Debug)]
-struct Pending {
+/// The shape of a grant's reply.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Shape {
+    /// `[token, fence]`.
+    One,
+    /// `[token, [fence, ...]]` with this many fences.
+    All(usize),
+}
+
+/// A key a pending grant gives anew: its placeholder fence, and the place of its fence
+/// in the reply.
+#[derive(Debug, Clone, Copy)]
+struct NewGrant {
     key: usize,
     placeholder: i64,
+    position: usize,
+}
+
+/// A grant the model expects, whose token and fences the server names.
+#[derive(Debug)]
+struct Pending {
+    grants: Vec<NewGrant>,
+    shape: Shape,
     source: Source,
     token: Option<Vec<u8>>,
 }
@@ -97,7 +126,7 @@ enum Via {
 
 struct Slot {
     conn: Conn,
-    /// The key this client waits for.
+    /// The (first) key this client waits for.
     blocked: Option<usize>,
 }
 

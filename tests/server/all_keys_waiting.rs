@@ -98,6 +98,30 @@ fn waiters_for_the_same_keys_in_crossing_orders_are_served_in_arrival_order() {
     assert!(f2[0] > f1[1] && f2[1] > f1[0], "{f1:?} then {f2:?}");
 }
 
+#[test]
+fn a_later_waiter_for_several_keys_never_passes_an_older_one_on_a_free_key_they_share() {
+    let server = TestServer::start();
+    let mut con = server.connection();
+    let (ta, _) = acquire(&mut con, "a", 30_000, &[]).expect("a");
+    let (tc, _) = acquire(&mut con, "c", 30_000, &[]).expect("c");
+    // b is free: kept for the older request (b, c), which waits for c.
+    let mut older = Waiter::start_all(&server, &["b", "c"], 30_000, LONG);
+    let mut later = Waiter::start_all(&server, &["a", "b"], 30_000, LONG);
+    assert_eq!(release(&mut con, "a", &ta), 1);
+    assert!(
+        later.is_blocked(),
+        "a is free for the later request, b is not its yet"
+    );
+    assert!(!exists(&mut con, "a") && !exists(&mut con, "b"));
+
+    assert_eq!(release(&mut con, "c", &tc), 1);
+    let (t_older, _) = older.granted_all().expect("the older request has b and c");
+    assert!(later.is_blocked());
+    assert_eq!(release(&mut con, "b", &t_older), 1);
+    later.granted_all().expect("then the later one has a and b");
+    assert_eq!(lock_waiters(&mut con), 0);
+}
+
 /// `leave` ends the wait of a request for a (free, kept for it) and b (held): afterwards
 /// every queue is as if it had never come, and a waiter behind it on a is granted a at once.
 fn assert_leaving_restores_every_queue(server: &TestServer, leave: impl FnOnce(Waiter)) {

@@ -1,162 +1,35 @@
-//! The commands the fuzzer sends: each built from random choices and applied to the
-//! model as it is built, so that what the server must answer is known before it answers.
+//! The commands the fuzzer sends but acquires (`acquire.rs`, `all_keys.rs`): each built
+//! from random choices and applied to the model as it is built, so that what the server
+//! must answer is known before it answers.
 
 use redis::Value;
 
+use super::acquire::Look;
 use super::conn::{Conn, error_text};
-use super::model::{Binding, Holder, Kind, Outcome, Value as Held, Waiting};
+use super::model::{Kind, Value as Held};
 use super::{
-    Expect, Fuzz, KEYS, LONG_MS, SHORT_MS, SLOTS, Slot, Source, Via, Wait, expect_reply, key_name,
-    show, words,
+    Expect, Fuzz, KEYS, LONG_MS, SHORT_MS, SLOTS, Slot, Via, expect_reply, key_name, show, words,
 };
 
 impl Fuzz {
-    /// Builds `LOCK.ACQUIRE` on `k` for the client `slot` and applies it to the model.
-    pub(crate) fn acquire(
-        &mut self,
-        slot: usize,
-        k: usize,
-        via: Via,
-        index: usize,
-    ) -> (Vec<Vec<u8>>, Expect) {
-        self.serve_deferred(k);
-        let kind = match self.rng.below(20) {
-            0..=11 => Kind::Exclusive,
-            12..=16 => Kind::Shared(None),
-            _ => Kind::Shared(Some(1 + self.rng.below(2) as u32)),
-        };
-        // Some acquires retry a holder's token: the idempotent re-acquire, a reclaim.
-        let retry = self.chance(15);
-        let wait = match self.rng.below(20) {
-            _ if retry => Wait::No,
-            0..=6 => Wait::No,
-            7..=17 => Wait::Block,
-            _ => Wait::Short,
-        };
-        // A token waits in one queue at most, once, before it ever holds: a waiter's is
-        // new or the server's.
-        let token = if wait != Wait::No {
-            self.chance(70).then(|| self.fresh_token())
-        } else {
-            match self.rng.below(20) {
-                _ if retry => {
-                    let holders = self.holder_tokens(k);
-                    self.pick(&holders)
-                }
-                6..=8 => {
-                    let known = self.known.clone();
-                    self.pick(&known)
-                }
-                9..=13 => Some(self.fresh_token()),
-                _ => None,
-            }
-        };
-        let grace = match self.rng.below(10) {
-            0..=6 => None,
-            7 | 8 => Some(0),
-            _ => Some(LONG_MS),
-        };
-        let soon = self.chance(5);
-        let ttl = if soon { SHORT_MS } else { LONG_MS };
-
-        let mut options: Vec<Vec<Vec<u8>>> = Vec::new();
-        if let Some(t) = &token {
-            options.push(vec![b"TOKEN".to_vec(), t.clone()]);
-        }
-        match wait {
-            Wait::No => {}
-            Wait::Short => options.push(words(&["WAIT", "5"])),
-            Wait::Block => options.push(words(&["wait", "0"])),
-        }
-        if let Some(g) = grace {
-            options.push(words(&["SESSION", &g.to_string()]));
-        }
-        match kind {
-            Kind::Exclusive => {}
-            Kind::Shared(None) => options.push(words(&["shared"])),
-            Kind::Shared(Some(n)) => {
-                if self.chance(50) {
-                    options.push(words(&["SHARED"]));
-                }
-                options.push(words(&["LIMIT", &n.to_string()]));
-            }
-        }
-        // Options come in any order.
-        for i in (1..options.len()).rev() {
-            let j = self.rng.below(i as u64 + 1) as usize;
-            options.swap(i, j);
-        }
-        let mut argv = vec![
-            b"LOCK.ACQUIRE".to_vec(),
-            key_name(k),
-            ttl.to_string().into_bytes(),
-        ];
-        argv.extend(options.into_iter().flatten());
-
-        let client = self.slots[slot].conn.id;
-        let binding = grace.map(|grace_ms| Binding {
-            client,
-            grace_ms,
-            followed: true,
-        });
-        let outcome = if via == Via::Script && grace.is_some() {
-            Outcome::Error("ERR")
-        } else {
-            self.model.keys[k].acquire(token.as_deref(), kind)
-        };
-        let expect = match outcome {
-            Outcome::Grant => {
-                let holder = Holder {
-                    token: token.clone().unwrap_or_default(),
-                    fence: 0,
-                    kind,
-                    session: binding,
-                    expires_soon: soon,
-                };
-                Expect::Grant(self.expect_grant(k, Source::Reply(index), token, holder))
-            }
-            Outcome::Renew { fence } => {
-                let token = token.unwrap_or_default();
-                self.model.keys[k].renew(&token, binding, soon);
-                Expect::Renew(token, fence)
-            }
-            Outcome::Error(code) => Expect::Error(code),
-            Outcome::Busy => match wait {
-                Wait::Block if via == Via::Direct => {
-                    self.model.keys[k].queue.push_back(Waiting {
-                        slot,
-                        client,
-                        token,
-                        kind,
-                        grace_ms: grace,
-                        expires_soon: soon,
-                    });
-                    self.slots[slot].blocked = Some(k);
-                    self.asynchronous = true;
-                    Expect::Blocked
-                }
-                _ => Expect::Nil,
-            },
-        };
-        (argv, expect)
-    }
-
     /// Builds `LOCK.RELEASE` on `k` and applies it.
     pub(crate) fn release(&mut self, k: usize) -> (Vec<Vec<u8>>, Expect) {
-        self.serve_deferred(k);
+        self.serve(k, Look::Holder);
         let token = self.some_token(k);
         let argv = vec![b"LOCK.RELEASE".to_vec(), key_name(k), token.clone()];
         if self.model.keys[k].value == Some(Held::Str) {
             return (argv, Expect::Error("WRONGTYPE"));
         }
         let released = self.model.keys[k].release(&token);
-        self.admit(k);
+        if released {
+            self.admit(k);
+        }
         (argv, Expect::Int(i64::from(released)))
     }
 
     /// Builds `LOCK.EXTEND` on `k` and applies it.
     pub(crate) fn extend(&mut self, k: usize) -> (Vec<Vec<u8>>, Expect) {
-        self.serve_deferred(k);
+        self.serve(k, Look::Holder);
         let token = self.some_token(k);
         let soon = self.chance(5);
         let ttl = if soon { SHORT_MS } else { LONG_MS };
@@ -173,10 +46,20 @@ impl Fuzz {
         (argv, Expect::Int(i64::from(extended)))
     }
 
-    /// Grants the waiters of `k` if a `DEL` in the running transaction put them off.
-    pub(crate) fn serve_deferred(&mut self, k: usize) {
-        if let Some(i) = self.deferred.iter().position(|&d| d == k) {
-            self.deferred.remove(i);
+    /// What a lock command on `k` does first (`look`): where the key holds no lock (a
+    /// `DEL` in the running transaction put its waiters off), or for a newcomer's acquire
+    /// a shared one, its waiters whose turn has come are granted, a waiter for several
+    /// keys among them if every other key of it is free for it by now.
+    pub(crate) fn serve(&mut self, k: usize, look: Look) {
+        self.deferred.retain(|&d| d != k);
+        let due = match &self.model.keys[k].value {
+            None => true,
+            Some(Held::Lock(_)) => {
+                look == Look::Newcomer && self.model.keys[k].held_kind() != Some(Kind::Exclusive)
+            }
+            Some(Held::Str) => false,
+        };
+        if due {
             self.admit(k);
         }
     }
@@ -235,9 +118,10 @@ impl Fuzz {
     pub(crate) fn op_lock_command(&mut self) -> Result<(), String> {
         let k = self.rng.below(KEYS as u64) as usize;
         let slot = self.idle_slot();
-        let (argv, expect) = match (self.rng.below(10), slot) {
+        let (argv, expect) = match (self.rng.below(12), slot) {
             (0..=5, Some(s)) => self.acquire(s, k, Via::Direct, 0),
-            (0..=7, _) => self.release(k),
+            (6 | 7, Some(s)) => self.acquire_all(s, Via::Direct, 0),
+            (0..=9, _) => self.release(k),
             _ => self.extend(k),
         };
         let on = if self.chance(30)
@@ -260,10 +144,11 @@ impl Fuzz {
         let (mut commands, mut expects) = (Vec::new(), Vec::new());
         for i in 0..count {
             let k = self.rng.below(KEYS as u64) as usize;
-            let (argv, expect) = match self.rng.below(10) {
+            let (argv, expect) = match self.rng.below(12) {
                 0..=4 => self.acquire(s, k, Via::Transaction, i),
-                5 | 6 => self.release(k),
-                7 => self.extend(k),
+                5 | 6 => self.acquire_all(s, Via::Transaction, i),
+                7 | 8 => self.release(k),
+                9 => self.extend(k),
                 _ => self.delete(k, Via::Transaction),
             };
             commands.push(argv);
@@ -298,6 +183,10 @@ impl Fuzz {
         let Some(s) = self.idle_slot() else {
             return self.op_lock_command();
         };
+        if self.chance(25) {
+            let (eval, expect) = self.acquire_all(s, Via::Script, 0);
+            return self.run(Some(s), &[eval], &[expect], Via::Script);
+        }
         let k = self.rng.below(KEYS as u64) as usize;
         let (argv, expect) = match self.rng.below(10) {
             0..=6 => self.acquire(s, k, Via::Script, 0),

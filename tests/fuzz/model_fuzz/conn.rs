@@ -96,3 +96,21 @@ pub fn grant_of(value: &Value) -> Option<(Vec<u8>, i64)> {
         _ => None,
     }
 }
+
+/// A `[token, [fence, ...]]` reply (`LOCK.ACQUIREALL`).
+pub fn grant_all_of(value: &Value) -> Option<(Vec<u8>, Vec<i64>)> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let [Value::BulkString(token), Value::Array(fences)] = items.as_slice() else {
+        return None;
+    };
+    let fences = fences
+        .iter()
+        .map(|f| match f {
+            Value::Int(fence) => Some(*fence),
+            _ => None,
+        })
+        .collect::<Option<Vec<i64>>>()?;
+    Some((token.clone(), fences))
+}

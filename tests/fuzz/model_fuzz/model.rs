@@ -45,12 +45,17 @@ pub enum Value {
     Str,
 }
 
-/// A client blocked in `LOCK.ACQUIRE ... WAIT`.
+/// A client blocked in `LOCK.ACQUIRE ... WAIT` or `LOCK.ACQUIREALL ... WAIT`, queued on
+/// each of its keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Waiting {
     /// The fuzzer's client slot, whose connection holds the pending reply.
     pub slot: usize,
     pub client: i64,
+    /// The keys it waits for, in the order it named them: one, or several for
+    /// `LOCK.ACQUIREALL` (whose reply is `[token, [fence, ...]]` even for one key).
+    pub keys: Vec<usize>,
+    pub all: bool,
     /// Its `TOKEN`, or `None` for one the server makes.
     pub token: Option<Vec<u8>>,
     pub kind: Kind,
@@ -201,14 +206,22 @@ impl Key {
 
     /// Takes out of the queue the waiters granted now, oldest first: each in turn while
     /// it fits beside what is held by then (one exclusive waiter alone, or shared
-    /// waiters up to the next one that does not fit). The caller reads their replies and
-    /// records each grant (`grant`) in this order.
+    /// waiters up to the next one that does not fit). A waiter for several keys stops
+    /// it: that one is granted only with all its keys (`Model::ready_all`). The caller
+    /// reads their replies and records each grant (`grant`) in this order.
     pub fn admit_next(&mut self) -> Option<Waiting> {
         let head = self.queue.front()?;
-        if !self.admits(head.kind) {
+        if head.all || !self.admits(head.kind) {
             return None;
         }
         self.queue.pop_front()
+    }
+}
+
+impl Waiting {
+    /// Whether `other` is this same blocked request (a slot blocks once at a time).
+    pub fn is(&self, other: &Waiting) -> bool {
+        self.slot == other.slot && self.client == other.client
     }
 }
 
@@ -226,6 +239,37 @@ impl Model {
             keys: vec![Key::default(); keys],
             grants: 0,
         }
+    }
+
+    /// The waiter for several keys at the head of `k`'s queue, if it heads every queue
+    /// it is in and fits beside what each of its keys holds: it is granted them all now.
+    /// It is taken out of every queue; the caller records a grant on each key.
+    pub fn take_ready_all(&mut self, k: usize) -> Option<Waiting> {
+        let head = self.keys[k].queue.front()?.clone();
+        let ready = head.all
+            && head.keys.iter().all(|&j| {
+                let key = &self.keys[j];
+                key.queue.front().is_some_and(|w| w.is(&head)) && key.admits(head.kind)
+            });
+        if !ready {
+            return None;
+        }
+        for &j in &head.keys {
+            self.keys[j].queue.pop_front();
+        }
+        Some(head)
+    }
+
+    /// Clients blocked now, each once however many keys it waits for (`lock_waiters`).
+    pub fn waiting(&self) -> usize {
+        let mut clients: Vec<i64> = self
+            .keys
+            .iter()
+            .flat_map(|k| k.queue.iter().map(|w| w.client))
+            .collect();
+        clients.sort_unstable();
+        clients.dedup();
+        clients.len()
     }
 
     /// Connection `client` closed: it leaves every queue, and the locks bound to it with
@@ -292,6 +336,8 @@ mod tests {
         Waiting {
             slot,
             client: slot as i64,
+            keys: vec![0],
+            all: false,
             token: None,
             kind,
             grace_ms: None,
@@ -316,6 +362,34 @@ mod tests {
         }
         assert_eq!(admitted, [0, 1]);
         assert_eq!(key.queue.len(), 2);
+    }
+
+    #[test]
+    fn a_waiter_for_several_keys_is_granted_only_at_the_head_of_every_queue() {
+        let mut model = Model::new(2);
+        let all = Waiting {
+            keys: vec![1, 0],
+            all: true,
+            ..waiter(0, Kind::Exclusive)
+        };
+        model.keys[0].grant(holder("h", 1, Kind::Exclusive));
+        model.keys[0].queue.push_back(waiter(1, Kind::Exclusive));
+        model.keys[0].queue.push_back(all.clone());
+        model.keys[1].queue.push_back(all.clone());
+        assert_eq!(
+            model.keys[1].admit_next(),
+            None,
+            "the key stays free for it"
+        );
+        assert_eq!(model.take_ready_all(1), None, "an older waiter heads key 0");
+        assert_eq!(model.waiting(), 2);
+        assert!(model.keys[0].release(b"h"));
+        assert_eq!(model.keys[0].admit_next().map(|w| w.slot), Some(1));
+        model.keys[0].grant(holder("w1", 2, Kind::Exclusive));
+        assert_eq!(model.take_ready_all(1), None, "key 0 is held");
+        assert!(model.keys[0].release(b"w1"));
+        assert_eq!(model.take_ready_all(0), Some(all));
+        assert_eq!(model.waiting(), 0);
     }
 
     #[test]

@@ -9,9 +9,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::conn::{REPLY_LIMIT, error_text, grant_of};
-use super::model::{Binding, Holder, Kind, Value as Held};
-use super::{Expect, Fuzz, KEYS, Pending, SHORT_MS, Source, Via, key_name, words};
+use super::conn::{REPLY_LIMIT, error_text, grant_all_of, grant_of};
+use super::model::{Binding, Holder, Kind, Value as Held, Waiting};
+use super::{Expect, Fuzz, KEYS, NewGrant, Pending, SHORT_MS, Shape, Source, Via, key_name, words};
 
 impl Fuzz {
     /// Records a grant the server must make now to `token` (`None`: a token it makes);
@@ -23,42 +23,80 @@ impl Fuzz {
         token: Option<Vec<u8>>,
         holder: Holder,
     ) -> i64 {
-        self.placeholders += 1;
-        let placeholder = -self.placeholders;
-        let mut holder = holder;
-        holder.fence = placeholder;
-        if token.is_none() {
-            holder.token = format!("\0pending{placeholder}").into_bytes();
+        let placeholders = self.expect_grants(&[(k, 0)], Shape::One, source, token, holder);
+        placeholders[0]
+    }
+
+    /// Records the grants of several keys the server must make now in one reply of
+    /// `shape`: each `(key, place of its fence in the reply)` to `holder`, its fence
+    /// learnt from `source`'s reply. Returns each key's placeholder fence.
+    pub(crate) fn expect_grants(
+        &mut self,
+        keys: &[(usize, usize)],
+        shape: Shape,
+        source: Source,
+        token: Option<Vec<u8>>,
+        holder: Holder,
+    ) -> Vec<i64> {
+        let mut grants = Vec::with_capacity(keys.len());
+        for &(key, position) in keys {
+            self.placeholders += 1;
+            let placeholder = -self.placeholders;
+            let mut holder = holder.clone();
+            holder.fence = placeholder;
+            if token.is_none() {
+                holder.token = format!("\0pending{placeholder}").into_bytes();
+            }
+            self.model.keys[key].grant(holder);
+            self.model.grants += 1;
+            grants.push(NewGrant {
+                key,
+                placeholder,
+                position,
+            });
         }
-        self.model.keys[k].grant(holder);
-        self.model.grants += 1;
+        let placeholders = grants.iter().map(|g| g.placeholder).collect();
         self.pending.push(Pending {
-            key: k,
-            placeholder,
+            grants,
+            shape,
             source,
             token,
         });
-        placeholder
+        placeholders
     }
 
-    /// Grants `k`'s waiters whose turn has come, as the model says.
+    /// Grants `k`'s waiters whose turn has come, as the model says: the ones for `k`
+    /// alone, and a waiter for several keys at the head of every queue it is in, whose
+    /// other keys are then looked at again.
     pub(crate) fn admit(&mut self, k: usize) {
-        while let Some(w) = self.model.keys[k].admit_next() {
-            self.slots[w.slot].blocked = None;
-            let holder = Holder {
-                token: w.token.clone().unwrap_or_default(),
-                fence: 0,
-                kind: w.kind,
-                session: w.grace_ms.map(|grace_ms| Binding {
-                    client: w.client,
-                    grace_ms,
-                    followed: true,
-                }),
-                expires_soon: w.expires_soon,
+        loop {
+            if let Some(w) = self.model.keys[k].admit_next() {
+                self.slots[w.slot].blocked = None;
+                self.note(format!("  -> waiter in slot {} granted fz:{k}", w.slot));
+                *self.seen.entry("grants to waiters").or_default() += 1;
+                let holder = waiter_holder(&w);
+                self.expect_grant(k, Source::Waiter(w.slot), w.token, holder);
+                continue;
+            }
+            let Some(w) = self.model.take_ready_all(k) else {
+                return;
             };
-            self.note(format!("  -> waiter in slot {} granted fz:{k}", w.slot));
-            *self.seen.entry("grants to waiters").or_default() += 1;
-            self.expect_grant(k, Source::Waiter(w.slot), w.token, holder);
+            self.slots[w.slot].blocked = None;
+            self.note(format!(
+                "  -> waiter in slot {} granted {:?} at once",
+                w.slot, w.keys
+            ));
+            *self
+                .seen
+                .entry("grants of several keys to waiters")
+                .or_default() += 1;
+            let keys: Vec<(usize, usize)> = w.keys.iter().copied().zip(0..).collect();
+            let holder = waiter_holder(&w);
+            let shape = Shape::All(keys.len());
+            self.expect_grants(&keys, shape, Source::Waiter(w.slot), w.token, holder);
+            for &j in w.keys.iter().filter(|&&j| j != k) {
+                self.admit(j);
+            }
         }
     }
 
@@ -74,17 +112,18 @@ impl Fuzz {
     pub(crate) fn resolve(&mut self, replies: &[Value]) -> Result<HashMap<i64, i64>, String> {
         let mut fences = HashMap::new();
         for p in std::mem::take(&mut self.pending) {
+            let keys: Vec<usize> = p.grants.iter().map(|g| g.key).collect();
             let reply = match p.source {
                 Source::Reply(i) => replies.get(i).cloned().ok_or("a reply is missing")?,
                 Source::Waiter(slot) => self.slots[slot].conn.read(REPLY_LIMIT).map_err(|e| {
-                    format!(
-                        "the waiter in slot {slot} was not granted fz:{}: {e}",
-                        p.key
-                    )
+                    format!("the waiter in slot {slot} was not granted fz:{keys:?}: {e}")
                 })?,
             };
-            let (token, fence) = grant_of(&reply)
-                .ok_or_else(|| format!("a grant on fz:{} answered {reply:?}", p.key))?;
+            let (token, fences_named) = match p.shape {
+                Shape::One => grant_of(&reply).map(|(token, fence)| (token, vec![fence])),
+                Shape::All(n) => grant_all_of(&reply).filter(|(_, fences)| fences.len() == n),
+            }
+            .ok_or_else(|| format!("a grant on fz:{keys:?} answered {reply:?}"))?;
             match &p.token {
                 Some(expected) if *expected != token => {
                     return Err(format!("granted with token {token:?}, not {expected:?}"));
@@ -100,21 +139,24 @@ impl Fuzz {
                 }
                 _ => {}
             }
-            let key = &mut self.model.keys[p.key];
-            if fence <= key.last_fence || fence >= 1 << 53 {
-                return Err(format!(
-                    "fz:{} granted fence {fence} after fence {}",
-                    p.key, key.last_fence
-                ));
+            for g in &p.grants {
+                let fence = fences_named[g.position];
+                let key = &mut self.model.keys[g.key];
+                if fence <= key.last_fence || fence >= 1 << 53 {
+                    return Err(format!(
+                        "fz:{} granted fence {fence} after fence {}",
+                        g.key, key.last_fence
+                    ));
+                }
+                key.last_fence = fence;
+                if let Some(Held::Lock(holders)) = &mut key.value
+                    && let Some(h) = holders.iter_mut().find(|h| h.fence == g.placeholder)
+                {
+                    h.fence = fence;
+                    h.token = token.clone();
+                }
+                fences.insert(g.placeholder, fence);
             }
-            key.last_fence = fence;
-            if let Some(Held::Lock(holders)) = &mut key.value
-                && let Some(h) = holders.iter_mut().find(|h| h.fence == p.placeholder)
-            {
-                h.fence = fence;
-                h.token = token.clone();
-            }
-            fences.insert(p.placeholder, fence);
             self.known.push(token);
         }
         Ok(fences)
@@ -132,6 +174,7 @@ impl Fuzz {
             let seen = match expect {
                 Expect::Grant(_) => "grants",
                 Expect::Renew(..) => "renews",
+                Expect::All { .. } => "grants of several keys",
                 Expect::Nil => "nil replies",
                 Expect::Int(1) => "1 replies",
                 Expect::Int(_) => "0 replies",
@@ -155,6 +198,22 @@ impl Fuzz {
                         *fence
                     };
                     grant_of(got) == Some((token.clone(), fence))
+                }
+                Expect::All {
+                    token,
+                    fences: want,
+                } => {
+                    let named = |fence: &i64| {
+                        if *fence < 0 {
+                            fences.get(fence).copied()
+                        } else {
+                            Some(*fence)
+                        }
+                    };
+                    let want: Option<Vec<i64>> = want.iter().map(named).collect();
+                    grant_all_of(got).is_some_and(|(got_token, got_fences)| {
+                        Some(got_fences) == want && token.as_ref().is_none_or(|t| *t == got_token)
+                    })
                 }
                 Expect::Nil => *got == Value::Nil,
                 Expect::Int(n) => *got == Value::Int(*n),
@@ -313,12 +372,7 @@ impl Fuzz {
                     .ok()
             })
         };
-        let waiting = self
-            .model
-            .keys
-            .iter()
-            .map(|k| k.queue.len() as i64)
-            .sum::<i64>();
+        let waiting = self.model.waiting() as i64;
         for (name, want) in [
             ("lock_grants", self.model.grants),
             ("lock_waiters", waiting),
@@ -331,6 +385,21 @@ impl Fuzz {
             }
         }
         Ok(())
+    }
+}
+
+/// What a waiter holds once granted.
+fn waiter_holder(w: &Waiting) -> Holder {
+    Holder {
+        token: w.token.clone().unwrap_or_default(),
+        fence: 0,
+        kind: w.kind,
+        session: w.grace_ms.map(|grace_ms| Binding {
+            client: w.client,
+            grace_ms,
+            followed: true,
+        }),
+        expires_soon: w.expires_soon,
     }
 }
 
