@@ -1,8 +1,10 @@
 //! The contract's limits on what a command may ask for: a leaf that the parser, the
 //! error messages, the rules and the data type all read, and that imports nothing.
 
-/// Largest `ttl-ms`, `timeout-ms` and `grace-ms`: 2^47 - 1 ms, about 4,000 years.
-pub const MAX_TTL_MS: i64 = (1 << 47) - 1;
+/// Largest `ttl-ms`, `timeout-ms` and `grace-ms`: 2^53 - 1 ms (about 285,000 years), the
+/// largest integer a JavaScript number holds exactly, which `SET PX` accepts too: clients
+/// pass it for "forever". The servers' timers (`now_us + ms * 1000`) still fit in 64 bits.
+pub const MAX_TTL_MS: i64 = (1 << 53) - 1;
 /// Largest token, in bytes.
 pub const MAX_TOKEN_LEN: usize = 256;
 /// Largest `VALUE v`, in bytes: a published value (a leader's address), no secret.

@@ -16,7 +16,7 @@ use crate::common::*;
 const RANGES: [(&str, i64, i64); 5] = [
     ("fence", 1, (1 << 53) - 1),
     ("acquired", 0, (1 << 53) - 1),
-    ("session", -1, (1 << 47) - 1),
+    ("session", -1, (1 << 53) - 1),
     ("holders", 1, 1_000_000),
     ("limit", -1, 1_000_000),
 ];

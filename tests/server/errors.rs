@@ -18,10 +18,10 @@ const STRING: &str = "plain-string";
 const LIST: &str = "plain-list";
 const HASH: &str = "plain-hash";
 
-/// 2^47 - 1 ms, the largest `ttl-ms` and `timeout-ms`.
-const MAX_MS: &str = "140737488355327";
-/// 2^47 ms, one too many.
-const TOO_MANY_MS: &str = "140737488355328";
+/// 2^53 - 1 ms, the largest `ttl-ms` and `timeout-ms`.
+const MAX_MS: &str = "9007199254740991";
+/// 2^53 ms, one too many.
+const TOO_MANY_MS: &str = "9007199254740992";
 
 /// The state every case must leave as it found it.
 struct World {
@@ -243,7 +243,7 @@ fn every_command_answers_the_servers_arity_error() {
     }
 }
 
-/// Values that are not an integer from 1 to 2^47 - 1.
+/// Values that are not an integer from 1 to 2^53 - 1.
 const BAD_TTLS: &[&str] = &[
     "0",
     "-1",
@@ -286,7 +286,7 @@ fn a_bad_ttl_is_an_error_naming_ttl_ms_in_acquire_and_extend() {
 }
 
 #[test]
-fn the_largest_ttl_two_to_the_47_minus_1_is_accepted() {
+fn the_largest_ttl_two_to_the_53_minus_1_is_accepted() {
     let server = TestServer::start();
     let mut con = server.connection();
     let max: i64 = MAX_MS.parse().unwrap();
@@ -377,7 +377,7 @@ fn a_bad_timeout_is_an_error_naming_timeout_ms() {
 }
 
 #[test]
-fn a_timeout_of_0_and_of_two_to_the_47_minus_1_is_accepted() {
+fn a_timeout_of_0_and_of_two_to_the_53_minus_1_is_accepted() {
     let server = TestServer::start();
     let mut con = server.connection();
     for (key, timeout) in [("wait-zero", "0"), ("wait-max", MAX_MS)] {

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// 2^47 - 1 ms, the largest `ttl-ms`.
-const MAX_TTL_MS: i64 = (1 << 47) - 1;
+/// 2^53 - 1 ms, the largest `ttl-ms`.
+const MAX_TTL_MS: i64 = (1 << 53) - 1;
 
 /// `INFO keyspace` line of db0, if the database has keys.
 fn keyspace_db0(con: &mut redis::Connection) -> Option<String> {
@@ -91,7 +91,7 @@ fn pttl_and_lock_info_ttl_count_down() {
 }
 
 #[test]
-fn a_lock_with_the_largest_ttl_expires_two_to_the_47_minus_1_ms_after_its_grant() {
+fn a_lock_with_the_largest_ttl_expires_two_to_the_53_minus_1_ms_after_its_grant() {
     let server = TestServer::start();
     let mut con = server.connection();
     let before = server_now_ms(&mut con);

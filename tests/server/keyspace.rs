@@ -741,10 +741,10 @@ fn a_restore_payload_out_of_the_contracts_range_is_refused_and_changes_nothing()
         ("an empty token", 1, b"", vec![5, 0]),
         ("a negative grace", 2, b"tok", vec![5, 0, -2, 1, 1]),
         (
-            "a grace over 2^47 - 1",
+            "a grace over 2^53 - 1",
             2,
             b"tok",
-            vec![5, 0, 1 << 47, 1, 1],
+            vec![5, 0, 1 << 53, 1, 1],
         ),
         (
             "fence 2^53 in version 2",

@@ -18,6 +18,7 @@ mod holders;
 mod info_stats;
 mod internals_hidden;
 mod keyspace;
+mod largest_durations;
 mod mutual_exclusion;
 mod notifications;
 mod persistence;

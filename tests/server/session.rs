@@ -551,7 +551,7 @@ fn bad_session_arguments_name_themselves_and_change_nothing() {
     for (args, names) in [
         (vec!["SESSION"], "SESSION"),
         (vec!["SESSION", "-1"], "grace-ms"),
-        (vec!["SESSION", "140737488355328"], "grace-ms"),
+        (vec!["SESSION", "9007199254740992"], "grace-ms"),
         (vec!["SESSION", "1.5"], "grace-ms"),
         (vec!["SESSION", "x"], "grace-ms"),
         (vec!["SESSION", "1", "SESSION", "1"], "SESSION"),

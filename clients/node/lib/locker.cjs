@@ -6,7 +6,7 @@
 const { Connection } = require('./connection.cjs');
 const { LockError, ResourceLockedError, LockLostError, serverError } = require('./errors.cjs');
 
-const MAX_MS = 2 ** 47 - 1;
+const MAX_MS = Number.MAX_SAFE_INTEGER;
 const MAX_LIMIT = 1_000_000;
 
 function checkMs(value, what, minimum) {

@@ -169,8 +169,8 @@ final class Election
     private static function ms(float $seconds, string $what, int $minimum): int
     {
         $ms = (int) round($seconds * 1000);
-        if ($ms < $minimum || $ms > 2 ** 47 - 1) {
-            throw new \InvalidArgumentException("$what must be from " . ($minimum / 1000) . ' s to 2^47 - 1 ms');
+        if ($ms < $minimum || $ms > 2 ** 53 - 1) {
+            throw new \InvalidArgumentException("$what must be from " . ($minimum / 1000) . ' s to 2^53 - 1 ms');
         }
         return $ms;
     }

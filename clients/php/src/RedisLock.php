@@ -278,7 +278,7 @@ class RedisLock
             throw new LockException("$what must be a number of seconds");
         }
         $ms = (int) ceil($seconds * 1000);
-        if ($ms < $minimum || $ms > (1 << 47) - 1) {
+        if ($ms < $minimum || $ms > (1 << 53) - 1) {
             throw new LockException("$what out of range: $seconds");
         }
         return $ms;

@@ -442,10 +442,10 @@ def test_watchdog_stops_on_release(r, other, key):
 @pytest.mark.parametrize("kwargs, message", [
     ({"timeout": 0}, "timeout"),
     ({"timeout": -1}, "timeout"),
-    ({"timeout": 1 << 47}, "timeout"),
+    ({"timeout": 1 << 53}, "timeout"),
     ({"timeout": float("nan")}, "timeout"),
     ({"session": -1}, "session"),
-    ({"blocking_timeout": 1 << 47}, "blocking_timeout"),
+    ({"blocking_timeout": 1 << 53}, "blocking_timeout"),
     ({"watchdog": True}, "watchdog"),
 ])
 def test_bad_settings_are_refused_before_any_command(r, key, kwargs, message):

@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 Number = Union[int, float]
 Token = Union[bytes, str]
 
-# ttl-ms, timeout-ms and grace-ms are integers 1 (0 for waits and graces) ..= 2^47 - 1.
-MAX_MS = (1 << 47) - 1
+# ttl-ms, timeout-ms and grace-ms are integers 1 (0 for waits and graces) ..= 2^53 - 1.
+MAX_MS = (1 << 53) - 1
 
 
 def to_ms(seconds: Number, what: str, minimum: int = 1) -> int:
