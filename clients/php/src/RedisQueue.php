@@ -26,6 +26,11 @@ use RedisCluster;
  *
  * The steps that take the lock answer false (pop with `$count` over 1: []) when it
  * stayed busy for `$timeout` seconds.
+ *
+ * Bad input is answered as the articles' queue answers it, before any command: false
+ * from `enqueue` (an empty name, no id or an empty one, a `$timeout` that is not a
+ * number above 0, a negative delay) and `dequeue` (an empty name or id, a score that is
+ * not a number); [] from `pop` and `top` (an empty name, a `$count` under 1).
  */
 class RedisQueue
 {
@@ -51,8 +56,9 @@ class RedisQueue
     public function enqueue(string $name, $id, $timeout = 10, int $afterInterval = 0): bool
     {
         $ids = array_map('strval', is_array($id) ? array_values($id) : [$id]);
-        if ($name === '' || $ids === [] || in_array('', $ids, true) || $afterInterval < 0) {
-            throw new LockException('enqueue: a queue name, one or more non-empty ids and a delay of 0 or more');
+        if ($name === '' || $ids === [] || in_array('', $ids, true) || !self::positive($timeout)
+            || $afterInterval < 0) {
+            return false;
         }
         return $this->locked($name, $timeout, function () use ($name, $ids, $afterInterval): bool {
             $args = [$this->key($name), ['NX']];
@@ -71,6 +77,9 @@ class RedisQueue
      */
     public function dequeue(string $name, $id, $score, $timeout = 10): bool
     {
+        if ($name === '' || (string) $id === '' || !is_int($score) && !is_float($score)) {
+            return false;
+        }
         return $this->locked($name, $timeout, function () use ($name, $id, $score): bool {
             $current = $this->redis->zScore($this->key($name), (string) $id);
             return $current !== false && (float) $current === (float) $score
@@ -84,6 +93,9 @@ class RedisQueue
      */
     public function pop(string $name, int $count = 1, $timeout = 10)
     {
+        if ($name === '' || $count < 1) {
+            return [];
+        }
         $taken = $this->locked($name, $timeout, function () use ($name, $count): array {
             $due = $this->due($name, $count);
             if ($due !== []) {
@@ -97,6 +109,9 @@ class RedisQueue
     /** @return array{id: string, score: int|float}|false|list<array{id: string, score: int|float}> */
     public function top(string $name, int $count = 1)
     {
+        if ($name === '' || $count < 1) {
+            return [];
+        }
         $due = $this->due($name, $count);
         return $count === 1 ? ($due[0] ?? false) : $due;
     }
@@ -140,6 +155,12 @@ class RedisQueue
         } finally {
             $this->lock->unlock($lockName);
         }
+    }
+
+    /** @param mixed $seconds */
+    private static function positive($seconds): bool
+    {
+        return (is_int($seconds) || is_float($seconds)) && $seconds > 0;
     }
 
     private function key(string $name): string

@@ -241,9 +241,16 @@ $started = microtime(true);
 check('a step waits for the queue lock, then answers false', (new RedisQueue($r))->pop('mail', 1, 0.2) === false && microtime(true) - $started >= 0.2);
 check('enqueue too', !(new RedisQueue($r))->enqueue('mail', 'y', 0.2));
 $busy->unlockAll();
-check('bad input is refused before any command', throws(function () use ($queue) {
-    $queue->enqueue('mail', []);
-}, 'enqueue'));
+$before = $r->zCard('Queue:mail');
+check('enqueue answers false to bad input, as the articles do', $queue->enqueue('', 'x') === false
+    && $queue->enqueue('mail', '') === false && $queue->enqueue('mail', []) === false
+    && $queue->enqueue('mail', ['a', '']) === false && $queue->enqueue('mail', 'x', 0) === false
+    && $queue->enqueue('mail', 'x', -1) === false && $queue->enqueue('mail', 'x', 10, -5) === false);
+check('dequeue too', $queue->dequeue('', 'later', 1) === false && $queue->dequeue('mail', '', 1) === false
+    && $queue->dequeue('mail', 'later', 'soon') === false);
+check('pop and top answer [] to an empty name or a count under 1', $queue->pop('') === []
+    && $queue->pop('mail', 0) === [] && $queue->top('') === [] && $queue->top('mail', -1) === []);
+check('and nothing changed', $r->zCard('Queue:mail') === $before && $r->exists('Queue:', 'Lock:Queue:') === 0);
 
 for ($i = 0; $i < 300; $i++) {
     $queue->enqueue('jobs', sprintf('job-%03d', $i));

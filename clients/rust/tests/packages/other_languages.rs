@@ -88,6 +88,7 @@ fn php_redis_lock_queue_and_flash_sale_work_through_phpredis() {
     for check in [
         "ok - it waited in the server: one LOCK.ACQUIRE, whatever $waitIntervalUs",
         "ok - 10 workers popping at once take each of 300 tasks exactly once",
+        "ok - enqueue answers false to bad input, as the articles do",
         "ok - 50 concurrent buyers of 20 items: 20 bought, 30 sold out",
         "ok - the stock is 0 and there are 20 orders, never more",
     ] {
