@@ -46,8 +46,20 @@ export interface LockSignal extends AbortSignal {
 export declare class LockError extends Error {}
 export declare class ResourceLockedError extends LockError {}
 export declare class LockLostError extends LockError {}
+/** One Redlock attempt's votes, as node-redlock reports them. */
+export interface ExecutionStats {
+  readonly membershipSize: number;
+  readonly quorumSize: number;
+  /** The clients (masters) that granted. */
+  readonly votesFor: Set<Client>;
+  /** The clients that did not, each with its reason: a ResourceLockedError for a busy
+   *  key, else the client library's error. */
+  readonly votesAgainst: Map<Client, Error>;
+}
+
 export declare class ExecutionError extends LockError {
-  readonly attempts: ReadonlyArray<{ granted: number; errors: unknown[] }>;
+  /** Each attempt's votes. */
+  readonly attempts: ReadonlyArray<Promise<ExecutionStats>>;
 }
 
 export declare class Lock {
@@ -124,7 +136,8 @@ export declare class Locker {
 /** node-redlock's settings. */
 export interface Settings {
   driftFactor?: number;
-  /** Attempts after the first; -1 retries forever. With one client: a wait in the server. */
+  /** Attempts after the first (default 10); -1 retries forever. With one client each
+   *  attempt waits in the server for the delay before the next one. */
   retryCount?: number;
   retryDelay?: number;
   retryJitter?: number;
@@ -135,7 +148,8 @@ export declare class RedlockLock {
   readonly redlock: Redlock;
   readonly resources: string[];
   readonly value: string;
-  readonly attempts: ReadonlyArray<{ granted: number; errors: unknown[] }>;
+  readonly attempts: ReadonlyArray<Promise<ExecutionStats>>;
+  /** Until when the lock may be relied on (ms since the epoch). */
   expiration: number;
   /** Each granting master's fence (for several resources, its array of fences). */
   readonly fences: Array<number | number[]>;
@@ -147,7 +161,8 @@ export declare class RedlockLock {
 
 /** node-redlock's Redlock: one client (fenced, waiting in the server) or several masters. */
 export declare class Redlock {
-  constructor(clients: Client[], settings?: Settings);
+  constructor(clients: Iterable<Client>, settings?: Settings);
+  readonly clients: Client[];
   readonly quorum: number;
   on(event: 'error', listener: (error: unknown) => void): this;
   acquire(resources: string[] | string, duration: number, settings?: Settings): Promise<RedlockLock>;

@@ -1,22 +1,28 @@
 'use strict';
-// Redlock in node-redlock's shape (its constructor, settings, `acquire`, `release`,
-// `extend`, `using` and errors), so a node-redlock program switches by changing its
-// import. With one client the lock is the module's own, fenced, and node-redlock's
-// retries become one wait in the server's first-come-first-served queue; with several
-// independent masters it is the Redlock algorithm over them.
+// Redlock in node-redlock's shape (its constructor, settings and defaults, `acquire`,
+// `release`, `extend`, `using`, its errors, and each attempt's votes), so a node-redlock
+// program switches by changing its import. With one client the lock is the module's
+// own, fenced, and each of node-redlock's attempts waits in the server's
+// first-come-first-served queue for as long as node-redlock would have slept before
+// the next one; with several independent masters it is the Redlock algorithm over them.
+// Several resources are taken on each master in one step (`LOCK.ACQUIREALL`).
 
 const { EventEmitter } = require('node:events');
-const { Locker, checkMs, randomToken, holdWhile } = require('./locker.cjs');
+const { performance } = require('node:perf_hooks');
+const { Locker, checkMs, randomToken, holdWhile, command } = require('./locker.cjs');
 const { resourcesOf } = require('./multi.cjs');
 const { ResourceLockedError, ExecutionError, LockLostError } = require('./errors.cjs');
 
+/** node-redlock's defaults: 11 attempts in all, 200 ms +/- 100 ms apart. */
 const DEFAULTS = {
   driftFactor: 0.01,
   retryCount: 10,
   retryDelay: 200,
-  retryJitter: 200,
+  retryJitter: 100,
   automaticExtensionThreshold: 500,
 };
+
+const NO_QUORUM = 'The operation was unable to achieve a quorum during its retry window.';
 
 function checkSettings(settings) {
   const { driftFactor, retryCount, retryDelay, retryJitter, automaticExtensionThreshold } = settings;
@@ -34,13 +40,70 @@ function checkSettings(settings) {
   return settings;
 }
 
+/** node-redlock's check and words for a duration that is not a whole number of ms; then
+ *  the module's range (1 to 2^53 - 1). */
+function checkDuration(duration) {
+  if (Math.floor(duration) !== duration) {
+    throw new Error('Duration must be an integer value in milliseconds.');
+  }
+  return checkMs(duration, 'duration', 1);
+}
+
+/** The time before the next attempt: `retryDelay` +/- up to `retryJitter` ms. */
+function pauseOf({ retryDelay, retryJitter }) {
+  return Math.max(0, retryDelay + Math.floor((Math.random() * 2 - 1) * retryJitter));
+}
+
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The allowance for clock drift: `driftFactor` of the duration, plus 2 ms for the
+ *  servers' 1 ms expiry precision. */
+function driftOf(driftFactor, duration) {
+  return Math.round(driftFactor * duration) + 2;
+}
 
 /** One resource with `acquire`, several at once with `lockAll`, on one master. */
 function take(locker, resources, duration, settings) {
   return resources.length === 1
     ? locker.acquire(resources[0], duration, settings)
     : locker.lockAll(resources, duration, settings);
+}
+
+/** Releases `token`'s hold of every resource on one master (a key it does not hold, or
+ *  of another type, is left as it is); how many it released. */
+async function releaseOn(locker, resources, token) {
+  const send = (args) => locker.connection.send(args);
+  const replies = await Promise.all(resources.map((name) => {
+    const key = locker.connection.keyOf(name);
+    return command(send, key, ['LOCK.RELEASE', key, token], 0);
+  }));
+  return replies.filter((reply) => Number(reply) === 1).length;
+}
+
+/**
+ * One attempt's votes, in node-redlock's shape (`ExecutionStats`): a master that
+ * granted is a vote for; one that did not, a vote against with its reason (a busy or
+ * foreign key: node-redlock's ResourceLockedError; a failure: the client library's error).
+ */
+function statsOf(clients, results, resources) {
+  const stats = {
+    membershipSize: clients.length,
+    quorumSize: Math.floor(clients.length / 2) + 1,
+    votesFor: new Set(),
+    votesAgainst: new Map(),
+  };
+  results.forEach((result, i) => {
+    if (result.status === 'fulfilled') {
+      stats.votesFor.add(clients[i]);
+    } else if (result.reason instanceof ResourceLockedError) {
+      stats.votesAgainst.set(clients[i], new ResourceLockedError(
+        `The operation was applied to: 0 of the ${resources.length} requested resources.`,
+      ));
+    } else {
+      stats.votesAgainst.set(clients[i], result.reason);
+    }
+  });
+  return stats;
 }
 
 /** A lock held through a Redlock: node-redlock's Lock, plus the fence(s). */
@@ -50,9 +113,10 @@ class RedlockLock {
     this.resources = resources;
     /** The token that proves ownership. */
     this.value = value;
-    /** What each attempt's masters answered. */
+    /** Each attempt's votes (node-redlock's `ExecutionStats`), as promises. */
     this.attempts = attempts;
-    /** When the lock expires (ms since the epoch), drift allowed for. */
+    /** Until when the lock may be relied on (ms since the epoch): the duration less the
+     *  time the attempt took (on a monotonic clock) and the drift allowance. */
     this.expiration = expiration;
     /** The module's lock on each master that granted it. */
     this.held = held;
@@ -80,14 +144,19 @@ class Redlock extends EventEmitter {
    * `clients`: one client (a master with its replicas, or a cluster), or several
    * independent masters; each an ioredis or node-redis client (see Locker). `settings`:
    * node-redlock's `driftFactor`, `retryCount`, `retryDelay`, `retryJitter`,
-   * `automaticExtensionThreshold`.
+   * `automaticExtensionThreshold`, with its defaults.
    */
   constructor(clients, settings = {}) {
     super();
-    if (!Array.isArray(clients) || clients.length === 0) {
-      throw new TypeError('Redlock needs an array of at least one client');
+    const list = clients === undefined || clients === null ? [] : Array.from(clients);
+    if (list.length === 0) {
+      throw new TypeError('Redlock needs at least one client');
     }
-    this.lockers = clients.map((client) => new Locker(client));
+    // As node-redlock: every vote against is an "error" event, for observability, and
+    // one listener keeps an unobserved event from throwing.
+    this.on('error', () => {});
+    this.clients = list;
+    this.lockers = list.map((client) => new Locker(client));
     this.settings = checkSettings({ ...DEFAULTS, ...settings });
   }
 
@@ -95,90 +164,95 @@ class Redlock extends EventEmitter {
     return Math.floor(this.lockers.length / 2) + 1;
   }
 
+  /** Asks every master with `ask(locker)`: the attempt's results and votes. */
+  async vote(resources, ask) {
+    const results = await Promise.allSettled(this.lockers.map(ask));
+    for (const result of results) {
+      if (result.status === 'rejected') {
+        this.emit('error', result.reason);
+      }
+    }
+    return { results, stats: statsOf(this.clients, results, resources) };
+  }
+
   /**
    * Takes `resources` (a key, or an array of keys: all of them or none) for `duration`
-   * ms. Several resources are taken on each master in one step (`LOCK.ACQUIREALL`).
-   * Rejects with ExecutionError when no quorum is reached within the retries.
+   * ms, in up to `retryCount + 1` attempts. Rejects with ExecutionError (`attempts`:
+   * each attempt's votes) when no attempt reached a quorum with time to spare; after a
+   * failed attempt the lock is released on every master, a master whose grant reply was
+   * lost included.
    */
   async acquire(resources, duration, settings = {}) {
+    checkDuration(duration);
     const resource = resourcesOf(resources);
-    checkMs(duration, 'duration', 1);
     const options = checkSettings({ ...this.settings, ...settings });
-    if (this.lockers.length === 1) {
-      return this.acquireOne(resource, duration, options);
-    }
+    const drift = driftOf(options.driftFactor, duration);
+    const single = this.lockers.length === 1;
+    const token = randomToken();
     const attempts = [];
-    for (let attempt = 0; options.retryCount === -1 || attempt <= options.retryCount; attempt += 1) {
-      const token = randomToken();
-      const started = Date.now();
-      const results = await Promise.allSettled(
-        this.lockers.map((locker) => take(locker, resource, duration, { token })),
-      );
+    for (let attempt = 0; ; attempt += 1) {
+      const last = options.retryCount !== -1 && attempt >= options.retryCount;
+      const pause = last ? 0 : pauseOf(options);
+      // One master: the pause before the next attempt is spent waiting in the server's
+      // queue, which grants the lock the moment it frees, in its turn.
+      const wait = single && pause > 0 ? pause : undefined;
+      const started = performance.now();
+      const { results, stats } = await this.vote(resource, (locker) => take(locker, resource, duration, { token, wait }));
+      if (options.retryCount !== -1) {
+        attempts.push(Promise.resolve(stats));
+      }
       const held = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
-      const drift = Math.round(options.driftFactor * duration) + 2;
-      const validity = duration - (Date.now() - started) - drift;
-      attempts.push({ granted: held.length, errors: results.filter((r) => r.status === 'rejected').map((r) => r.reason) });
-      for (const r of results) {
-        if (r.status === 'rejected' && !(r.reason instanceof ResourceLockedError)) {
-          this.emit('error', r.reason);
-        }
-      }
+      // A grant after a wait in the server counts from the grant, which the server
+      // answers in the same event; the reply's transit is within the drift allowance.
+      const since = wait === undefined ? started : performance.now();
+      const validity = duration - (performance.now() - since) - drift;
       if (held.length >= this.quorum && validity > 0) {
-        return new RedlockLock(this, resource, token, held, attempts, started + duration - drift);
+        return new RedlockLock(this, resource, token, held, attempts, Date.now() + validity);
       }
-      await Promise.allSettled(held.map((lock) => lock.release()));
-      if (options.retryCount !== -1 && attempt >= options.retryCount) {
-        break;
+      await Promise.allSettled(this.lockers.map((locker) => releaseOn(locker, resource, token)));
+      if (last) {
+        throw new ExecutionError(NO_QUORUM, attempts);
       }
-      await sleep(options.retryDelay + Math.floor(Math.random() * (options.retryJitter + 1)));
-    }
-    throw new ExecutionError('The operation was unable to achieve a quorum during its retry window.', attempts);
-  }
-
-  /** One server: the retries node-redlock would make become one wait in the server's
-   *  queue, as long as those retries could last (forever for `retryCount: -1`). */
-  async acquireOne(resource, duration, options) {
-    const { retryCount, retryDelay, retryJitter } = options;
-    const wait = retryCount === 0 ? undefined
-      : retryCount === -1 ? 0
-        : Math.max(1, retryCount * (retryDelay + retryJitter));
-    try {
-      const lock = await take(this.lockers[0], resource, duration, { wait });
-      return new RedlockLock(this, resource, lock.value, [lock], [{ granted: 1, errors: [] }], lock.expiration);
-    } catch (error) {
-      if (error instanceof ResourceLockedError) {
-        throw new ExecutionError('The operation was unable to achieve a quorum during its retry window.', [
-          { granted: 0, errors: [error] },
-        ]);
+      if (wait === undefined) {
+        await sleep(pause);
       }
-      throw error;
     }
   }
 
-  /** Releases `lock` on every master; LockLostError if none still held it. */
+  /** Releases `lock` on every master (a master whose grant reply was lost included);
+   *  LockLostError if none still held it. */
   async release(lock) {
-    const results = await Promise.allSettled(lock.held.map((held) => held.release()));
     lock.expiration = 0;
-    if (!results.some((r) => r.status === 'fulfilled')) {
-      throw new LockLostError(`${lock.resources[0]}: the lock was no longer held when released`);
+    const results = await Promise.allSettled(this.lockers.map((locker) => releaseOn(locker, lock.resources, lock.value)));
+    const released = results.some((r) => r.status === 'fulfilled' && r.value === lock.resources.length);
+    if (!released) {
+      throw new LockLostError(`${lock.resources.join(', ')}: the lock was no longer held when released`);
     }
   }
 
-  /** Extends `lock` to `duration` ms on every master: a new lock (node-redlock's
-   *  `extend`); ExecutionError when fewer than a quorum still held it. */
+  /** Extends `lock` to `duration` ms on every master that granted it: a new lock
+   *  (node-redlock's `extend`); ExecutionError when fewer than a quorum still held it,
+   *  or the lock had expired already. */
   async extend(lock, duration) {
-    checkMs(duration, 'duration', 1);
-    const started = Date.now();
-    const results = await Promise.allSettled(lock.held.map((held) => held.extend(duration)));
-    const held = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
-    const drift = Math.round(this.settings.driftFactor * duration) + 2;
-    lock.expiration = 0;
-    if (held.length < Math.min(this.quorum, lock.held.length) || Date.now() - started + drift >= duration) {
-      throw new ExecutionError('The operation was unable to achieve a quorum during its retry window.', [
-        { granted: held.length, errors: results.filter((r) => r.status === 'rejected').map((r) => r.reason) },
-      ]);
+    checkDuration(duration);
+    if (lock.expiration < Date.now()) {
+      throw new ExecutionError('Cannot extend an already-expired lock.', []);
     }
-    return new RedlockLock(this, lock.resources, lock.value, held, lock.attempts, started + duration - drift);
+    const started = performance.now();
+    const { results, stats } = await this.vote(lock.resources, async (locker) => {
+      const held = lock.held.find((h) => h.locker === locker);
+      if (held === undefined) {
+        throw new ResourceLockedError(`${lock.resources.join(', ')}: not granted on this master`);
+      }
+      return held.extend(duration);
+    });
+    const held = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
+    const validity = duration - (performance.now() - started) - driftOf(this.settings.driftFactor, duration);
+    lock.expiration = 0;
+    if (held.length < this.quorum || validity <= 0) {
+      throw new ExecutionError(NO_QUORUM, [Promise.resolve(stats)]);
+    }
+    return new RedlockLock(this, lock.resources, lock.value, held, [Promise.resolve(stats)], Date.now() + validity);
   }
 
   /**
@@ -206,4 +280,4 @@ class Redlock extends EventEmitter {
   }
 }
 
-module.exports = { Redlock, RedlockLock };
+module.exports = { Redlock, RedlockLock, DEFAULTS };
