@@ -1,0 +1,51 @@
+#!/bin/bash
+# Runs node-redlock's own tests (v5: src/single.test.ts and src/multi.test.ts, with ava
+# and ioredis) against this repository's Node package, on one instance, three, a
+# cluster and three clusters, each a real server with the freshly built module. Their
+# tests are fetched from the public repository into target/peer-tests (never committed);
+# adapt.py changes only hosts (to loopback ports) and GETs of a lock's value (the
+# recipe's internals: harness.js reads the module's lock instead). Needs git, node, npm.
+#   scripts/peer-tests/node-redlock/run.sh            # Debian's redis-server
+#   REDIS_SERVER=path/to/valkey-server scripts/peer-tests/node-redlock/run.sh
+#   NODE_REDLOCK_GIT=path/to/node-redlock/.git ...   # a snapshot already on the machine
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../../.." && pwd)
+WORK=$ROOT/target/peer-tests/node-redlock
+SERVER=${REDIS_SERVER:-redis-server}
+CLI=redis-cli
+MODULE=$ROOT/target/release/libredis_lock.so
+BASE=${PEER_TEST_PORT:-17501}
+(cd "$ROOT" && cargo build --release --quiet)
+mkdir -p "$WORK/build" "$WORK/data"
+GIT=${NODE_REDLOCK_GIT:-$WORK/node-redlock.git}
+[ -d "$GIT" ] || git clone --quiet --bare --depth 1 https://github.com/mike-marcacci/node-redlock "$GIT"
+cd "$WORK"
+cat > package.json <<JSON
+{ "name": "node-redlock-peer-tests", "private": true, "type": "module",
+  "ava": { "files": ["build/*.test.js"], "timeout": "180s" } }
+JSON
+[ -d node_modules/ava ] || npm install --silent --no-audit --no-fund ava@4 ioredis@5 typescript@5 "$ROOT/clients/node"
+for t in single multi; do
+  git --git-dir="$GIT" show "HEAD:src/$t.test.ts" > "build/$t.orig.ts"
+  python3 "$HERE/adapt.py" "build/$t.orig.ts" "build/$t.test.ts"
+done
+cp "$HERE/harness.js" "$HERE/index.js" build/
+node -e "const ts=require('typescript'),fs=require('fs');for(const f of ['build/single.test.ts','build/multi.test.ts']){fs.writeFileSync(f.replace(/ts\$/,'js'),ts.transpileModule(fs.readFileSync(f,'utf8'),{compilerOptions:{module:ts.ModuleKind.ES2022,target:ts.ScriptTarget.ES2022}}).outputText)}"
+
+PORTS=$(seq "$BASE" $((BASE + 15)))
+stop() { for p in $PORTS; do $CLI -p "$p" shutdown nosave >/dev/null 2>&1 || true; done; }
+trap stop EXIT
+start() { mkdir -p "data/$1"; (cd "data/$1" && "$SERVER" --port "$1" --bind 127.0.0.1 --save '' --appendonly no --loadmodule "$MODULE" --daemonize yes --logfile "../$1.log" "${@:2}"); }
+for i in 0 1 2 3; do start $((BASE + i)); done
+for i in $(seq 4 15); do start $((BASE + i)) --cluster-enabled yes --cluster-config-file nodes.conf; done
+for p in $PORTS; do until $CLI -p "$p" ping >/dev/null 2>&1; do sleep 0.1; done; done
+for c in 4 7 10 13; do
+  p=$((BASE + c)); rm -f "data/$p/dump.rdb"
+  $CLI --cluster create 127.0.0.1:$p 127.0.0.1:$((p + 1)) 127.0.0.1:$((p + 2)) --cluster-replicas 0 --cluster-yes >/dev/null
+done
+export SINGLE=$BASE MULTI_A=$((BASE + 1)) MULTI_B=$((BASE + 2)) MULTI_C=$((BASE + 3))
+export SINGLE_CLUSTER=$((BASE + 4)) MULTI_CLUSTER_A=$((BASE + 7)) MULTI_CLUSTER_B=$((BASE + 10)) MULTI_CLUSTER_C=$((BASE + 13))
+# Their "unreachable" test connects its own client to 127.0.0.1:6379, where nothing of
+# ours listens; its connection errors are printed by ioredis and filtered out here.
+npx ava 2>&1 | grep -v -e 'ECONNREFUSED 127.0.0.1:6379' -e 'afterConnect'
