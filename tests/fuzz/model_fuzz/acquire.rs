@@ -67,13 +67,7 @@ impl Fuzz {
         };
         let expect = match outcome {
             Outcome::Grant => {
-                let holder = Holder {
-                    token: token.clone().unwrap_or_default(),
-                    fence: 0,
-                    kind,
-                    session: binding,
-                    expires_soon: soon,
-                };
+                let holder = Holder::new(token.as_deref(), kind, binding, soon);
                 Expect::Grant(self.expect_grant(k, Source::Reply(index), token, holder))
             }
             Outcome::Renew { fence } => {

@@ -127,13 +127,7 @@ impl Fuzz {
             }
         }
         if !granted.is_empty() {
-            let holder = Holder {
-                token: token.clone().unwrap_or_default(),
-                fence: 0,
-                kind,
-                session: binding,
-                expires_soon: soon,
-            };
+            let holder = Holder::new(token.as_deref(), kind, binding, soon);
             let shape = Shape::All(keys.len());
             let source = Source::Reply(index);
             let placeholders = self.expect_grants(&granted, shape, source, token.clone(), holder);

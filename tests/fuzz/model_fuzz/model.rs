@@ -36,6 +36,25 @@ pub struct Holder {
     pub expires_soon: bool,
 }
 
+impl Holder {
+    /// A holder about to be granted: `token` (`None`: one the server makes), its fence
+    /// named by the server's reply.
+    pub fn new(
+        token: Option<&[u8]>,
+        kind: Kind,
+        session: Option<Binding>,
+        expires_soon: bool,
+    ) -> Self {
+        Holder {
+            token: token.map(<[u8]>::to_vec).unwrap_or_default(),
+            fence: 0,
+            kind,
+            session,
+            expires_soon,
+        }
+    }
+}
+
 /// What a key holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Value {

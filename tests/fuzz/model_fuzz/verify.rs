@@ -390,17 +390,12 @@ impl Fuzz {
 
 /// What a waiter holds once granted.
 fn waiter_holder(w: &Waiting) -> Holder {
-    Holder {
-        token: w.token.clone().unwrap_or_default(),
-        fence: 0,
-        kind: w.kind,
-        session: w.grace_ms.map(|grace_ms| Binding {
-            client: w.client,
-            grace_ms,
-            followed: true,
-        }),
-        expires_soon: w.expires_soon,
-    }
+    let session = w.grace_ms.map(|grace_ms| Binding {
+        client: w.client,
+        grace_ms,
+        followed: true,
+    });
+    Holder::new(w.token.as_deref(), w.kind, session, w.expires_soon)
 }
 
 /// A `LOCK.INFO` field's value.
