@@ -86,9 +86,17 @@ fn a_key_the_token_holds_is_renewed_with_its_fence_and_the_others_granted() {
     assert!(fences[1] > a_fence);
     assert!(pttl(&mut con, "a") > 20_000, "a's TTL was reset");
 
-    // The same call again (a retry after a lost reply) answers the same.
+    // The same call again (a retry after a lost reply) answers the same, even with a
+    // waiter queued on both keys meanwhile: waiters hold back newcomers, not the holder.
+    let mut waiter = Waiter::start_all(&server, &["b", "a"], 30_000, &["WAIT", "20000"]);
     let again = acquire_all(&mut con, &["a", "b"], 30_000, &["TOKEN", "mine"]).expect("again");
-    assert_eq!(again, (token, fences));
+    assert_eq!(again, (token, fences.clone()));
+    assert_eq!(info_field(&mut con, "a", "waiters"), Some(1));
+    assert!(waiter.is_blocked());
+    assert_eq!(release(&mut con, "a", b"mine"), 1);
+    assert_eq!(release(&mut con, "b", b"mine"), 1);
+    let (_, after) = waiter.granted_all().expect("then the waiter has both");
+    assert!(after[0] > fences[1] && after[1] > fences[0]);
 }
 
 #[test]
