@@ -137,15 +137,16 @@ pub fn ready_all(id: &KeyId, mut fits: impl FnMut(&KeyId, &Waiter) -> bool) -> A
     let head = with_queues(|q| {
         q.head(id)
             .filter(|(_, waiter)| waiter.is_multi())
-            .map(|(head, waiter)| (head, waiter.clone()))
+            .map(|(_, waiter)| waiter.clone())
     });
-    let Some((head, waiter)) = head else {
+    let Some(waiter) = head else {
         return AllReady::NotMulti;
     };
+    // Whether each key fits, looked at up to the first that does not; whether the waiter
+    // is the oldest of every key is the core's to decide (`Queues::ready_all`).
     let mut verdicts = HashMap::with_capacity(waiter.more.len() + 1);
     for key in waiter.keys() {
-        let oldest = with_queues(|q| q.head(key).is_some_and(|(first, _)| first == head));
-        let fit = oldest && fits(key, &waiter);
+        let fit = fits(key, &waiter);
         verdicts.insert(key.clone(), fit);
         if !fit {
             break;
