@@ -4,8 +4,8 @@
 // to the client's connection with a lock-delay (`SESSION`) and extended every third of
 // its TTL, its value is published with `VALUE`, and followers wait in `LOCK.WATCH`.
 
-const { Locker, checkMs, command } = require('./locker.cjs');
-const { LockLostError, ResourceLockedError } = require('./errors.cjs');
+const { Locker, checkMs, command, isServerReply } = require('./locker.cjs');
+const { LockError, LockLostError, ResourceLockedError } = require('./errors.cjs');
 
 /** How long one LOCK.WATCH of `observe` waits before asking again (ms). */
 const OBSERVE_ROUND = 30_000;
@@ -24,10 +24,16 @@ function watched(reply) {
   return { term, value: reply[1] === null || reply[1] === undefined ? null : String(reply[1]) };
 }
 
-/** Whether `observe` reconnects and asks again after `error`. */
+/** The error replies `observe` rides out: what a failover, a restart or a slot move
+ *  answers a watcher (docs/election.md). Every package rides out the same. */
+const RIDDEN_OUT = /^(UNBLOCKED|MOVED|ASK|READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN)( |$)/;
+
+/** Whether `observe` reconnects and asks again after `error`: a lost, refused or
+ *  timed-out connection (the client library's own error), or a reply of RIDDEN_OUT.
+ *  Any other error reply (WRONGTYPE, NOPERM, ...) ends the observation. */
 function retryable(error) {
-  const message = String(error && error.message);
-  return !/^(WRONGTYPE|ERR) /.test(message);
+  const reply = error instanceof LockError && error.cause instanceof Error ? error.cause : error;
+  return isServerReply(reply) ? RIDDEN_OUT.test(reply.message) : true;
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms).unref());

@@ -316,4 +316,6 @@ class Locker {
   }
 }
 
-module.exports = { Locker, Lock, checkMs, resourceOf, randomToken, grantOf, command, holdWhile, LockError };
+module.exports = {
+  Locker, Lock, checkMs, resourceOf, randomToken, grantOf, command, isServerReply, holdWhile, LockError,
+};

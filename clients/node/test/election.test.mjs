@@ -9,6 +9,16 @@ import { libraries, close, until } from './support.mjs';
 
 for (const [library, connect] of Object.entries(libraries)) {
   describe(`${library} election`, { timeout: 60_000 }, () => {
+    test('an observer ends with an error it does not ride out (WRONGTYPE)', async () => {
+      const client = await connect();
+      const name = `election:${library}:wrongtype`;
+      await new Election(client, name).locker.connection.send(['SET', name, 'not a lock']);
+      const observer = new Election(client, name).observe();
+      await assert.rejects(observer.next(), /WRONGTYPE/);
+      assert.deepEqual(await observer.next(), { value: undefined, done: true }, 'the observation ended');
+      await close(client);
+    });
+
     test('first come first elected, proclaim, resign, observe', async () => {
       const a = await connect();
       const b = await connect();

@@ -137,8 +137,10 @@ final class Election
     /**
      * Every change of leader after `$term` (0: nobody, so the first is the leader now,
      * if any), as it happens: [term, value], or null while nobody leads. It re-asks
-     * LOCK.WATCH with the last term seen; a lost connection is retried (phpredis
-     * reconnects), pausing up to 2 s between tries. `break` out of the loop to stop.
+     * LOCK.WATCH with the last term seen; a lost connection or a failover's reply is
+     * ridden out (phpredis reconnects), pausing from 100 ms up to 2 s between tries, and
+     * any other error reply ends it as a LockException (`riddenOut`). `break` out of the
+     * loop to stop.
      *
      * @return \Generator<int, array{0: int, 1: ?string}|null>
      */
@@ -150,7 +152,7 @@ final class Election
             try {
                 $seen = $this->commands->watch($this->key, $last, self::OBSERVE_ROUND_MS);
             } catch (\RedisException | LockException $e) {
-                if (preg_match('/\b(WRONGTYPE|ERR)\b/', $e->getMessage())) {
+                if (!self::riddenOut($e)) {
                     throw $e;
                 }
                 $pauseMs = min(2000, max(100, $pauseMs * 2));
@@ -164,6 +166,21 @@ final class Election
             $last = $seen[0];
             yield $seen[0] === 0 ? null : $seen;
         }
+    }
+
+    /**
+     * Whether `observe` asks again after `$e`: a lost connection (phpredis reconnects),
+     * or a reply of what a failover, a restart or a slot move answers a watcher
+     * (docs/election.md); any other error reply (WRONGTYPE, NOPERM, ...) ends it. Every
+     * package rides out the same.
+     */
+    private static function riddenOut(\Exception $e): bool
+    {
+        if (!$e instanceof LockException) {
+            return true;
+        }
+        // A LockException's message is "<command>: <the server's reply>".
+        return preg_match('/^[A-Z.]+: (UNBLOCKED|MOVED|ASK|READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN)( |$)/', $e->getMessage()) === 1;
     }
 
     private static function ms(float $seconds, string $what, int $minimum): int

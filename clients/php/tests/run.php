@@ -317,6 +317,10 @@ check('an observer sees nobody after it', $observer->current() === null);
 $next = $e2->campaign('node-b');
 $observer->next();
 check('then the next term, greater', $next > $term && $observer->current() === [$next, 'node-b']);
+$r->set('election:php:wrongtype', 'not a lock');
+check('an observer ends with an error it does not ride out (WRONGTYPE)', throws(function () use ($port) {
+    (new Election(connect($port), 'election:php:wrongtype'))->observe()->current();
+}, 'WRONGTYPE'));
 $r->del('election:php');
 check('a lost term refuses to proclaim and takes nothing', !$e2->proclaim('x') && $e2->leader() === null && !$e2->refresh());
 

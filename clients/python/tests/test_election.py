@@ -90,6 +90,12 @@ def test_a_dead_leader_is_replaced_after_its_lock_delay(r, port, key):
     alive.resign()
 
 
+def test_an_observer_ends_with_an_error_it_does_not_ride_out(r, key):
+    r.set(key, "not a lock")
+    with pytest.raises(redis.ResponseError, match="^WRONGTYPE"):
+        next(Election(r, key).observe())
+
+
 def test_a_lost_leadership_refuses_to_proclaim(r, key):
     leadership = Election(r, key, ttl=10).campaign("a")
     r.delete(key)

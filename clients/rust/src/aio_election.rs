@@ -8,7 +8,7 @@ use redis::RedisResult;
 use crate::aio::{Lock, Locker};
 use crate::async_link::AsyncLink;
 use crate::commands::watch_cmd;
-use crate::election::{Leader, MOST_BACKOFF, OBSERVE_ROUND};
+use crate::election::{Leader, OBSERVE_ROUND, next_backoff, ridden_out};
 
 /// One election on async connections: [`crate::Election`] on an [`aio::Locker`](Locker),
 /// whose calls are futures. A campaign's lock is bound to the locker's shared
@@ -107,21 +107,30 @@ pub struct Observer {
 }
 
 impl Observer {
-    /// The next change of leader: `Some(leader)`, or `None` when nobody leads. An error
-    /// (a lost connection, a failover) drops the connection; the next call reconnects,
-    /// pausing up to 2 s between tries, and asks again with the last term.
+    /// The next change of leader: `Some(leader)`, or `None` when nobody leads. A lost
+    /// connection or what a failover answers is ridden out as
+    /// [`crate::Election::observe`] rides it out (reconnecting, pausing from 100 ms up to
+    /// 2 s, asking again with the last term); any other error is returned, and ends the
+    /// observation: stop calling.
     pub async fn next(&mut self) -> RedisResult<Option<Leader>> {
-        if !self.backoff.is_zero() {
-            tokio::time::sleep(self.backoff).await;
+        loop {
+            if !self.backoff.is_zero() {
+                tokio::time::sleep(self.backoff).await;
+            }
+            match self.next_change().await {
+                Ok(change) => {
+                    self.backoff = Duration::ZERO;
+                    return Ok(change);
+                }
+                Err(error) => {
+                    self.link = None;
+                    if !ridden_out(&error) {
+                        return Err(error);
+                    }
+                    self.backoff = next_backoff(self.backoff);
+                }
+            }
         }
-        let result = self.next_change().await;
-        if result.is_err() {
-            self.link = None;
-            self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), MOST_BACKOFF);
-        } else {
-            self.backoff = Duration::ZERO;
-        }
-        result
     }
 
     async fn next_change(&mut self) -> RedisResult<Option<Leader>> {

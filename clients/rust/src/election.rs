@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use redis::RedisResult;
+use redis::{RedisError, RedisResult};
 
 use crate::commands::{LockInfo, info_cmd, watch_cmd};
 use crate::link::Link;
@@ -17,6 +17,39 @@ use crate::sync::{Lock, Locker};
 pub(crate) const OBSERVE_ROUND: Duration = Duration::from_secs(30);
 /// The longest pause between two tries to reach the server again.
 pub(crate) const MOST_BACKOFF: Duration = Duration::from_secs(2);
+
+/// The error replies `observe` rides out by asking again: what a failover, a restart or
+/// a slot move answers a watcher (docs/election.md). Every package rides out the same.
+const RIDDEN_OUT: [&str; 8] = [
+    "UNBLOCKED",
+    "MOVED",
+    "ASK",
+    "READONLY",
+    "LOADING",
+    "MASTERDOWN",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+];
+
+/// Whether `observe` rides out `error` (asks again after a pause that doubles from
+/// 100 ms to 2 s): a lost, refused or timed-out connection, or a reply of `RIDDEN_OUT`.
+/// Any other error ends the observation.
+pub(crate) fn ridden_out(error: &RedisError) -> bool {
+    match error.code() {
+        Some(code) => RIDDEN_OUT.contains(&code),
+        None => {
+            error.is_io_error()
+                || error.is_connection_dropped()
+                || error.is_connection_refusal()
+                || error.is_timeout()
+        }
+    }
+}
+
+/// The pause before the next ask after a ridden-out error.
+pub(crate) fn next_backoff(backoff: Duration) -> Duration {
+    (backoff * 2).clamp(Duration::from_millis(100), MOST_BACKOFF)
+}
 
 /// A leader as followers see it: its term (the fence of its grant, greater than every
 /// earlier term of this election) and the value it published.
@@ -130,15 +163,17 @@ impl Election<Locker> {
 
     /// Every change of leader after `term` (`0`: nobody; so the first item is the leader
     /// now, if there is one), as it happens: `Some(leader)`, or `None` when nobody leads. Terms only grow. It asks
-    /// `LOCK.WATCH` with the last term seen, so no change that lasted is missed; a lost
-    /// connection (a failover, a restart) is an `Err` item, after which the next item
-    /// reconnects, pausing up to 2 s between tries, and asks again.
+    /// `LOCK.WATCH` with the last term seen, so no change that lasted is missed. A lost
+    /// connection or what a failover answers (`UNBLOCKED`, `MOVED`, `READONLY`,
+    /// `LOADING`, ...) is ridden out: it reconnects, pausing from 100 ms up to 2 s between
+    /// tries, and asks again. Any other error (`WRONGTYPE`, `NOPERM`) is the last item.
     pub fn observe(&self, term: u64) -> Observer {
         Observer {
             election: self.clone(),
             last: term,
             link: None,
             backoff: Duration::ZERO,
+            ended: false,
         }
     }
 }
@@ -185,6 +220,8 @@ pub struct Observer {
     last: u64,
     link: Option<Link>,
     backoff: Duration,
+    /// An error that is not ridden out ended it.
+    ended: bool,
 }
 
 impl Observer {
@@ -213,17 +250,28 @@ impl Iterator for Observer {
     type Item = RedisResult<Option<Leader>>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if !self.backoff.is_zero() {
-            std::thread::sleep(self.backoff);
+        if self.ended {
+            return None;
         }
-        let result = self.next_change();
-        if result.is_err() {
-            // Never reused after an error: a late reply would answer the next ask.
-            self.link = None;
-            self.backoff = (self.backoff * 2).clamp(Duration::from_millis(100), MOST_BACKOFF);
-        } else {
-            self.backoff = Duration::ZERO;
+        loop {
+            if !self.backoff.is_zero() {
+                std::thread::sleep(self.backoff);
+            }
+            match self.next_change() {
+                Ok(change) => {
+                    self.backoff = Duration::ZERO;
+                    return Some(Ok(change));
+                }
+                Err(error) => {
+                    // Never reused after an error: a late reply would answer the next ask.
+                    self.link = None;
+                    if !ridden_out(&error) {
+                        self.ended = true;
+                        return Some(Err(error));
+                    }
+                    self.backoff = next_backoff(self.backoff);
+                }
+            }
         }
-        Some(result)
     }
 }

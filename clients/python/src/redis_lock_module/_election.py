@@ -76,14 +76,19 @@ def observe_round(redis: Any) -> float:
     return OBSERVE_ROUND
 
 
+# The error replies `observe` rides out: what a failover, a restart or a slot move
+# answers a watcher (docs/election.md). Every package rides out the same.
+RIDDEN_OUT = ("UNBLOCKED", "MOVED", "ASK", "READONLY", "LOADING", "MASTERDOWN", "TRYAGAIN",
+              "CLUSTERDOWN")
+
+
 def retryable(error: Exception) -> bool:
-    """Whether `observe` reconnects and asks again after `error`: a lost connection, or
-    the server that stopped serving the key (a failover's -UNBLOCKED, a -MOVED)."""
+    """Whether `observe` reconnects and asks again after `error`: a lost, refused or
+    timed-out connection, or a reply of RIDDEN_OUT. Any other error ends it."""
     if isinstance(error, (ConnectionError, TimeoutError)):
         return True
-    text = str(error)
-    return isinstance(error, ResponseError) and text.startswith(("UNBLOCKED", "MOVED", "READONLY",
-                                                                 "LOADING", "CLUSTERDOWN"))
+    code = str(error).split(" ", 1)[0]
+    return isinstance(error, ResponseError) and code in RIDDEN_OUT
 
 
 def backoff(last: float) -> float:

@@ -167,6 +167,22 @@ fn an_observer_finds_the_leader_again_after_the_server_restarts() {
 }
 
 #[test]
+fn an_observer_ends_with_an_error_it_does_not_ride_out() {
+    let server = TestServer::start();
+    let election = election(&server);
+    let mut con = server.connection();
+    let _: () = redis::cmd("SET")
+        .arg("service:leader")
+        .arg("not a lock")
+        .query(&mut con)
+        .unwrap();
+    let mut observer = election.observe(0);
+    let error = observer.next().expect("an item").expect_err("WRONGTYPE");
+    assert_eq!(error.code(), Some("WRONGTYPE"));
+    assert!(observer.next().is_none(), "the observation ended");
+}
+
+#[test]
 fn a_lost_leadership_refuses_to_proclaim_and_takes_nothing() {
     let server = TestServer::start();
     let election = election(&server);
