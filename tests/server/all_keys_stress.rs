@@ -76,21 +76,10 @@ fn ask(
     single: bool,
 ) -> Option<(Vec<u8>, Vec<i64>)> {
     if single && keys.len() == 1 {
-        let granted: Option<(Vec<u8>, i64)> = redis::cmd("LOCK.ACQUIRE")
-            .arg(&keys[0])
-            .arg(ttl_ms)
-            .arg(extra)
-            .query(con)
-            .expect("LOCK.ACQUIRE");
-        return granted.map(|(token, fence)| (token, vec![fence]));
+        return acquire(con, &keys[0], ttl_ms, extra).map(|(token, fence)| (token, vec![fence]));
     }
-    redis::cmd("LOCK.ACQUIREALL")
-        .arg(keys.len())
-        .arg(keys)
-        .arg(ttl_ms)
-        .arg(extra)
-        .query(con)
-        .expect("LOCK.ACQUIREALL")
+    let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    acquire_all(con, &keys, ttl_ms as i64, extra)
 }
 
 /// How a holder lets go.
