@@ -204,8 +204,8 @@ class Redlock extends EventEmitter {
       const held = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
       // A grant after a wait in the server counts from the grant, which the server
       // answers in the same event; the reply's transit is within the drift allowance.
-      const since = wait === undefined ? started : performance.now();
-      const validity = duration - (performance.now() - since) - drift;
+      const elapsed = wait === undefined ? performance.now() - started : 0;
+      const validity = duration - elapsed - drift;
       if (held.length >= this.quorum && validity > 0) {
         return new RedlockLock(this, resource, token, held, attempts, Date.now() + validity);
       }
