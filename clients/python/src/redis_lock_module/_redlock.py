@@ -1,9 +1,14 @@
 """Redlock over N independent masters, each with the module loaded.
 
 One random token is sent to every master (`LOCK.ACQUIRE key ttl TOKEN t`), each bounded
-by `master_timeout`. The lock is held when a majority (N/2 + 1) granted it with time to
-spare: validity = TTL - elapsed - drift, drift = 1% of the TTL + 2 ms. Otherwise it is
-released on every master and, when blocking, tried again after a random delay.
+by `master_timeout` (default: a tenth of the TTL, at most 0.5 s). The lock is held when a
+majority (N/2 + 1) granted it with time to spare: validity = TTL - elapsed - drift,
+drift = 1% of the TTL + 2 ms, elapsed on a monotonic clock. Otherwise it is released on
+every master and, when blocking, tried again after `retry_delay` +/- `retry_jitter`
+seconds, up to `retry_count` times (the defaults of every package: 10 retries, 0.2 s
++/- 0.1 s; `blocking_timeout` also ends the retries, `blocking=False` makes one attempt).
+A master's calls run in order: a release after a failed attempt follows the acquire it
+undoes, so a master whose answer did not come in time is released once it answers.
 
 Fences of independent masters do not compare with each other, so Redlock has no single
 fencing token (`fences` holds each master's): when the resource must refuse late
@@ -32,7 +37,8 @@ from .exceptions import LockError, lock_error
 class _RedlockState:
     def __init__(self, masters: Sequence[Any], name: Any, timeout: Number, *,
                  blocking: bool = True, blocking_timeout: Optional[Number] = None,
-                 retry_delay: Number = 0.2, master_timeout: Optional[Number] = None):
+                 retry_count: int = 10, retry_delay: Number = 0.2, retry_jitter: Number = 0.1,
+                 master_timeout: Optional[Number] = None):
         if not masters:
             raise ValueError("Redlock needs at least one master")
         self.masters = list(masters)
@@ -40,7 +46,15 @@ class _RedlockState:
         self.timeout = timeout
         self.blocking = blocking
         self.blocking_timeout = blocking_timeout
+        if not isinstance(retry_count, int) or retry_count < 0:
+            raise ValueError(f"retry_count must be an integer from 0, not {retry_count!r}")
+        if retry_delay < 0 or retry_jitter < 0:
+            raise ValueError("retry_delay and retry_jitter must not be negative")
+        self.retry_count = retry_count
         self.retry_delay = retry_delay
+        self.retry_jitter = retry_jitter
+        #: How many attempts the last `acquire` made (each asked every master).
+        self.attempts = 0
         self._ttl_ms = _protocol.to_ms(timeout, "timeout")
         self.master_timeout = (min(self._ttl_ms / 10_000, 0.5) if master_timeout is None
                                else master_timeout)
@@ -85,8 +99,11 @@ class _RedlockState:
         return None if limit is None else time.monotonic() + limit
 
     def _retry_pause(self, deadline: Optional[float]) -> Optional[float]:
-        """The random pause before the next attempt, or None when out of time."""
-        pause = random.uniform(0, self.retry_delay)
+        """The random pause before the next attempt (`retry_delay` +/- `retry_jitter`),
+        or None when the retries or the time are used up."""
+        if self.attempts > self.retry_count:
+            return None
+        pause = max(0.0, self.retry_delay + random.uniform(-1, 1) * self.retry_jitter)
         if deadline is not None and time.monotonic() + pause >= deadline:
             return None
         return pause
@@ -125,7 +142,9 @@ class Redlock(_RedlockState):
     def acquire(self, blocking: Optional[bool] = None,
                 blocking_timeout: Optional[Number] = None) -> bool:
         deadline = self._deadline(blocking, blocking_timeout)
+        self.attempts = 0
         while True:
+            self.attempts += 1
             token = secrets.token_hex(16).encode()
             started = time.monotonic()
             answers = self._on_all(lambda r: r.execute_command(*self._acquire_args(token)))
@@ -161,17 +180,16 @@ class Redlock(_RedlockState):
     def _on_all(self, call: Callable[[Any], Any]) -> List[Any]:
         """`call(master)` on every master at once; a master that fails or does not answer
         within `master_timeout` counts as an exception. Each master is asked by its own
-        worker thread, one call at a time: a master that hangs (stopped, partitioned)
-        holds one thread, however many calls find it still busy, and that thread is a
-        daemon, so it never keeps the process from exiting."""
+        worker thread, its calls in order: a master that hangs (stopped, partitioned)
+        holds one thread, and the calls queued behind (the release of an acquire it did
+        not answer) run once it answers. The thread is a daemon, so it never keeps the
+        process from exiting."""
         futures = [_worker_for(master).submit(functools.partial(call, master))
                    for master in self.masters]
-        wait([f for f in futures if f is not None], timeout=self.master_timeout)
+        wait(futures, timeout=self.master_timeout)
         answers: List[Any] = []
         for future in futures:
-            if future is None:
-                answers.append(TimeoutError("the master is still busy with an earlier call"))
-            elif not future.done():
+            if not future.done():
                 answers.append(TimeoutError("the master did not answer in time"))
             elif future.exception() is not None:
                 answers.append(future.exception())
@@ -181,8 +199,9 @@ class Redlock(_RedlockState):
 
 
 class _Worker:
-    """A daemon thread that runs the calls to one master, one at a time. It ends after
-    `IDLE` seconds without work, and starts again with the next call."""
+    """A daemon thread that runs the calls to one master, one at a time, in the order
+    they came. It ends after `IDLE` seconds without work, and starts again with the next
+    call."""
 
     IDLE = 30.0
 
@@ -190,15 +209,11 @@ class _Worker:
         self._jobs: "queue.SimpleQueue[Tuple[Callable[[], Any], Future[Any]]]" = (
             queue.SimpleQueue())
         self._lock = threading.Lock()
-        self._busy = False
         self._thread: Optional[threading.Thread] = None
 
-    def submit(self, call: Callable[[], Any]) -> "Optional[Future[Any]]":
-        """Runs `call` on the worker: its future, or None while an earlier call runs."""
+    def submit(self, call: Callable[[], Any]) -> "Future[Any]":
+        """Queues `call` behind the calls before it: its future."""
         with self._lock:
-            if self._busy:
-                return None
-            self._busy = True
             future: "Future[Any]" = Future()
             self._jobs.put((call, future))
             if self._thread is None:
@@ -217,21 +232,12 @@ class _Worker:
                         self._thread = None
                         return
                 continue
-            # The worker is free again before the caller hears the outcome: a caller that
-            # is woken by the future may submit its next call (a release after an
-            # extend) at once, and must not find this worker still busy.
             try:
                 result = call()
             except BaseException as error:  # handed to the caller, who decides
-                self._free()
                 future.set_exception(error)
             else:
-                self._free()
                 future.set_result(result)
-
-    def _free(self) -> None:
-        with self._lock:
-            self._busy = False
 
 
 _WORKERS: "weakref.WeakKeyDictionary[Any, _Worker]" = weakref.WeakKeyDictionary()
@@ -264,7 +270,9 @@ class AsyncRedlock(_RedlockState):
     async def acquire(self, blocking: Optional[bool] = None,
                       blocking_timeout: Optional[Number] = None) -> bool:
         deadline = self._deadline(blocking, blocking_timeout)
+        self.attempts = 0
         while True:
+            self.attempts += 1
             token = secrets.token_hex(16).encode()
             started = time.monotonic()
             answers = await self._on_all(
@@ -298,8 +306,24 @@ class AsyncRedlock(_RedlockState):
         return sum(1 for answer in answers if answer == 1)
 
     async def _on_all(self, call: Callable[[Any], Any]) -> List[Any]:
+        """As the synchronous one: each master's calls run in order, one after another,
+        and a call that outlives `master_timeout` is not cancelled (its connection stays
+        in step), so the release queued behind an unanswered acquire still follows it."""
         async def bounded(master: Any) -> Any:
-            return await asyncio.wait_for(call(master), self.master_timeout)
+            before = _TAILS.get(master)
+
+            async def in_turn() -> Any:
+                if before is not None:
+                    await asyncio.gather(before, return_exceptions=True)
+                return await call(master)
+
+            task = asyncio.ensure_future(in_turn())
+            _TAILS[master] = task
+            return await asyncio.wait_for(asyncio.shield(task), self.master_timeout)
 
         return list(await asyncio.gather(*(bounded(m) for m in self.masters),
                                          return_exceptions=True))
+
+
+#: The last call queued for each asyncio client, which the next one runs after.
+_TAILS: "weakref.WeakKeyDictionary[Any, asyncio.Future[Any]]" = weakref.WeakKeyDictionary()
