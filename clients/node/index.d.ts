@@ -142,6 +142,9 @@ export interface Settings {
   retryDelay?: number;
   retryJitter?: number;
   automaticExtensionThreshold?: number;
+  /** Ours (node-redlock has none): ms each master may take to answer before it counts
+   *  as a vote against (default: a tenth of the duration, at most 500). */
+  masterTimeout?: number;
 }
 
 export declare class RedlockLock {
@@ -151,6 +154,8 @@ export declare class RedlockLock {
   readonly attempts: ReadonlyArray<Promise<ExecutionStats>>;
   /** Until when the lock may be relied on (ms since the epoch). */
   expiration: number;
+  /** The duration (ms) it was taken or last extended for. */
+  readonly duration: number;
   /** Each granting master's fence (for several resources, its array of fences). */
   readonly fences: Array<number | number[]>;
   /** With one client, the fencing token; undefined across independent masters. */

@@ -13,7 +13,9 @@ const { Locker, checkMs, randomToken, holdWhile, command } = require('./locker.c
 const { resourcesOf } = require('./multi.cjs');
 const { ResourceLockedError, ExecutionError, LockLostError } = require('./errors.cjs');
 
-/** node-redlock's defaults: 11 attempts in all, 200 ms +/- 100 ms apart. */
+/** node-redlock's defaults: 11 attempts in all, 200 ms +/- 100 ms apart. `masterTimeout`
+ *  (ours; node-redlock has none, so one stopped master stalls it): how long each master
+ *  may take to answer, by default a tenth of the duration, at most 500 ms. */
 const DEFAULTS = {
   driftFactor: 0.01,
   retryCount: 10,
@@ -25,7 +27,10 @@ const DEFAULTS = {
 const NO_QUORUM = 'The operation was unable to achieve a quorum during its retry window.';
 
 function checkSettings(settings) {
-  const { driftFactor, retryCount, retryDelay, retryJitter, automaticExtensionThreshold } = settings;
+  const { driftFactor, retryCount, retryDelay, retryJitter, automaticExtensionThreshold, masterTimeout } = settings;
+  if (masterTimeout !== undefined && !(Number.isInteger(masterTimeout) && masterTimeout > 0)) {
+    throw new RangeError(`masterTimeout must be a whole number of ms above 0, not ${masterTimeout}`);
+  }
   if (typeof driftFactor !== 'number' || !(driftFactor >= 0 && driftFactor < 1)) {
     throw new RangeError(`driftFactor must be a number from 0 to 1, not ${driftFactor}`);
   }
@@ -55,6 +60,30 @@ function pauseOf({ retryDelay, retryJitter }) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** How long a master may take to answer for a lock of `duration` ms. */
+function masterTimeoutOf(settings, duration) {
+  return settings.masterTimeout ?? Math.max(1, Math.min(Math.floor(duration / 10), 500));
+}
+
+/**
+ * `promise`, or a rejection once `ms` have passed without its answer. The command is
+ * not withdrawn: it stays on its connection, in order, so a release sent later to the
+ * same master still follows it; `late` gets what it answers after the rejection (a
+ * grant that came too late, to be released).
+ */
+function within(promise, ms, late = () => {}) {
+  let timer;
+  let expired = false;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => {
+      expired = true;
+      reject(new Error(`the master did not answer within ${ms} ms`));
+    }, ms);
+  });
+  promise.then((value) => expired && late(value), () => {});
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
 
 /** The allowance for clock drift: `driftFactor` of the duration, plus 2 ms for the
  *  servers' 1 ms expiry precision. */
@@ -108,8 +137,10 @@ function statsOf(clients, results, resources) {
 
 /** A lock held through a Redlock: node-redlock's Lock, plus the fence(s). */
 class RedlockLock {
-  constructor(redlock, resources, value, held, attempts, expiration) {
+  constructor(redlock, resources, value, held, attempts, expiration, duration) {
     this.redlock = redlock;
+    /** The duration (ms) it was taken or last extended for. */
+    this.duration = duration;
     this.resources = resources;
     /** The token that proves ownership. */
     this.value = value;
@@ -187,6 +218,7 @@ class Redlock extends EventEmitter {
     const resource = resourcesOf(resources);
     const options = checkSettings({ ...this.settings, ...settings });
     const drift = driftOf(options.driftFactor, duration);
+    const masterTimeout = masterTimeoutOf(options, duration);
     const single = this.lockers.length === 1;
     const token = randomToken();
     const attempts = [];
@@ -197,7 +229,9 @@ class Redlock extends EventEmitter {
       // queue, which grants the lock the moment it frees, in its turn.
       const wait = single && pause > 0 ? pause : undefined;
       const started = performance.now();
-      const { results, stats } = await this.vote(resource, (locker) => take(locker, resource, duration, { token, wait }));
+      const limit = masterTimeout + (wait ?? 0);
+      const { results, stats } = await this.vote(resource, (locker) =>
+        within(take(locker, resource, duration, { token, wait }), limit, (late) => late.release().catch(() => {})));
       if (options.retryCount !== -1) {
         attempts.push(Promise.resolve(stats));
       }
@@ -207,9 +241,9 @@ class Redlock extends EventEmitter {
       const elapsed = wait === undefined ? performance.now() - started : 0;
       const validity = duration - elapsed - drift;
       if (held.length >= this.quorum && validity > 0) {
-        return new RedlockLock(this, resource, token, held, attempts, Date.now() + validity);
+        return new RedlockLock(this, resource, token, held, attempts, Date.now() + validity, duration);
       }
-      await Promise.allSettled(this.lockers.map((locker) => releaseOn(locker, resource, token)));
+      await this.releaseAll(resource, token, masterTimeout);
       if (last) {
         throw new ExecutionError(NO_QUORUM, attempts);
       }
@@ -219,11 +253,17 @@ class Redlock extends EventEmitter {
     }
   }
 
+  /** Releases `token`'s hold of `resources` on every master, each bounded by `ms` (a
+   *  release that outlives it still reaches its master, after the acquire it undoes). */
+  releaseAll(resources, token, ms) {
+    return Promise.allSettled(this.lockers.map((locker) => within(releaseOn(locker, resources, token), ms)));
+  }
+
   /** Releases `lock` on every master (a master whose grant reply was lost included);
    *  LockLostError if none still held it. */
   async release(lock) {
     lock.expiration = 0;
-    const results = await Promise.allSettled(this.lockers.map((locker) => releaseOn(locker, lock.resources, lock.value)));
+    const results = await this.releaseAll(lock.resources, lock.value, masterTimeoutOf(this.settings, lock.duration));
     const released = results.some((r) => r.status === 'fulfilled' && r.value === lock.resources.length);
     if (!released) {
       throw new LockLostError(`${lock.resources.join(', ')}: the lock was no longer held when released`);
@@ -244,7 +284,7 @@ class Redlock extends EventEmitter {
       if (held === undefined) {
         throw new ResourceLockedError(`${lock.resources.join(', ')}: not granted on this master`);
       }
-      return held.extend(duration);
+      return within(held.extend(duration), masterTimeoutOf(this.settings, duration));
     });
     const held = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
     const validity = duration - (performance.now() - started) - driftOf(this.settings.driftFactor, duration);
@@ -252,7 +292,7 @@ class Redlock extends EventEmitter {
     if (held.length < this.quorum || validity <= 0) {
       throw new ExecutionError(NO_QUORUM, [Promise.resolve(stats)]);
     }
-    return new RedlockLock(this, lock.resources, lock.value, held, [Promise.resolve(stats)], Date.now() + validity);
+    return new RedlockLock(this, lock.resources, lock.value, held, [Promise.resolve(stats)], Date.now() + validity, duration);
   }
 
   /**
