@@ -133,6 +133,15 @@ class Lock {
   }
 }
 
+/** `promise`, or a rejection when it has not settled within `ms`. */
+function answeredWithin(promise, ms) {
+  let timer;
+  const timeout = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
 /**
  * Runs `routine(signal, lock)` holding `lock`, extending it every `every` ms until it
  * returns, then releases it. If the lock is lost (an extend answered 0, or failed for a
@@ -153,7 +162,9 @@ async function holdWhile(lock, duration, every, routine, extend) {
       return;
     }
     try {
-      lock = await extend(lock);
+      // An extend the server does not answer (stopped, cut off) counts as failed once a
+      // whole TTL has passed since the last one that succeeded.
+      lock = await answeredWithin(extend(lock), Math.max(0, lastOk + duration - Date.now()));
       lastOk = Date.now();
     } catch (error) {
       if (error instanceof LockLostError) {

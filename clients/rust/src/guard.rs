@@ -67,6 +67,15 @@ impl Schedule {
         self.every
     }
 
+    /// How long the next extend may wait for its answer: until a whole TTL has passed
+    /// since the last one that succeeded (at least 1 ms). A server that answers nothing
+    /// (stopped, cut off) makes the lock lost then, not at the command timeout.
+    pub(crate) fn answer_limit(&self) -> Duration {
+        (self.last_extended + self.ttl)
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    }
+
     /// What to do after the extend sent at `sent` answered `result`. A new TTL counts
     /// from when the extend was sent: the conservative end.
     pub(crate) fn after(&mut self, sent: Instant, result: &RedisResult<bool>) -> Next {
@@ -159,6 +168,15 @@ mod tests {
             Next::Wait(Duration::from_secs(1))
         );
         assert_eq!(schedule.last_extended, sent);
+    }
+
+    #[test]
+    fn an_extend_may_wait_for_its_answer_until_a_whole_ttl_has_passed() {
+        let mut schedule = Schedule::new(Duration::from_secs(1), Duration::from_secs(3));
+        let limit = schedule.answer_limit();
+        assert!(limit <= Duration::from_secs(3) && limit > Duration::from_millis(2900));
+        schedule.last_extended = Instant::now() - Duration::from_secs(4);
+        assert_eq!(schedule.answer_limit(), Duration::from_millis(1));
     }
 
     #[test]

@@ -223,6 +223,11 @@ struct Shared {
 
 impl Shared {
     fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        self.query_within(cmd, self.command_timeout)
+    }
+
+    /// `query`, its answer awaited for at most `limit` (and the command timeout).
+    fn query_within<T: FromRedisValue>(&self, cmd: &redis::Cmd, limit: Duration) -> RedisResult<T> {
         let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
         let con = match slot.as_mut() {
             Some(con) => con,
@@ -232,7 +237,14 @@ impl Shared {
                 slot.insert(con)
             }
         };
+        let limited = limit < self.command_timeout;
+        if limited {
+            con.set_read_timeout(Some(limit))?;
+        }
         let result = cmd.query(con);
+        if limited && result.is_ok() {
+            con.set_read_timeout(Some(self.command_timeout))?;
+        }
         if result.is_err() {
             // After a timeout the connection may still deliver the late reply as the
             // answer to the next command: never reuse it.
@@ -269,7 +281,12 @@ impl Shared {
     }
 
     fn extend(&self, ttl: Duration) -> RedisResult<bool> {
-        let extended: bool = self.query(&extend_cmd(&self.key, &self.token, ttl))?;
+        self.extend_within(ttl, self.command_timeout)
+    }
+
+    /// `extend`, its answer awaited for at most `limit`.
+    fn extend_within(&self, ttl: Duration, limit: Duration) -> RedisResult<bool> {
+        let extended: bool = self.query_within(&extend_cmd(&self.key, &self.token, ttl), limit)?;
         if !extended {
             self.lost.set(LostReason::NotHeld);
         }
@@ -304,7 +321,8 @@ impl Watchdog {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                     let sent = Instant::now();
-                    match schedule.after(sent, &shared.extend(ttl)) {
+                    let extended = shared.extend_within(ttl, schedule.answer_limit());
+                    match schedule.after(sent, &extended) {
                         Next::Wait(delay) => next = delay,
                         Next::Stop => return,
                         Next::Lost(reason) => {

@@ -3,8 +3,9 @@ the holder when the lock is lost instead of letting it carry on unprotected.
 
 The lock counts as lost when an extend is answered 0 (it expired, was deleted, or went
 to another token) or when no extend has succeeded for a whole TTL (the server could not
-be reached, so the lock may have expired there). Connection errors before that are
-retried at the next tick."""
+be reached, so the lock may have expired there), an extend the server has not answered
+yet included (a stopped server or a dropped network answers nothing). Connection errors
+before that are retried at the next tick."""
 
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ class _Clock:
                               str(self._name)))
         return False
 
+    def left(self) -> float:
+        """Seconds until a whole TTL has passed without a successful extend."""
+        return max(0.0, self._ttl - (time.monotonic() - self._last_ok))
+
     def failed(self, error: Exception) -> bool:
         """Records an extend that could not reach the server; False once the lock is
         lost (no success for a whole TTL)."""
@@ -63,13 +68,33 @@ class ThreadWatchdog:
     def _run(self) -> None:
         while not self._stopped.wait(self._interval):
             try:
-                extended = self._extend()
+                extended = self._extend_within(self._clock.left())
             except Exception as error:  # the connection's errors: retried next tick
                 if not self._clock.failed(error):
                     return
                 continue
             if self._stopped.is_set() or not self._clock.answered(extended):
                 return
+
+    def _extend_within(self, limit: float) -> bool:
+        """The extend's answer, or TimeoutError when none came within `limit` seconds (it
+        runs in a daemon thread of its own, left to finish when the server answers)."""
+        outcome: "list[object]" = []
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                outcome.append(self._extend())
+            except Exception as error:
+                outcome.append(error)
+            done.set()
+
+        threading.Thread(target=run, daemon=True, name="redis-lock extend").start()
+        if not done.wait(limit):
+            raise TimeoutError("the server did not answer the extend")
+        if isinstance(outcome[0], Exception):
+            raise outcome[0]
+        return bool(outcome[0])
 
     def stop(self) -> None:
         self._stopped.set()
@@ -89,7 +114,7 @@ class TaskWatchdog:
         while True:
             await asyncio.sleep(self._interval)
             try:
-                extended = await self._extend()
+                extended = await asyncio.wait_for(self._extend(), self._clock.left())
             except asyncio.CancelledError:
                 raise
             except Exception as error:

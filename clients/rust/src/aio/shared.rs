@@ -85,12 +85,17 @@ impl Shared {
     }
 
     pub(super) async fn extend(&self, ttl: Duration) -> RedisResult<bool> {
+        self.extend_within(ttl, self.command_timeout).await
+    }
+
+    /// `extend`, its answer awaited for at most `limit` (and the command timeout).
+    pub(super) async fn extend_within(&self, ttl: Duration, limit: Duration) -> RedisResult<bool> {
         self.stay_bound().await?;
         let extended: bool = self
             .conn
             .query(
                 &extend_cmd(&self.key, &self.token, ttl),
-                self.command_timeout,
+                limit.min(self.command_timeout),
             )
             .await?;
         if !extended {
@@ -114,7 +119,8 @@ pub(super) async fn watchdog(shared: Arc<Shared>, every: Duration, ttl: Duration
     loop {
         tokio::time::sleep(next).await;
         let sent = Instant::now();
-        match schedule.after(sent, &shared.extend(ttl).await) {
+        let extended = shared.extend_within(ttl, schedule.answer_limit()).await;
+        match schedule.after(sent, &extended) {
             Next::Wait(delay) => next = delay,
             Next::Stop => return,
             Next::Lost(reason) => {
