@@ -15,17 +15,19 @@ pub struct RedlockOptions {
 }
 
 impl RedlockOptions {
-    /// Options for a lock of `ttl`: 3 attempts, 100 ms + up to 100 ms random delay between
-    /// them, drift factor 0.01, and 100 ms for each master to answer (connecting
+    /// Options for a lock of `ttl`, the defaults of every package (docs/clients.md):
+    /// 11 attempts (10 retries), 200 ms +/- up to 100 ms between them, drift factor 0.01,
+    /// and a tenth of the TTL, at most 500 ms, for each master to answer (connecting
     /// included).
     pub fn new(ttl: Duration) -> Self {
         RedlockOptions {
             ttl,
-            attempts: 3,
-            retry_delay: Duration::from_millis(100),
+            attempts: 11,
+            retry_delay: Duration::from_millis(200),
             retry_jitter: Duration::from_millis(100),
             drift_factor: 0.01,
-            instance_timeout: Duration::from_millis(100),
+            instance_timeout: (ttl / 10)
+                .clamp(Duration::from_millis(1), Duration::from_millis(500)),
         }
     }
 
@@ -35,7 +37,13 @@ impl RedlockOptions {
         self
     }
 
-    /// The delay between attempts: `delay` plus a random share of `jitter`.
+    /// How many times to try again after the first attempt (node-redlock's
+    /// `retryCount`): `attempts(retries + 1)`.
+    pub fn retry_count(self, retries: u32) -> Self {
+        self.attempts(retries.saturating_add(1))
+    }
+
+    /// The delay between attempts: `delay` plus or minus a random share of `jitter`.
     pub fn retry_delay(mut self, delay: Duration, jitter: Duration) -> Self {
         self.retry_delay = delay;
         self.retry_jitter = jitter;
@@ -74,11 +82,12 @@ pub fn validity(ttl: Duration, elapsed: Duration, drift_factor: f64) -> Option<D
         .filter(|left| !left.is_zero())
 }
 
-/// A random delay in `delay ..= delay + jitter`, so that clients retrying after a split
-/// vote do not collide again.
+/// A random delay in `delay - jitter ..= delay + jitter` (not below 0), so that clients
+/// retrying after a split vote do not collide again.
 pub fn jittered(delay: Duration, jitter: Duration) -> Duration {
-    let extra = u64::try_from(jitter.as_micros()).unwrap_or(u64::MAX);
-    delay + Duration::from_micros(rand::random_range(0..=extra))
+    let spread = u64::try_from(jitter.as_micros()).unwrap_or(u64::MAX / 2);
+    let offset = rand::random_range(0..=spread.saturating_mul(2));
+    (delay + Duration::from_micros(offset)).saturating_sub(jitter)
 }
 
 /// Why a Redlock acquire failed after all its attempts.

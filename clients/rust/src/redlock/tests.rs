@@ -140,14 +140,32 @@ fn an_extend_restarts_the_validity_only_when_a_quorum_confirms() {
 }
 
 #[test]
+fn the_defaults_are_every_packages() {
+    let options = RedlockOptions::new(Duration::from_secs(10));
+    assert_eq!(options.attempts, 11);
+    assert_eq!(options.retry_delay, Duration::from_millis(200));
+    assert_eq!(options.retry_jitter, Duration::from_millis(100));
+    assert_eq!(options.instance_timeout, Duration::from_millis(500));
+    let short = RedlockOptions::new(Duration::from_millis(1000));
+    assert_eq!(short.instance_timeout, Duration::from_millis(100));
+    assert_eq!(short.retry_count(2).attempts, 3);
+}
+
+#[test]
 fn jittered_delays_stay_in_range_and_vary() {
     let delays: Vec<Duration> = (0..50)
-        .map(|_| jittered(Duration::from_millis(100), Duration::from_millis(100)))
+        .map(|_| jittered(Duration::from_millis(200), Duration::from_millis(100)))
         .collect();
     assert!(
         delays
             .iter()
-            .all(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_millis(200))
+            .all(|d| *d >= Duration::from_millis(100) && *d <= Duration::from_millis(300))
     );
-    assert!(delays.iter().any(|d| *d != delays[0]));
+    assert!(delays.iter().any(|d| *d < Duration::from_millis(200)));
+    assert!(delays.iter().any(|d| *d > Duration::from_millis(200)));
+    // A jitter above the delay never makes it negative.
+    assert!((0..50).all(
+        |_| jittered(Duration::from_millis(10), Duration::from_millis(100))
+            <= Duration::from_millis(110)
+    ));
 }
