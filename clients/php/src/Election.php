@@ -11,9 +11,9 @@ use Redis;
  * Observe, on a phpredis connection:
  *
  *     $election = new Election($redis, 'service:leader', 30.0, 5.0);
- *     $term = $election->campaign('10.0.0.7:8080');   // blocks until elected
- *     // ... lead: send $term with every write; call refresh() every third of the TTL ...
- *     $election->resign();
+ *     $leadership = $election->campaign('10.0.0.7:8080');   // blocks until elected
+ *     // ... lead: send $leadership->term() with every write; refresh() every third of the TTL ...
+ *     $leadership->resign();
  *
  *     foreach ($election->observe() as $leader) {       // every new leader
  *         // [term, value], or null while nobody leads
@@ -38,7 +38,7 @@ final class Election
     private $ttlMs;
     /** @var int */
     private $lockDelayMs;
-    /** @var array{0: string, 1: int}|null [token, term] while leading */
+    /** @var Leadership|null the last campaign's term, while it lasts */
     private $leading;
 
     /**
@@ -54,10 +54,11 @@ final class Election
     }
 
     /**
-     * Campaigns with `$value` published: blocks until elected and returns the term, or
-     * null if `$timeout` seconds passed first (0: no limit).
+     * Campaigns with `$value` published: blocks until elected and returns the
+     * Leadership (its `term()` is the fence to send with every write), or null if
+     * `$timeout` seconds passed first (0: no limit).
      */
-    public function campaign(string $value, float $timeout = 0.0): ?int
+    public function campaign(string $value, float $timeout = 0.0): ?Leadership
     {
         if (strlen($value) > 4096) {
             throw new \InvalidArgumentException('value must be 0 to 4096 bytes');
@@ -68,57 +69,32 @@ final class Election
         if ($granted === null) {
             return null;
         }
-        $this->leading = [$token, $granted[1]];
-        return $granted[1];
+        $this->leading = new Leadership($this->commands, $this->key, $token, $granted[1], $this->ttlMs, $this->lockDelayMs);
+        return $this->leading;
     }
 
-    /** The term while leading (the fence to send with every write), else null. */
+    /** The last campaign's term while it lasts, else null. */
     public function term(): ?int
     {
-        return $this->leading === null ? null : $this->leading[1];
+        return $this->leading === null || $this->leading->isLost() ? null : $this->leading->term();
     }
 
-    /** Publishes `$value` in place of the last one, same term; false if the term is lost. */
+    /** The last campaign's `Leadership::proclaim`; false when not leading. */
     public function proclaim(string $value): bool
     {
-        if ($this->leading === null) {
-            return false;
-        }
-        [$token, $term] = $this->leading;
-        $granted = $this->commands->acquire($this->key, $this->ttlMs, $token, null, $this->lockDelayMs, [], $value);
-        if ($granted !== null && $granted[1] === $term) {
-            return true;
-        }
-        if ($granted !== null) {
-            // The term had ended and the key was free: this took it anew. Give it back.
-            $this->commands->release($this->key, $token);
-        }
-        $this->leading = null;
-        return false;
+        return $this->leading !== null && $this->leading->proclaim($value);
     }
 
-    /** Extends the term to the full TTL; false if it is lost (stop leading). */
+    /** The last campaign's `Leadership::refresh`; false when not leading. */
     public function refresh(): bool
     {
-        if ($this->leading === null) {
-            return false;
-        }
-        if ($this->commands->extend($this->key, $this->leading[0], $this->ttlMs)) {
-            return true;
-        }
-        $this->leading = null;
-        return false;
+        return $this->leading !== null && $this->leading->refresh();
     }
 
-    /** Resigns: the next candidate is elected at once. False if the term was already lost. */
+    /** The last campaign's `Leadership::resign`; false when not leading. */
     public function resign(): bool
     {
-        if ($this->leading === null) {
-            return false;
-        }
-        $token = $this->leading[0];
-        $this->leading = null;
-        return $this->commands->release($this->key, $token);
+        return $this->leading !== null && $this->leading->resign();
     }
 
     /**

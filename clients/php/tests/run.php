@@ -305,16 +305,19 @@ check('RedisQueue works on a RedisCluster', $clusterQueue->enqueue('cq', ['a', '
 $e1 = new Election(connect($port), 'election:php', 10.0, 0.2);
 $e2 = new Election(connect($port), 'election:php', 10.0, 0.2);
 check('nobody leads at first', $e1->leader() === null);
-$term = $e1->campaign('node-a');
-check('a campaign on a free election leads at once, with a term', is_int($term) && $term > 0 && $e1->term() === $term);
+$leadership = $e1->campaign('node-a');
+$term = $leadership->term();
+check('a campaign on a free election leads at once, with a Leadership and its term', $leadership instanceof \RedisLock\Leadership && $term > 0 && $e1->term() === $term && !$leadership->isLost());
 check('leader() names it', $e1->leader() === [$term, 'node-a']);
 check('another candidate times out while it leads', $e2->campaign('node-b', 0.1) === null && $e2->term() === null);
-check('proclaim keeps the term with a new value', $e1->proclaim('node-a2') && $e2->leader() === [$term, 'node-a2']);
-check('refresh extends the term', $e1->refresh() && $r->pTtl('election:php') > 9000);
+check('proclaim keeps the term with a new value', $leadership->proclaim('node-a2') && $e2->leader() === [$term, 'node-a2']);
+check('the election proclaims for its last campaign too', $e1->proclaim('node-a2') && $e2->leader() === [$term, 'node-a2']);
+check('refresh extends the term', $leadership->refresh() && $r->pTtl('election:php') > 9000);
 $observer = $e2->observe($term);
-check('resign hands over', $e1->resign() && $e1->term() === null);
+check('resign hands over', $leadership->resign() && $leadership->isLost() && $e1->term() === null);
+check('a resigned leadership proclaims nothing', !$leadership->proclaim('x') && !$leadership->refresh() && !$leadership->resign());
 check('an observer sees nobody after it', $observer->current() === null);
-$next = $e2->campaign('node-b');
+$next = $e2->campaign('node-b')->term();
 $observer->next();
 check('then the next term, greater', $next > $term && $observer->current() === [$next, 'node-b']);
 $r->set('election:php:wrongtype', 'not a lock');
@@ -323,6 +326,7 @@ check('an observer ends with an error it does not ride out (WRONGTYPE)', throws(
 }, 'WRONGTYPE'));
 $r->del('election:php');
 check('a lost term refuses to proclaim and takes nothing', !$e2->proclaim('x') && $e2->leader() === null && !$e2->refresh());
+check('and its Leadership says it is lost', $e2->term() === null);
 
 // --- the flash sale ----------------------------------------------------------------------
 
