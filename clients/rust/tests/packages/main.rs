@@ -1,5 +1,6 @@
 #[path = "../common/mod.rs"]
 mod common;
+mod conformance;
 mod docs_snippets;
 mod node_package;
 mod other_languages;

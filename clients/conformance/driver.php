@@ -1,0 +1,281 @@
+<?php
+/**
+ * The PHP package's conformance driver: runs clients/conformance/scenarios.txt against
+ * the masters in CONFORMANCE_PORTS (pids in CONFORMANCE_PIDS) with RedisLock\RedisLock
+ * on phpredis, and prints one line per scenario (the format is described in the file).
+ * The package has neither a watchdog nor Redlock (a PHP request holds a lock for its
+ * own short life, on one server): those scenarios are skipped, by name.
+ */
+
+require __DIR__ . '/../php/autoload.php';
+
+use RedisLock\LockException;
+use RedisLock\RedisLock;
+
+const FEATURES = [];
+
+final class Failed extends Exception
+{
+}
+
+/** @return list<array{name: string, needs: list<string>, steps: list<array>}> */
+function parseScenarios(string $path): array
+{
+    $scenarios = [];
+    foreach (file($path, FILE_IGNORE_NEW_LINES) as $raw) {
+        $line = rtrim($raw);
+        if (trim($line) === '' || str_starts_with(ltrim($line), '#')) {
+            continue;
+        }
+        if (str_starts_with($line, 'scenario ')) {
+            $scenarios[] = ['name' => trim(substr($line, 9)), 'needs' => [], 'steps' => []];
+            continue;
+        }
+        $text = trim($line);
+        $last = count($scenarios) - 1;
+        if (str_starts_with($text, 'needs ')) {
+            $scenarios[$last]['needs'][] = preg_split('/\s+/', $text)[1];
+            continue;
+        }
+        $at = strpos($text, ' -> ');
+        $step = $at === false ? $text : substr($text, 0, $at);
+        $expected = $at === false ? null : trim(substr($text, $at + 4));
+        $overrides = [];
+        while ($expected !== null && preg_match('/\s*\[([^:\]]+):([^\]]*)\]$/', $expected, $m, PREG_OFFSET_CAPTURE)) {
+            $overrides[trim($m[1][0])] = trim($m[2][0]);
+            $expected = trim(substr($expected, 0, $m[0][1]));
+        }
+        $scenarios[$last]['steps'][] = ['text' => $step, 'words' => preg_split('/\s+/', $step), 'expected' => $expected, 'overrides' => $overrides];
+    }
+    return $scenarios;
+}
+
+/** A reply as the scenarios write it (phpredis answers +OK with true, nil with false). */
+function shown($reply): string
+{
+    if ($reply === null || $reply === false) {
+        return 'nil';
+    }
+    if ($reply === true) {
+        return 'OK';
+    }
+    if (is_array($reply)) {
+        return 'array';
+    }
+    return (string) $reply;
+}
+
+function matches(string $got, string $expected): bool
+{
+    $words = preg_split('/\s+/', $expected);
+    if ($words[0] === 'between') {
+        return is_numeric($got) && (float) $words[1] <= (float) $got && (float) $got <= (float) $words[2];
+    }
+    return $got === $expected;
+}
+
+/** How the package reported a failure: a server's error reply, or a refused argument. */
+function outcomeOf(Throwable $error): string
+{
+    if ($error instanceof LockException) {
+        if (preg_match('/^[A-Z.]+: ([A-Z]+) /', $error->getMessage(), $m)) {
+            return $m[1] === 'ERR' ? 'invalid' : 'error ' . $m[1];
+        }
+        return 'invalid';
+    }
+    return get_class($error) . ': ' . $error->getMessage();
+}
+
+final class Driver
+{
+    /** @var list<Redis> */
+    private array $clients = [];
+    /** @var array<string, array{RedisLock, string}> a lock's object and name on the server */
+    private array $locks = [];
+
+    /** @param list<int> $ports @param list<int> $pids */
+    public function __construct(array $ports, private array $pids)
+    {
+        foreach ($ports as $port) {
+            $redis = new Redis();
+            $redis->connect('127.0.0.1', $port, 5.0);
+            $this->clients[] = $redis;
+        }
+    }
+
+    public function close(): void
+    {
+        foreach ($this->clients as $redis) {
+            $redis->close();
+        }
+    }
+
+    public function lock(string $name, string $key, int $ttl, array $options): string
+    {
+        // One object per holder (each has its own tokens); keys without the 'Lock:' prefix.
+        $locks = new RedisLock($this->clients[0], '');
+        $this->locks[$name] = [$locks, $key];
+        try {
+            $wait = isset($options['wait']) ? $options['wait'] / 1000 : 0;
+            return $locks->lock($key, $wait, $ttl / 1000) ? 'granted' : 'busy';
+        } catch (LockException $e) {
+            return outcomeOf($e);
+        }
+    }
+
+    public function release(string $name): string
+    {
+        [$locks, $key] = $this->locks[$name];
+        return $locks->unlock($key) ? 'true' : 'false';
+    }
+
+    public function extend(string $name, int $ttl): string
+    {
+        [$locks, $key] = $this->locks[$name];
+        return $locks->expire($key, $ttl / 1000) ? 'true' : 'false';
+    }
+
+    public function do(string $name, array $args): string
+    {
+        [$locks, $key] = $this->locks[$name];
+        try {
+            return shown($locks->do($key, ...$args));
+        } catch (LockException $e) {
+            if (str_contains($e->getMessage(), 'NOTHELD')) {
+                return 'lost';
+            }
+            throw $e;
+        }
+    }
+
+    public function fence(string $name): ?int
+    {
+        [$locks, $key] = $this->locks[$name];
+        return $locks->fence($key);
+    }
+
+    public function server(int $index, array $args)
+    {
+        return $this->clients[$index]->rawCommand(...$args);
+    }
+
+    public function signal(int $index, bool $stop): void
+    {
+        posix_kill($this->pids[$index], $stop ? SIGSTOP : SIGCONT);
+    }
+}
+
+function options(array $words): array
+{
+    $found = [];
+    for ($i = 0; $i < count($words);) {
+        $found[$words[$i]] = (int) $words[$i + 1];
+        $i += 2;
+    }
+    return $found;
+}
+
+function step(Driver $driver, array $words, array &$state): ?string
+{
+    $verb = $words[0];
+    $args = array_slice($words, 1);
+    switch ($verb) {
+        case 'lock':
+            return $driver->lock($args[0], $args[1], (int) $args[2], options(array_slice($args, 3)));
+        case 'release':
+            return $driver->release($args[0]);
+        case 'extend':
+            return $driver->extend($args[0], (int) $args[1]);
+        case 'do':
+            return $driver->do($args[0], array_slice($args, 1));
+        case 'fence-above':
+            [$high, $low] = [$driver->fence($args[0]), $driver->fence($args[1])];
+            if (!($high > $low)) {
+                throw new Failed("fence $high is not above $low");
+            }
+            return null;
+        case 'server':
+            return shown($driver->server((int) $args[0], array_slice($args, 1)));
+        case 'eventually':
+            $deadline = microtime(true) + (int) end($args) / 1000;
+            while (true) {
+                $got = shown($driver->server((int) $args[0], array_slice($args, 1, -2)));
+                if ($got === $state['expected'] || microtime(true) > $deadline) {
+                    return $got;
+                }
+                usleep(20000);
+            }
+        case 'freeze':
+        case 'thaw':
+            $driver->signal((int) $args[0], $verb === 'freeze');
+            if ($verb === 'freeze') {
+                $state['frozen'][(int) $args[0]] = true;
+            } else {
+                unset($state['frozen'][(int) $args[0]]);
+            }
+            return null;
+        case 'sleep':
+            usleep((int) $args[0] * 1000);
+            return null;
+        case 'took-between':
+            if (!((int) $args[0] <= $state['took'] && $state['took'] <= (int) $args[1])) {
+                throw new Failed(sprintf('took %d ms', $state['took']));
+            }
+            return null;
+    }
+    throw new Exception("unknown step $verb");
+}
+
+function runScenario(array $scenario, array $ports, array $pids): string
+{
+    $driver = new Driver($ports, $pids);
+    $state = ['frozen' => [], 'took' => 0.0, 'expected' => null];
+    try {
+        for ($i = 0; $i < 3; $i++) {
+            $driver->server($i, ['FLUSHALL']);
+        }
+        foreach ($scenario['steps'] as $s) {
+            $expected = $s['overrides']['php'] ?? $s['expected'];
+            $state['expected'] = $expected;
+            $started = microtime(true);
+            try {
+                $got = step($driver, $s['words'], $state);
+            } catch (Failed $e) {
+                return "FAIL {$scenario['name']}: {$s['text']}: {$e->getMessage()}";
+            } catch (Throwable $e) {
+                $got = get_class($e) . ': ' . $e->getMessage();
+            }
+            $state['took'] = (microtime(true) - $started) * 1000;
+            if ($expected !== null && !($got !== null && matches($got, $expected))) {
+                return "FAIL {$scenario['name']}: {$s['text']}: expected $expected, got $got";
+            }
+        }
+        return "ok {$scenario['name']}";
+    } finally {
+        foreach (array_keys($state['frozen']) as $index) {
+            $driver->signal($index, false);
+        }
+        $driver->close();
+    }
+}
+
+$ports = array_map('intval', explode(',', getenv('CONFORMANCE_PORTS')));
+$pids = array_map('intval', explode(',', getenv('CONFORMANCE_PIDS')));
+$failed = 0;
+foreach (parseScenarios($argv[1]) as $scenario) {
+    $missing = array_values(array_diff($scenario['needs'], FEATURES));
+    if ($missing !== []) {
+        echo "skip {$scenario['name']}: the php package has no {$missing[0]}\n";
+        continue;
+    }
+    try {
+        $line = runScenario($scenario, $ports, $pids);
+    } catch (Throwable $e) {
+        $line = "FAIL {$scenario['name']}: " . get_class($e) . ': ' . $e->getMessage();
+    }
+    if (str_starts_with($line, 'FAIL')) {
+        $failed++;
+    }
+    echo str_replace("\n", ' | ', $line), "\n";
+}
+exit($failed > 0 ? 1 : 0);
