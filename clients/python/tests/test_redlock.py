@@ -60,7 +60,9 @@ def test_a_majority_is_enough(masters, key):
 def test_without_a_majority_it_fails_and_gives_back_what_it_got(masters, key):
     for master in masters[1:]:
         master.execute_command("LOCK.ACQUIRE", key, 10_000)
-    lock = Redlock(masters, key, timeout=10, retry_delay=0.05, master_timeout=2)
+    # Retries enough that the blocking_timeout, not the retry count, ends them.
+    lock = Redlock(masters, key, timeout=10, retry_count=1000, retry_delay=0.05,
+                   retry_jitter=0.01, master_timeout=2)
     started = time.monotonic()
     assert not lock.acquire(blocking_timeout=0.3)
     assert 0.2 < time.monotonic() - started < 5
@@ -68,6 +70,18 @@ def test_without_a_majority_it_fails_and_gives_back_what_it_got(masters, key):
     # grant may have answered after master_timeout, its release after this returned.
     wait_until(lambda: not masters[0].exists(key), "the minority grant to be released")
     assert lock.validity == 0
+    assert lock.attempts > 1
+
+
+def test_without_a_majority_it_stops_after_retry_count_retries(masters, key):
+    for master in masters[1:]:
+        master.execute_command("LOCK.ACQUIRE", key, 10_000)
+    lock = Redlock(masters, key, timeout=10, retry_count=3, retry_delay=0.01,
+                   retry_jitter=0, master_timeout=2)
+    assert not lock.acquire()
+    assert lock.attempts == 4
+    with pytest.raises(ValueError):
+        Redlock(masters, key, timeout=10, retry_count=-1)
 
 
 def test_a_master_that_is_down_counts_against_the_quorum(masters, dead_port, key):
