@@ -3,16 +3,17 @@
  * The PHP package's conformance driver: runs clients/conformance/scenarios.txt against
  * the masters in CONFORMANCE_PORTS (pids in CONFORMANCE_PIDS) with RedisLock\RedisLock
  * on phpredis, and prints one line per scenario (the format is described in the file).
- * The package has neither a watchdog nor Redlock (a PHP request holds a lock for its
- * own short life, on one server): those scenarios are skipped, by name.
+ * The package has no watchdog (PHP has no background thread; a holder calls `expire`
+ * itself, or binds the lock to its connection): those scenarios are skipped, by name.
  */
 
 require __DIR__ . '/../php/autoload.php';
 
 use RedisLock\LockException;
 use RedisLock\RedisLock;
+use RedisLock\Redlock;
 
-const FEATURES = [];
+const FEATURES = ['redlock'];
 
 final class Failed extends Exception
 {
@@ -92,6 +93,8 @@ final class Driver
     private array $clients = [];
     /** @var array<string, array{RedisLock, string}> a lock's object and name on the server */
     private array $locks = [];
+    /** @var array<string, array{Redlock, array|false}> a Redlock and what its lock() answered */
+    private array $redlocks = [];
 
     /** @param list<int> $ports @param list<int> $pids */
     public function __construct(array $ports, private array $pids)
@@ -159,6 +162,36 @@ final class Driver
         return $this->clients[$index]->rawCommand(...$args);
     }
 
+    public function redlock(string $name, string $key, int $ttl, array $options): string
+    {
+        $settings = [];
+        foreach (['retries' => 'retryCount', 'delay' => 'retryDelay', 'jitter' => 'retryJitter'] as $word => $setting) {
+            if (isset($options[$word])) {
+                $settings[$setting] = $options[$word];
+            }
+        }
+        $redlock = new Redlock($this->clients, $settings);
+        $lock = $redlock->lock($key, $ttl);
+        $this->redlocks[$name] = [$redlock, $lock, $lock === false ? 0 : $lock['validity']];
+        return $lock === false ? 'refused' : 'granted';
+    }
+
+    public function attempts(string $name): string
+    {
+        return (string) $this->redlocks[$name][0]->attempts();
+    }
+
+    public function validity(string $name): int
+    {
+        return $this->redlocks[$name][2];
+    }
+
+    public function redlockRelease(string $name): string
+    {
+        [$redlock, $lock] = $this->redlocks[$name];
+        return $lock !== false && $redlock->unlock($lock) > 0 ? 'true' : 'false';
+    }
+
     public function signal(int $index, bool $stop): void
     {
         posix_kill($this->pids[$index], $stop ? SIGSTOP : SIGCONT);
@@ -217,6 +250,18 @@ function step(Driver $driver, array $words, array &$state): ?string
         case 'sleep':
             usleep((int) $args[0] * 1000);
             return null;
+        case 'redlock':
+            return $driver->redlock($args[0], $args[1], (int) $args[2], options(array_slice($args, 3)));
+        case 'attempts':
+            return $driver->attempts($args[0]);
+        case 'validity-between':
+            $validity = $driver->validity($args[0]);
+            if (!((int) $args[1] <= $validity && $validity <= (int) $args[2])) {
+                throw new Failed("validity $validity ms");
+            }
+            return null;
+        case 'redlock-release':
+            return $driver->redlockRelease($args[0]);
         case 'took-between':
             if (!((int) $args[0] <= $state['took'] && $state['took'] <= (int) $args[1])) {
                 throw new Failed(sprintf('took %d ms', $state['took']));

@@ -15,6 +15,7 @@ use RedisLock\Election;
 use RedisLock\LockException;
 use RedisLock\RedisLock;
 use RedisLock\RedisQueue;
+use RedisLock\Redlock;
 
 $port = (int) ($argv[1] ?? 0);
 
@@ -299,6 +300,31 @@ check('an unknown service is a LockException', throws(function () use ($sentinel
 }, 'nobody'));
 $clusterQueue = new RedisQueue($cluster);
 check('RedisQueue works on a RedisCluster', $clusterQueue->enqueue('cq', ['a', 'b']) && count($clusterQueue->pop('cq', 5)) === 2);
+
+// --- Redlock (three masters in the conformance suite; one here) ----------------------------
+
+$invalid = function (callable $call): bool {
+    try {
+        $call();
+    } catch (InvalidArgumentException $e) {
+        return true;
+    }
+    return false;
+};
+check('Redlock refuses no masters, an unknown setting and a bad ttl before any command', $invalid(function () {
+    new Redlock([]);
+}) && $invalid(function () use ($port) {
+    new Redlock([connect($port)], ['retries' => 3]);
+}) && $invalid(function () use ($port) {
+    (new Redlock([connect($port)]))->lock('redlock:php', 0);
+}) && $r->exists('redlock:php') === 0);
+$redlock = new Redlock([connect($port)], ['retryCount' => 0]);
+$held = $redlock->lock('redlock:php', 10000);
+check('a Redlock on one master: held, with its validity and fence', is_array($held) && $held['validity'] > 9000
+    && $held['validity'] <= 10000 - 102 && $held['fences'][0] > 0 && $r->pTtl('redlock:php') > 9000);
+check('another is refused after its one attempt', $redlock->lock('redlock:php', 10000) === false && $redlock->attempts() === 1);
+check('unlock releases it on the master that held it', $redlock->unlock($held) === 1 && $r->exists('redlock:php') === 0);
+check('a second unlock finds nothing to release', $redlock->unlock($held) === 0);
 
 // --- leader election ----------------------------------------------------------------------
 
