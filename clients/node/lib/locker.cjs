@@ -133,12 +133,22 @@ class Lock {
   }
 }
 
-/** `promise`, or a rejection when it has not settled within `ms`. */
-function answeredWithin(promise, ms) {
+/**
+ * `promise`, or a rejection once `ms` have passed without its answer. The command is
+ * not withdrawn: it stays on its connection, in order, so a command sent later on the
+ * same connection still follows it; `late` gets what it answers after the rejection
+ * (a grant that came too late, to be released).
+ */
+function within(promise, ms, late = () => {}) {
   let timer;
+  let expired = false;
   const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
+    timer = setTimeout(() => {
+      expired = true;
+      reject(new Error(`no answer within ${ms} ms`));
+    }, ms);
   });
+  promise.then((value) => expired && late(value), () => {});
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
@@ -164,7 +174,7 @@ async function holdWhile(lock, duration, every, routine, extend) {
     try {
       // An extend the server does not answer (stopped, cut off) counts as failed once a
       // whole TTL has passed since the last one that succeeded.
-      lock = await answeredWithin(extend(lock), Math.max(0, lastOk + duration - Date.now()));
+      lock = await within(extend(lock), Math.max(0, lastOk + duration - Date.now()));
       lastOk = Date.now();
     } catch (error) {
       if (error instanceof LockLostError) {
@@ -328,5 +338,5 @@ class Locker {
 }
 
 module.exports = {
-  Locker, Lock, checkMs, resourceOf, randomToken, grantOf, command, isServerReply, holdWhile, LockError,
+  Locker, Lock, checkMs, resourceOf, randomToken, grantOf, command, isServerReply, holdWhile, within, LockError,
 };

@@ -9,7 +9,7 @@
 
 const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
-const { Locker, checkMs, randomToken, holdWhile, command } = require('./locker.cjs');
+const { Locker, checkMs, randomToken, holdWhile, command, within } = require('./locker.cjs');
 const { resourcesOf } = require('./multi.cjs');
 const { ResourceLockedError, ExecutionError, LockLostError } = require('./errors.cjs');
 
@@ -64,25 +64,6 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 /** How long a master may take to answer for a lock of `duration` ms. */
 function masterTimeoutOf(settings, duration) {
   return settings.masterTimeout ?? Math.max(1, Math.min(Math.floor(duration / 10), 500));
-}
-
-/**
- * `promise`, or a rejection once `ms` have passed without its answer. The command is
- * not withdrawn: it stays on its connection, in order, so a release sent later to the
- * same master still follows it; `late` gets what it answers after the rejection (a
- * grant that came too late, to be released).
- */
-function within(promise, ms, late = () => {}) {
-  let timer;
-  let expired = false;
-  const timeout = new Promise((_, reject) => {
-    timer = setTimeout(() => {
-      expired = true;
-      reject(new Error(`the master did not answer within ${ms} ms`));
-    }, ms);
-  });
-  promise.then((value) => expired && late(value), () => {});
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /** The allowance for clock drift: `driftFactor` of the duration, plus 2 ms for the
