@@ -181,9 +181,9 @@ def test_a_master_is_free_for_the_next_call_once_the_last_one_answered():
     # A release right after an extend must find the master's worker free: it used to be
     # freed only after the caller was told the answer, and on a loaded machine the
     # release then counted that master as busy (2 releases of 3 where all held).
-    from redis_lock_module._redlock import _Worker
+    from redis_lock_module._worker import Worker
 
-    worker = _Worker()
+    worker = Worker()
     for n in range(20_000):
         future = worker.submit(lambda: n)
         assert future is not None, f"call {n} found the worker busy after the last answer"

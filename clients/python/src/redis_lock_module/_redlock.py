@@ -19,18 +19,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import queue
 import random
 import secrets
 import threading
 import time
 import weakref
-from concurrent.futures import Future, wait
+from concurrent.futures import wait
 from types import TracebackType
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type
+from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
 from . import _protocol
 from ._protocol import Number
+from ._worker import Worker
 from .exceptions import LockError, lock_error
 
 
@@ -198,58 +198,16 @@ class Redlock(_RedlockState):
         return answers
 
 
-class _Worker:
-    """A daemon thread that runs the calls to one master, one at a time, in the order
-    they came. It ends after `IDLE` seconds without work, and starts again with the next
-    call."""
-
-    IDLE = 30.0
-
-    def __init__(self) -> None:
-        self._jobs: "queue.SimpleQueue[Tuple[Callable[[], Any], Future[Any]]]" = (
-            queue.SimpleQueue())
-        self._lock = threading.Lock()
-        self._thread: Optional[threading.Thread] = None
-
-    def submit(self, call: Callable[[], Any]) -> "Future[Any]":
-        """Queues `call` behind the calls before it: its future."""
-        with self._lock:
-            future: "Future[Any]" = Future()
-            self._jobs.put((call, future))
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name="redlock-master")
-                self._thread.start()
-            return future
-
-    def _run(self) -> None:
-        while True:
-            try:
-                call, future = self._jobs.get(timeout=self.IDLE)
-            except queue.Empty:
-                with self._lock:
-                    if self._jobs.empty():
-                        self._thread = None
-                        return
-                continue
-            try:
-                result = call()
-            except BaseException as error:  # handed to the caller, who decides
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-
-_WORKERS: "weakref.WeakKeyDictionary[Any, _Worker]" = weakref.WeakKeyDictionary()
+_WORKERS: "weakref.WeakKeyDictionary[Any, Worker]" = weakref.WeakKeyDictionary()
 _WORKERS_LOCK = threading.Lock()
 
 
-def _worker_for(master: Any) -> _Worker:
+def _worker_for(master: Any) -> Worker:
     """The worker of the client `master` (one per client, shared by every Redlock)."""
     with _WORKERS_LOCK:
         worker = _WORKERS.get(master)
         if worker is None:
-            worker = _WORKERS[master] = _Worker()
+            worker = _WORKERS[master] = Worker()
         return worker
 
 

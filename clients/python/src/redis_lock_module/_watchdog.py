@@ -14,6 +14,7 @@ import threading
 import time
 from typing import Awaitable, Callable, Optional
 
+from ._worker import Worker
 from .exceptions import LockLostError, lock_error
 
 Lose = Callable[[LockLostError], None]
@@ -60,6 +61,7 @@ class ThreadWatchdog:
         self._clock = _Clock(name, ttl, lose)
         self._interval = interval
         self._extend = extend
+        self._worker = Worker()
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"redis-lock watchdog {name}",
                                         daemon=True)
@@ -77,24 +79,10 @@ class ThreadWatchdog:
                 return
 
     def _extend_within(self, limit: float) -> bool:
-        """The extend's answer, or TimeoutError when none came within `limit` seconds (it
-        runs in a daemon thread of its own, left to finish when the server answers)."""
-        outcome: "list[object]" = []
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                outcome.append(self._extend())
-            except Exception as error:
-                outcome.append(error)
-            done.set()
-
-        threading.Thread(target=run, daemon=True, name="redis-lock extend").start()
-        if not done.wait(limit):
-            raise TimeoutError("the server did not answer the extend")
-        if isinstance(outcome[0], Exception):
-            raise outcome[0]
-        return bool(outcome[0])
+        """The extend's answer, or TimeoutError when none came within `limit` seconds
+        (the call stays on the watchdog's worker, left to finish when the server
+        answers; the next tick's extend queues behind it)."""
+        return bool(self._worker.submit(self._extend).result(timeout=limit))
 
     def stop(self) -> None:
         self._stopped.set()
