@@ -50,7 +50,13 @@ def acquire_args(name: Any, ttl_ms: int, token: Optional[Token] = None,
                  session_ms: Optional[int] = None,
                  mode: Sequence[Any] = ()) -> List[Any]:
     """`LOCK.ACQUIRE key ttl-ms [TOKEN t] [WAIT ms] [SESSION ms] [SHARED | LIMIT n]`."""
-    args: List[Any] = ["LOCK.ACQUIRE", name, ttl_ms, *mode]
+    return ["LOCK.ACQUIRE", name, ttl_ms, *mode, *_options(token, wait_ms, session_ms)]
+
+
+def _options(token: Optional[Token], wait_ms: Optional[int],
+             session_ms: Optional[int]) -> List[Any]:
+    """`[TOKEN t] [WAIT ms] [SESSION ms]`, each when given."""
+    args: List[Any] = []
     if token is not None:
         args += ["TOKEN", token]
     if wait_ms is not None:
@@ -68,13 +74,8 @@ def acquire_all_args(names: Sequence[Any], ttl_ms: int, token: Optional[Token] =
     names = list(names)
     if not 1 <= len(names) <= 64:
         raise ValueError(f"1 to 64 keys at once, not {len(names)}")
-    args: List[Any] = ["LOCK.ACQUIREALL", len(names), *names, ttl_ms]
-    if token is not None:
-        args += ["TOKEN", token]
-    if wait_ms is not None:
-        args += ["WAIT", wait_ms]
-    if session_ms is not None:
-        args += ["SESSION", session_ms]
+    args: List[Any] = ["LOCK.ACQUIREALL", len(names), *names, ttl_ms,
+                       *_options(token, wait_ms, session_ms)]
     if shared:
         args.append("SHARED")
     return args
