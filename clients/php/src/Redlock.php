@@ -83,10 +83,10 @@ final class Redlock
 
     /**
      * Takes `$resource` for `$ttl` ms on a majority of the masters: ['resource', 'token',
-     * 'validity' (ms the holder may rely on it), 'fences' (each granting master's, by
-     * index)], or false after every attempt failed.
+     * 'ttl', 'validity' (ms the holder may rely on it), 'fences' (each granting master's,
+     * by index)], or false after every attempt failed.
      *
-     * @return array{resource: string, token: string, validity: int, fences: array<int, int>}|false
+     * @return array{resource: string, token: string, ttl: int, validity: int, fences: array<int, int>}|false
      */
     public function lock(string $resource, int $ttl)
     {
@@ -94,7 +94,7 @@ final class Redlock
             throw new \InvalidArgumentException("ttl must be 1 to 9007199254740991 ms, not $ttl");
         }
         $token = bin2hex(random_bytes(16));
-        $timeout = $this->masterTimeout ?? max(1, min(intdiv($ttl, 10), 500));
+        $timeout = $this->timeoutFor($ttl);
         $drift = (int) round($ttl * $this->driftFactor) + 2;
         $this->attempts = 0;
         while (true) {
@@ -111,7 +111,7 @@ final class Redlock
             }
             $validity = $ttl - intdiv(hrtime(true) - $started, 1000000) - $drift;
             if (count($fences) >= $this->quorum() && $validity > 0) {
-                return ['resource' => $resource, 'token' => $token, 'validity' => $validity, 'fences' => $fences];
+                return ['resource' => $resource, 'token' => $token, 'ttl' => $ttl, 'validity' => $validity, 'fences' => $fences];
             }
             $this->releaseAll($resource, $token, $timeout);
             if ($this->attempts > $this->retryCount) {
@@ -123,14 +123,20 @@ final class Redlock
     }
 
     /**
-     * Releases `$lock` (what `lock` answered) on every master: how many still held it.
+     * Releases `$lock` (what `lock` answered) on every master, each within the
+     * per-master timeout of its ttl: how many still held it.
      *
-     * @param array{resource: string, token: string} $lock
+     * @param array{resource: string, token: string, ttl: int} $lock
      */
     public function unlock(array $lock): int
     {
-        $timeout = $this->masterTimeout ?? 500;
-        return $this->releaseAll($lock['resource'], $lock['token'], $timeout);
+        return $this->releaseAll($lock['resource'], $lock['token'], $this->timeoutFor($lock['ttl']));
+    }
+
+    /** How long each master may take to answer for a lock of `$ttl` ms. */
+    private function timeoutFor(int $ttl): int
+    {
+        return $this->masterTimeout ?? max(1, min(intdiv($ttl, 10), 500));
     }
 
     /** How many attempts the last `lock` made (each asked every master). */
