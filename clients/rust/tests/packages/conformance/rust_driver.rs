@@ -48,6 +48,20 @@ fn shown(value: &Value) -> String {
     }
 }
 
+/// A `... lo hi` check of a duration: nothing to compare, or what it was.
+fn in_range(what: &str, value: Duration, bounds: &[String]) -> Result<Option<String>, String> {
+    let value = value.as_millis();
+    let (lo, hi): (u128, u128) = (
+        bounds[0].parse().expect("ms"),
+        bounds[1].parse().expect("ms"),
+    );
+    if (lo..=hi).contains(&value) {
+        Ok(None)
+    } else {
+        Err(format!("{what} {value} ms"))
+    }
+}
+
 /// An error as the scenarios write it: `invalid` for a refused argument (the server's
 /// `ERR`), else `error CODE`.
 fn outcome_of(err: &redis::RedisError) -> String {
@@ -214,28 +228,12 @@ impl<'a> Driver<'a> {
                 Redlocked::Refused(attempts) => attempts.to_string(),
                 Redlocked::Held(..) => "granted".into(),
             },
-            "took-between" => {
-                let took = self.took.as_millis();
-                let (lo, hi): (u128, u128) =
-                    (args[0].parse().expect("ms"), args[1].parse().expect("ms"));
-                return if (lo..=hi).contains(&took) {
-                    Ok(None)
-                } else {
-                    Err(format!("took {took} ms"))
-                };
-            }
+            "took-between" => return in_range("took", self.took, &args[0..2]),
             "validity-between" => {
                 let Redlocked::Held(_, validity) = &self.redlocks[&args[0]] else {
                     return Err("not held".into());
                 };
-                let validity = validity.as_millis();
-                let (lo, hi): (u128, u128) =
-                    (args[1].parse().expect("ms"), args[2].parse().expect("ms"));
-                return if (lo..=hi).contains(&validity) {
-                    Ok(None)
-                } else {
-                    Err(format!("validity {validity} ms"))
-                };
+                return in_range("validity", *validity, &args[1..3]);
             }
             "redlock-release" => match self.redlocks.remove(&args[0]) {
                 Some(Redlocked::Held(guard, _)) => (guard.release() > 0).to_string(),
