@@ -50,13 +50,20 @@ fn sleep_server(server: &TestServer, secs: u64) -> JoinHandle<()> {
         .set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
     let mut con = server.connection();
+    let (sent, written) = std::sync::mpsc::channel();
     let sleeper = thread::spawn(move || {
-        let _: () = redis::cmd("DEBUG")
+        let sleep = redis::cmd("DEBUG")
             .arg("SLEEP")
             .arg(secs)
-            .query(&mut con)
-            .expect("DEBUG SLEEP");
+            .get_packed_command();
+        con.send_packed_command(&sleep).expect("send DEBUG SLEEP");
+        sent.send(()).expect("the test waits for it");
+        con.recv_response().expect("DEBUG SLEEP");
     });
+    // Only a PING unanswered after `DEBUG SLEEP` was written says the server sleeps: on
+    // a loaded machine a PING can outlast the probe's timeout before the command is even
+    // sent, and the test's commands would then reach a server that is awake.
+    written.recv().expect("DEBUG SLEEP written");
     // The probe is used until its first unanswered PING only, so no late reply is
     // ever taken for the answer to a later one.
     poll_until(Duration::from_secs(10), "the server sleeps", || {
