@@ -24,6 +24,12 @@ final class Commands
         $this->redis = $redis;
     }
 
+    /** @return Redis|RedisCluster the connection the commands go on */
+    public function connection()
+    {
+        return $this->redis;
+    }
+
     /** The key `$name` names on the server: with the connection's `OPT_PREFIX`. */
     public function key(string $name): string
     {

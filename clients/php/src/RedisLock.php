@@ -37,6 +37,10 @@ class RedisLock
     private $lockedNames = [];
     /** @var array<string, array{0: list<string>, 1: int}> name => [mode, ttl ms] of shared holdings */
     private $sharedNames = [];
+    /** @var array<string, array{0: int, 1: int}> name => [ttl ms, hrtime ns when the grant was asked for] */
+    private $grants = [];
+    /** @var array<string, Watchdog> name => the watchdog keeping it */
+    private $watchdogs = [];
 
     /**
      * $param: a connected `Redis` or `RedisCluster`, or the articles' config array (see
@@ -120,12 +124,14 @@ class RedisLock
         $keys = array_map(function ($name) {
             return $this->key($name);
         }, $names);
+        $askedAt = hrtime(true);
         $granted = $this->commands->acquireAll($keys, $ttlMs, $token, $waitMs, $this->sessionMs, $shared);
         if ($granted === null) {
             return false;
         }
         foreach ($names as $i => $name) {
             $this->lockedNames[$name] = [$granted[0], $granted[1][$i]];
+            $this->grants[$name] = [$ttlMs, $askedAt];
             if ($shared) {
                 $this->sharedNames[$name] = [['SHARED'], $ttlMs];
             } else {
@@ -144,12 +150,14 @@ class RedisLock
         $ttlMs = self::ms($expire, 'expire', 1);
         $waitMs = $timeout > 0 ? self::ms($timeout, 'timeout', 1) : null;
         $token = isset($this->lockedNames[$name]) ? $this->lockedNames[$name][0] : bin2hex(random_bytes(16));
+        $askedAt = hrtime(true);
         $granted = $this->commands->acquire($this->key($name), $ttlMs, $token, $waitMs, $this->sessionMs, $mode);
         if ($granted === null) {
-            unset($this->lockedNames[$name], $this->sharedNames[$name]);
+            $this->forget($name);
             return false;
         }
         $this->lockedNames[$name] = $granted;
+        $this->grants[$name] = [$ttlMs, $askedAt];
         if ($mode === []) {
             unset($this->sharedNames[$name]);
         } else {
@@ -194,8 +202,34 @@ class RedisLock
             return false;
         }
         $token = $this->lockedNames[$name][0];
-        unset($this->lockedNames[$name], $this->sharedNames[$name]);
+        $this->forget($name);
         return $this->commands->release($this->key($name), $token);
+    }
+
+    /**
+     * Keeps `$name` (held by this object, from `lock` or any other way of taking it)
+     * alive past its expiry until `unlock`, from a helper process (see Watchdog): it
+     * extends the lock to the TTL it was taken with every third of that TTL, and the
+     * returned Watchdog's `isLost()` turns true once the lock is lost (an extend answered
+     * 0, or none succeeded for a whole TTL), which is when the work it protects must
+     * stop. One Redis connection (not a RedisCluster); the helper opens its own.
+     */
+    public function watch(string $name): Watchdog
+    {
+        if (!isset($this->lockedNames[$name], $this->grants[$name])) {
+            throw new LockException("watch: this object does not hold the lock '$name'");
+        }
+        if (isset($this->watchdogs[$name])) {
+            return $this->watchdogs[$name];
+        }
+        [$ttlMs, $askedAt] = $this->grants[$name];
+        $job = Watchdog::serverOf($this->commands->connection()) + [
+            'key' => $this->key($name),
+            'token' => $this->lockedNames[$name][0],
+            'ttl' => $ttlMs,
+            'since' => $askedAt,
+        ];
+        return $this->watchdogs[$name] = new Watchdog($job);
     }
 
     /**
@@ -263,6 +297,15 @@ class RedisLock
     public function fence(string $name): ?int
     {
         return isset($this->lockedNames[$name]) ? $this->lockedNames[$name][1] : null;
+    }
+
+    /** Drops what this object kept of `$name`, its watchdog stopped first. */
+    private function forget(string $name): void
+    {
+        if (isset($this->watchdogs[$name])) {
+            $this->watchdogs[$name]->stop();
+        }
+        unset($this->lockedNames[$name], $this->sharedNames[$name], $this->grants[$name], $this->watchdogs[$name]);
     }
 
     /** The lock's key on the server: the prefixes, then the name. */

@@ -398,4 +398,56 @@ check('do() without holding the lock throws', throws(function () use ($f) {
     $f->do('other', 'GET', 'x');
 }, 'does not hold'));
 
+// --- the watchdog (a helper process extends the lock) -------------------------------------
+
+/** Polls `$ok` every 10 ms until it is true or `$ms` ms have passed. */
+function within(int $ms, callable $ok): bool
+{
+    $deadline = microtime(true) + $ms / 1000;
+    while (!$ok()) {
+        if (microtime(true) > $deadline) {
+            return false;
+        }
+        usleep(10000);
+    }
+    return true;
+}
+
+$w = new RedisLock(connect($port));
+check('watch() refuses a lock this object does not hold', throws(function () use ($w) {
+    $w->watch('dog');
+}, 'does not hold'));
+$w->lock('dog', 0, 0.3);
+$fence = $w->fence('dog');
+$dog = $w->watch('dog');
+usleep(1000000);
+check('a watched lock outlives its 300 ms ttl, with the same fence', !$dog->isLost() && $w->isLocking('dog')
+    && $r->exists('Lock:dog') === 1 && $w->fence('dog') === $fence);
+check('watch() again answers the same watchdog', $w->watch('dog') === $dog);
+$helpers = [];
+foreach (glob('/proc/[0-9]*/cmdline') ?: [] as $cmdline) {
+    $args = explode("\0", rtrim((string) @file_get_contents($cmdline), "\0"));
+    if (substr($args[1] ?? '', -strlen('bin/watchdog.php')) === 'bin/watchdog.php') {
+        $helpers[] = $args;
+    }
+}
+check('the helper process runs with no argument: no token on its command line', $helpers !== []
+    && array_filter($helpers, function ($args) {
+        return count($args) !== 2;
+    }) === []);
+check('unlock releases a watched lock', $w->unlock('dog') && $r->exists('Lock:dog') === 0 && !$dog->isLost());
+$w->lock('dog', 0, 0.3);
+$w->watch('dog')->stop();
+check('a stopped watchdog extends no more: the lock expires at its ttl', within(1000, function () use ($r) {
+    return $r->exists('Lock:dog') === 0;
+}) && !$w->isLocking('dog'));
+$w->unlock('dog');
+$w->lock('dog', 0, 0.6);
+$dog = $w->watch('dog');
+$r->del('Lock:dog');
+check('a lock deleted under the watchdog is reported lost within its ttl', within(1500, function () use ($dog) {
+    return $dog->isLost();
+}));
+$w->unlock('dog');
+
 echo "php: $passed checks passed\n";

@@ -37,9 +37,14 @@ fn snippets(lang: &str) -> Vec<Block> {
 
 /// The one snippet of the page in `lang`, on the test server's port.
 fn snippet(lang: &str, server: &TestServer) -> String {
+    assert_eq!(snippets(lang).len(), 1, "{PAGE}: one {lang} snippet");
+    nth_snippet(lang, 0, server)
+}
+
+/// The page's `n`th snippet in `lang`, on the test server's port.
+fn nth_snippet(lang: &str, n: usize, server: &TestServer) -> String {
     let blocks = snippets(lang);
-    assert_eq!(blocks.len(), 1, "{PAGE}: one {lang} snippet");
-    let text: Vec<&str> = blocks[0].lines.iter().map(|(_, l)| l.as_str()).collect();
+    let text: Vec<&str> = blocks[n].lines.iter().map(|(_, l)| l.as_str()).collect();
     let text = text.join("\n");
     assert!(
         text.contains(PAGE_PORT),
@@ -125,10 +130,53 @@ fn the_php_snippet_runs() {
     let php = Command::new(std::env::var("PHP").unwrap_or_else(|_| "php".into()));
     run_script(
         php,
-        &format!("<?php\n{}\n{postlude}", snippet("php", &server)),
+        &format!("<?php\n{}\n{postlude}", nth_snippet("php", 0, &server)),
         "PHP",
     );
     assert_paid_and_released(&server, 42, "Lock:order:42");
+}
+
+/// The watchdog snippet: three rows of half a second each under a lock of 1 s, every
+/// one written while the lock is still there, with the fence of the one grant.
+#[test]
+fn the_php_watchdog_snippet_runs() {
+    assert_eq!(snippets("php").len(), 2, "{PAGE}: two PHP snippets");
+    let server = TestServer::start();
+    let postlude = format!(
+        "function reportRows() {{ return [1, 2, 3]; }}\n\
+         function writeRow($row, $fence) {{\n\
+         usleep(500000);\n\
+         $r = new Redis(); $r->connect('127.0.0.1', {});\n\
+         $r->rPush('rows', \"$row:$fence:\" . $r->exists('Lock:report'));\n}}\n",
+        server.port
+    );
+    let php = Command::new(std::env::var("PHP").unwrap_or_else(|_| "php".into()));
+    run_script(
+        php,
+        &format!("<?php\n{}\n{postlude}", nth_snippet("php", 1, &server)),
+        "PHP",
+    );
+    let mut con = server.connection();
+    let rows: Vec<String> = redis::cmd("LRANGE")
+        .arg("rows")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    let fence = rows
+        .first()
+        .and_then(|row| row.split(':').nth(1))
+        .unwrap_or("");
+    let expected: Vec<String> = (1..=3).map(|row| format!("{row}:{fence}:1")).collect();
+    assert!(
+        !fence.is_empty() && rows == expected,
+        "rows as written: {rows:?}"
+    );
+    let exists: i64 = redis::cmd("EXISTS")
+        .arg("Lock:report")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(exists, 0, "released at the end");
 }
 
 #[test]

@@ -1,0 +1,80 @@
+<?php
+/**
+ * The helper process of RedisLock\Watchdog: reads one JSON line (host, port, auth, db,
+ * key, token, ttl in ms, since: the
+ * hrtime in ns at which the grant was asked for) from stdin, then extends the lock every third of its TTL until
+ * stdin closes (stopped) or the lock is lost, which it reports by writing "lost".
+ */
+
+declare(strict_types=1);
+
+$job = json_decode((string) fgets(STDIN), true);
+if (!is_array($job)) {
+    exit(2);
+}
+$ttl = (int) $job['ttl'];
+$lost = function (): void {
+    fwrite(STDOUT, "lost\n");
+    exit(0);
+};
+$now = function (): float {
+    return hrtime(true) / 1e9;
+};
+$connect = function (float $left) use ($job): ?Redis {
+    $redis = new Redis();
+    try {
+        if (!$redis->connect($job['host'], (int) $job['port'], max($left, 0.001))) {
+            return null;
+        }
+        if ($job['auth'] !== null && !$redis->auth($job['auth'])) {
+            return null;
+        }
+        if ($job['db'] !== 0 && !$redis->select((int) $job['db'])) {
+            return null;
+        }
+    } catch (RedisException $e) {
+        return null;
+    }
+    return $redis;
+};
+
+// hrtime is the system's monotonic clock, the same in the owner's process and here.
+$heldUntil = (int) $job['since'] / 1e9 + $ttl / 1000;
+$redis = null;
+$pause = $ttl / 3000;
+while (true) {
+    // Wait a third of the TTL, or until the owner stops the watchdog (stdin closes).
+    $read = [STDIN];
+    $none = null;
+    if (stream_select($read, $none, $none, (int) $pause, (int) (($pause - floor($pause)) * 1e6)) > 0) {
+        if (fgets(STDIN) === false) {
+            exit(0);
+        }
+    }
+    $sent = $now();
+    $left = $heldUntil - $sent;
+    if ($left <= 0) {
+        $lost();
+    }
+    // After a failure, the next try comes sooner: a tenth of the TTL.
+    $pause = $ttl / 10000;
+    $redis = $redis ?? $connect($left);
+    if ($redis === null) {
+        continue;
+    }
+    try {
+        $redis->setOption(Redis::OPT_READ_TIMEOUT, $left);
+        $extended = $redis->rawCommand('LOCK.EXTEND', $job['key'], $job['token'], (string) $ttl);
+    } catch (RedisException $e) {
+        $redis = null;   // no answer in time, or the connection broke
+        if ($heldUntil - $now() <= 0) {
+            $lost();
+        }
+        continue;
+    }
+    if ($extended !== 1) {
+        $lost();
+    }
+    $heldUntil = $sent + $ttl / 1000;
+    $pause = $ttl / 3000;
+}
