@@ -3,8 +3,7 @@
  * The PHP package's conformance driver: runs clients/conformance/scenarios.txt against
  * the masters in CONFORMANCE_PORTS (pids in CONFORMANCE_PIDS) with RedisLock\RedisLock
  * on phpredis, and prints one line per scenario (the format is described in the file).
- * The package has no watchdog (PHP has no background thread; a holder calls `expire`
- * itself, or binds the lock to its connection): those scenarios are skipped, by name.
+ * The watchdog is `RedisLock::watch`, which keeps the lock from a helper process.
  */
 
 require __DIR__ . '/../php/autoload.php';
@@ -13,7 +12,7 @@ use RedisLock\LockException;
 use RedisLock\RedisLock;
 use RedisLock\Redlock;
 
-const FEATURES = ['redlock'];
+const FEATURES = ['redlock', 'watchdog'];
 
 final class Failed extends Exception
 {
@@ -108,6 +107,9 @@ final class Driver
 
     public function close(): void
     {
+        foreach ($this->locks as [$locks, $key]) {
+            $locks->unlock($key);
+        }
         foreach ($this->clients as $redis) {
             $redis->close();
         }
@@ -120,7 +122,13 @@ final class Driver
         $this->locks[$name] = [$locks, $key];
         try {
             $wait = isset($options['wait']) ? $options['wait'] / 1000 : 0;
-            return $locks->lock($key, $wait, $ttl / 1000) ? 'granted' : 'busy';
+            if (!$locks->lock($key, $wait, $ttl / 1000)) {
+                return 'busy';
+            }
+            if (isset($options['watchdog'])) {
+                $locks->watch($key);
+            }
+            return 'granted';
         } catch (LockException $e) {
             return outcomeOf($e);
         }
@@ -149,6 +157,25 @@ final class Driver
             }
             throw $e;
         }
+    }
+
+    public function held(string $name): string
+    {
+        [$locks, $key] = $this->locks[$name];
+        return $locks->watch($key)->isLost() ? 'false' : 'true';
+    }
+
+    public function lostWithin(string $name, int $ms): string
+    {
+        [$locks, $key] = $this->locks[$name];
+        $deadline = microtime(true) + $ms / 1000;
+        while (!$locks->watch($key)->isLost()) {
+            if (microtime(true) > $deadline) {
+                return 'false';
+            }
+            usleep(10000);
+        }
+        return 'true';
     }
 
     public function fence(string $name): ?int
@@ -198,10 +225,16 @@ final class Driver
     }
 }
 
+/** `name value` pairs, and `watchdog` alone. */
 function options(array $words): array
 {
     $found = [];
     for ($i = 0; $i < count($words);) {
+        if ($words[$i] === 'watchdog') {
+            $found['watchdog'] = 1;
+            $i += 1;
+            continue;
+        }
         $found[$words[$i]] = (int) $words[$i + 1];
         $i += 2;
     }
@@ -221,6 +254,10 @@ function step(Driver $driver, array $words, array &$state): ?string
             return $driver->extend($args[0], (int) $args[1]);
         case 'do':
             return $driver->do($args[0], array_slice($args, 1));
+        case 'held':
+            return $driver->held($args[0]);
+        case 'lost':
+            return $driver->lostWithin($args[0], (int) $args[2]);
         case 'fence-above':
             [$high, $low] = [$driver->fence($args[0]), $driver->fence($args[1])];
             if (!($high > $low)) {
