@@ -3,6 +3,8 @@ times), the store's accepted writes and the data lists the final master holds, a
 counts, per phase (the fault and the time after its heal) and per system:
 
   grants          acknowledged grants (exclusive and shared)
+  unreplicated    grants released at once because WAIT said too few replicas had them
+                  (with --wait-replicas)
   overlapping     acknowledged grants that overlapped an earlier one on the same key
                   (two writers, or a writer and a reader), each grant taken as held from
                   its answer until its release was sent or its TTL, counted from when the
@@ -72,7 +74,9 @@ def check(history, accepted, data, phases, run_end):
     grants = grants_of(history)
     for e in history:
         system = e["w"].split("-")[0]
-        if e["op"] == "do" and e.get("ok") is False and "NOTHELD" in (e.get("err") or ""):
+        if e["op"] == "acquire" and (e.get("err") or "").startswith("NOTREPLICATED"):
+            count(system, e["t1"], "unreplicated")
+        elif e["op"] == "do" and e.get("ok") is False and "NOTHELD" in (e.get("err") or ""):
             count(system, e["t0"], "do refused")
         elif e["op"] == "store" and e.get("ok") is False:
             count(system, e["t0"], "store refused")

@@ -8,10 +8,11 @@ start-up then recurses into itself and the server never starts (libfaketime issu
 Both leave CLOCK_MONOTONIC alone: the jump is of the wall clock, as NTP or an operator
 would make it."""
 
+import glob
 import os
 import subprocess
 
-LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), "libfaketime.so.1")
 HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH = 32   # the file is rewritten in place at this size: the shim maps it
 

@@ -69,10 +69,12 @@ class PauseMaster(Nemesis):
 
 class PauseClient(Nemesis):
     """SIGSTOP of a client of each system while it holds a lock and has not written under
-    it yet, past the lock's TTL: its writes come after the TTL ran out."""
+    it yet, past the lock's TTL and until a newer holder has written: its writes come
+    after the TTL ran out, and after a newer holder's."""
     name = "pause-client"
 
     def start(self):
+        self.started = time.monotonic()
         self.paused = []
         for system in ("module", "recipe"):
             worker = self.run.stop_holder(system)
@@ -81,7 +83,13 @@ class PauseClient(Nemesis):
         return "stopped while holding: " + (", ".join(w.name for w in self.paused) or "none")
 
     def heal(self):
+        # Thawed once another holder of the same lock has written to the store (or 10 s
+        # more have passed), so that the late write it makes next is one.
+        deadline = time.monotonic() + 10
         for worker in self.paused:
+            key = self.run.state_of(worker).split()[1]
+            while time.monotonic() < deadline and not self.run.written_since(key, self.started, worker.name):
+                time.sleep(0.02)
             os.kill(worker.proc.pid, signal.SIGCONT)
 
 

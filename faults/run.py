@@ -73,20 +73,35 @@ class Run:
         return picked
 
     def stop_holder(self, system):
-        """SIGSTOPs a worker of `system` that holds a lock and has not written under it
-        yet (its state file says so once it is stopped); None if none did within 3 s."""
+        """SIGSTOPs a worker of `system` that holds a lock as a writer and has not written
+        under it yet (its state file says so once it is stopped); None if none did
+        within 3 s."""
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             ws = self.workers_of(system)
             self.rng.shuffle(ws)
             for w in ws:
-                if self.state_of(w).startswith("holding"):
+                if self.holds_unwritten(w):
                     os.kill(w.proc.pid, signal.SIGSTOP)
-                    if self.state_of(w).startswith("holding"):
+                    if self.holds_unwritten(w):
                         return w
                     os.kill(w.proc.pid, signal.SIGCONT)
             time.sleep(0.01)
         return None
+
+    def written_since(self, key, since, not_by):
+        """True if the store accepted a write to `key` by another writer after `since`."""
+        db = open_store(os.path.join(self.dir, "store.db"))
+        try:
+            row = db.execute("SELECT count(*) FROM accepted WHERE key = ? AND at > ? AND writer != ?",
+                             (key, since, not_by)).fetchone()
+        finally:
+            db.close()
+        return row[0] > 0
+
+    def holds_unwritten(self, worker):
+        words = self.state_of(worker).split()
+        return len(words) == 4 and words[0] == "holding" and words[3] != "shared"
 
     @staticmethod
     def state_of(worker):
@@ -105,7 +120,8 @@ class Run:
         db = open_store(os.path.join(self.dir, "store.db"), create=True)
         db.close()
         sentinels = ",".join(SENTINELS)
-        for system, keys in (("module", "m0,m1"), ("recipe", "r0,r1")):
+        for system in ("module", "recipe"):
+            keys = ",".join(f"{system[0]}{k}" for k in range(self.o.keys))
             for i in range(self.o.workers):
                 address = f"127.0.0.{20 + len(self.workers)}"
                 state = os.path.join(self.dir, f"{system}-{i}.state")
@@ -118,6 +134,8 @@ class Run:
                         "--state", state, "--store", os.path.join(self.dir, "store.db")]
                 if self.o.unchecked_store:
                     args.append("--unchecked-store")
+                if self.o.wait_replicas:
+                    args += ["--wait-replicas", str(self.o.wait_replicas)]
                 proc = subprocess.Popen(args, stdin=subprocess.DEVNULL)
                 self.workers.append(WorkerProc(system, i, address, proc, state))
 
@@ -143,9 +161,24 @@ class Run:
             healed = time.monotonic()
             # Between phases, every replica is linked again; after the last, one master.
             master = self.wait_settled(every_replica=n + 1 < len(names))
-            self.notes.append(f"{name}: {what}; healed after {seconds:.1f} s; settled "
-                              f"{time.monotonic() - healed:.1f} s later, master {master}")
+            settled = time.monotonic() - healed
+            self.wait_granted_since(healed)
+            self.notes.append(f"{name}: {what}; healed after {seconds:.1f} s; the Sentinels agreed on "
+                              f"{master}, with every replica linked, {settled:.1f} s after the heal")
             time.sleep(self.o.ttl / 1000)
+
+    def wait_granted_since(self, since, seconds=30):
+        """Waits until a worker of each system was granted a lock after `since`."""
+        deadline = time.monotonic() + seconds
+        waiting = {"module", "recipe"}
+        while waiting and time.monotonic() < deadline:
+            for w in self.workers:
+                words = self.state_of(w).split()
+                if w.system in waiting and len(words) == 4 and float(words[2]) > since:
+                    waiting.discard(w.system)
+            time.sleep(0.02)
+        if waiting:
+            raise RuntimeError(f"no grant of {', '.join(sorted(waiting))} in {seconds} s after the heal")
 
     def wait_settled(self, every_replica=True, seconds=30):
         """One master named by every Sentinel, answering as master, with both replicas
@@ -185,7 +218,7 @@ class Run:
                     except ValueError:
                         pass       # a line cut by the worker's end
         data = {}
-        for key in ("m0", "m1", "r0", "r1"):
+        for key in [f"{system[0]}{k}" for system in ("module", "recipe") for k in range(self.o.keys)]:
             reply = self.topology.call(master, "LRANGE", f"data:{key}", 0, -1, timeout=5)
             data[key] = [e.decode() for e in reply]
         db = open_store(os.path.join(self.dir, "store.db"))
@@ -193,7 +226,9 @@ class Run:
         db.close()
         rows = checker.check(history, accepted, data, self.phases, end)
         info = self.topology.call(master, "INFO", "server", timeout=5).decode()
-        version = next((line for line in info.splitlines() if line.startswith(("valkey_version", "redis_version"))), "?")
+        fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+        version = (f"Valkey {fields['valkey_version']}" if "valkey_version" in fields
+                   else f"Redis {fields.get('redis_version', '?')}")
         return rows, version, len(history)
 
     def cleanup(self):
@@ -240,14 +275,18 @@ def main():
     p.add_argument("--fault-seconds", type=float, default=3.0)
     p.add_argument("--ttl", type=int, default=1000, help="the locks' TTL in ms")
     p.add_argument("--workers", type=int, default=3, help="per system")
+    p.add_argument("--keys", type=int, default=2, help="locks per system")
+    p.add_argument("--counts", help="also write the counts here: one 'phase<TAB>system<TAB>what<TAB>n' a line")
     p.add_argument("--min-replicas", type=int, default=0, help="min-replicas-to-write on every node")
+    p.add_argument("--wait-replicas", type=int, default=0,
+                   help="a grant counts once WAIT n 100 says n replicas have it (else it is released)")
     p.add_argument("--unchecked-store", action="store_true",
                    help="mutation: the store accepts every write (the checker must then fail)")
     p.add_argument("--out", default=os.path.join(ROOT, "target/faults"))
     p.add_argument("--label", default=None)
     p.add_argument("--keep", action="store_true", help="keep the run's files (target/faults/run-<pid>)")
     p.add_argument("--short", action="store_true",
-                   help="the run make test makes: faults of 1.5 s, locks of 500 ms, and unless --nemeses says "
+                   help="the run make test makes: faults of 1.5 s, one lock of 500 ms per system, and unless --nemeses says "
                         "otherwise pause-client, clock-forward, pause-master")
     p.add_argument("--sweep", action="store_true", help="only clean up after runs that were killed")
     o = p.parse_args()
@@ -257,7 +296,7 @@ def main():
     if o.sweep:
         return 0
     if o.short:
-        o.fault_seconds, o.ttl = 1.5, 500
+        o.fault_seconds, o.ttl, o.keys = 1.5, 500, 1
         if o.nemeses == "all":
             o.nemeses = "pause-client,clock-forward,pause-master"
     o.server = shutil.which(o.server) or o.server
@@ -287,6 +326,12 @@ def main():
     with open(os.path.join(o.out, f"{label}.md"), "w") as f:
         f.write(text)
     print(text)
+    if o.counts:
+        with open(o.counts, "w") as f:
+            for row in rows:
+                for system in checker.SYSTEMS:
+                    for what, n in sorted(row[system].items()):
+                        f.write(f"{row['phase']}\t{system}\t{what}\t{n}\n")
     if not o.keep:
         shutil.rmtree(work, ignore_errors=True)
     broken = checker.violations(rows)

@@ -11,6 +11,9 @@ machine's monotonic clock (the same in every process).
     wait), a plain RPUSH to data:<key>, a write to the store carrying the grant's order
     (it has no fence, so the store cannot check it), and the compare-and-delete script.
 
+With --wait-replicas n, a grant counts only once `WAIT n 100` answers n or more (the
+clients' `replicas` option); otherwise it is released at once.
+
 Before the protected writes the worker pauses (the work it does), and it keeps the file
 <state> saying whether it holds a lock it has not written under yet, so the harness can
 freeze a holder before its writes."""
@@ -101,6 +104,8 @@ class Worker:
             self.log(op="acquire", key=key, mode=mode, t0=t0, t1=now(), ok=None, err=str(error))
             time.sleep(0.05)
             return
+        if order is not None and not isinstance(order, ReplyError) and self.o.wait_replicas:
+            order = self.replicated(key, token, order)
         t1 = now()
         if isinstance(order, ReplyError):
             self.log(op="acquire", key=key, mode=mode, t0=t0, t1=t1, ok=False, err=str(order))
@@ -110,9 +115,9 @@ class Worker:
                  ttl=self.o.ttl, token=token)
         if order is None:
             return
-        self.state(f"holding {key}")       # and has not written yet
+        self.state(f"holding {key} {t1} {mode}")  # and has not written yet
         time.sleep(self.rng.uniform(0.1, 0.3) * self.o.ttl / 1000)
-        self.state(f"writing {key}")
+        self.state(f"writing {key} {t1} {mode}")
         self.data_write(key, mode, token, order)
         if mode != "shared":
             t0 = now()
@@ -145,6 +150,15 @@ class Worker:
             if isinstance(reply, ReplyError) or now() > deadline:
                 return reply
             time.sleep(0.05)
+
+    def replicated(self, key, token, order):
+        """`order` once WAIT says enough replicas have the grant; else the grant is
+        released and treated as not made (a ReplyError saying so)."""
+        acked = self.call("WAIT", self.o.wait_replicas, 100, timeout=1.0)
+        if isinstance(acked, int) and acked >= self.o.wait_replicas:
+            return order
+        self.release(key, token, order)
+        return ReplyError(f"NOTREPLICATED WAIT answered {acked}")
 
     def data_write(self, key, mode, token, order):
         t0 = now()
@@ -191,6 +205,7 @@ def main():
         p.add_argument("--" + name, type=int, required=True)
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--unchecked-store", action="store_true")
+    p.add_argument("--wait-replicas", type=int, default=0)
     Worker(p.parse_args()).run()
 
 
