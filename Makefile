@@ -8,7 +8,7 @@ MODULE := target/release/libredis_lock.so
 # as it is instead of being rebuilt under the running tests.
 MODULE_SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 
-.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean dist
+.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean dist faults
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ fuzz: deps ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE p
 	RESTORE_FUZZ_CASES=$${RESTORE_FUZZ_CASES:-100000} $(CARGO) test --release --test fuzz restore_fuzz:: -- --nocapture
 	MODEL_FUZZ_STEPS=$${MODEL_FUZZ_STEPS:-50000} $(CARGO) test --release --test fuzz model_fuzz:: -- --nocapture
 	LOCK_DO_FUZZ_CASES=$${LOCK_DO_FUZZ_CASES:-100000} $(CARGO) test --release --test fuzz lock_do_fuzz:: -- --nocapture
+
+faults: $(MODULE) ## the fault harness's full run (partitions, pauses, crashes, clock jumps; module vs recipe) on Redis 7.0.15 and Valkey 9.1.2, as root (minutes; target/faults/*.md, docs/faults.md)
+	@scripts/faults.sh
 
 test-cluster: deps ## run only the Redis Cluster and failover tests (real 6-node clusters)
 	$(CARGO) test --release --test cluster

@@ -4,7 +4,8 @@
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
 # PHP with phpredis, redis-py, pytest (with pytest-asyncio) and mypy for the python3 on
 # PATH, Node.js with npm, tmux (the interactive cli's hints are read off a real terminal)
-# (the client packages' tests). Safe to run again.
+# (the client packages' tests), iptables and libfaketime (the fault harness). Safe to run
+# again.
 set -euo pipefail
 
 with_test_deps=0
@@ -33,6 +34,10 @@ if [ "$with_test_deps" = 1 ]; then
   command -v npm >/dev/null 2>&1 || missing+=(npm)
   # tests/server/command_docs.rs types into a real interactive cli in tmux.
   command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+  # The fault harness (faults/, tests/faults): partitions as iptables rules, clock jumps
+  # with libfaketime, its store in SQLite (python3's own sqlite3 module).
+  command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+  [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(libfaketime)
 fi
 
 SUDO=""

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `make faults`: the fault harness's full run (faults/run.py; docs/faults.md), on Debian's
+# Redis 7.0.15 and Valkey 9.1.2 (FAULT_SERVERS="name=path ..." for others): every nemesis
+# alone, then FAULT_MIXED (default 6) drawn at random with FAULT_SEED (default 1), then the
+# partition and the crash again with min-replicas-to-write 1, and with WAIT 1 after every
+# grant. Reports: target/faults/<name>.md, <name>-min-replicas-1.md and
+# <name>-wait-replicas-1.md. Installs what it needs (iptables,
+# libfaketime, a C compiler for the clock shim), as root. Exits non-zero if a checker found
+# a violation of what the module promises or a run failed; whatever happens, no process,
+# packet filter rule or faked clock of a run outlives it.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+missing=()
+command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1 || missing+=(libfaketime)
+command -v python3 >/dev/null 2>&1 || missing+=(python3)
+command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=$([ "$(id -u)" -eq 0 ] || echo sudo)
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+    --no-install-recommends "${missing[@]}" || exit 1
+fi
+
+if [ -z "${FAULT_SERVERS:-}" ]; then
+  listing=$(scripts/fetch-servers.sh) || exit 1
+  FAULT_SERVERS="redis-7.0.15=$(awk '$1 == "redis-7.0" {print $2}' <<<"$listing") \
+valkey-9.1.2=$(awk '$1 == "valkey-9.1.2" {print $2}' <<<"$listing")"
+fi
+seed=${FAULT_SEED:-1}
+mixed=${FAULT_MIXED:-6}
+
+# Whatever ends this script, clean up after every run it started (a run cleans up after
+# itself; this covers one killed with SIGKILL).
+trap 'python3 faults/run.py --sweep' EXIT
+
+status=0
+started=$SECONDS
+for entry in $FAULT_SERVERS; do
+  name=${entry%%=*} server=${entry#*=}
+  echo "==== $name: every nemesis, then $mixed at random (seed $seed)"
+  python3 faults/run.py --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
+    --label "$name" >/dev/null || status=1
+  echo "     target/faults/$name.md"
+  echo "==== $name: the partition and the crash with min-replicas-to-write 1"
+  python3 faults/run.py --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
+    --min-replicas 1 --label "$name-min-replicas-1" >/dev/null || status=1
+  echo "     target/faults/$name-min-replicas-1.md"
+  echo "==== $name: the partition and the crash with WAIT 1 after every grant"
+  python3 faults/run.py --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
+    --wait-replicas 1 --label "$name-wait-replicas-1" >/dev/null || status=1
+  echo "     target/faults/$name-wait-replicas-1.md"
+done
+echo "==== took $((SECONDS - started)) s; exit status $status"
+exit $status

@@ -1,0 +1,121 @@
+//! The fault harness (`faults/run.py`, docs/faults.md) in `make test`: its short run on
+//! the server under test, and the mutation that shows its checker fails a violation.
+//!
+//! Each run starts its own master, two replicas and three Sentinels on 127.0.0.2-7 (on a
+//! port of its own), workers of the module and of the recipe, and packet filter rules of
+//! its own; it removes them all when it ends. It needs root (iptables), python3, cc and
+//! libfaketime (`make deps-test` installs them).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use redis_lock_testkit::pages::root;
+use redis_lock_testkit::{fresh_dir, module_path, server_binary};
+
+/// Runs `faults/run.py --short` with `extra`; its output and the counts it wrote.
+fn short_run(tag: &str, extra: &[&str]) -> (Output, counts::Rows) {
+    let dir = fresh_dir(tag);
+    let counts = dir.join("counts.tsv");
+    let output = Command::new("python3")
+        .arg(root().join("faults/run.py"))
+        .args(["--short", "--server", &server_binary()])
+        .arg("--module")
+        .arg(module_path())
+        .arg("--out")
+        .arg(&dir)
+        .arg("--counts")
+        .arg(&counts)
+        .args(extra)
+        .output()
+        .expect("python3 runs faults/run.py");
+    let rows = counts::read(Path::new(&counts));
+    (output, rows)
+}
+
+fn shown(output: &Output) -> String {
+    format!(
+        "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// A paused holder's late writes: the module refuses them (LOCK.DO answers NOTHELD, the
+/// fenced store refuses the old fence) and keeps none; the recipe takes them.
+#[test]
+fn the_short_fault_run_finds_no_violation_and_shows_the_late_writes_refused() {
+    let (output, rows) = short_run("faults-short", &[]);
+    assert_eq!(output.status.code(), Some(0), "{}", shown(&output));
+    let paused = rows.phase("pause-client");
+    let module = |what: &str| paused.count("module", what);
+    let recipe = |what: &str| paused.count("recipe", what);
+    assert!(module("do refused") >= 1.0, "{}", shown(&output));
+    assert!(module("store refused") >= 1.0, "{}", shown(&output));
+    assert_eq!(module("late kept") + module("store stale"), 0.0);
+    assert!(recipe("late kept") >= 1.0, "{}", shown(&output));
+    assert!(recipe("store stale") >= 1.0, "{}", shown(&output));
+    for phase in ["no fault", "clock-forward", "pause-master"] {
+        assert!(
+            rows.phase(phase).count("module", "grants") >= 1.0,
+            "{phase}: {}",
+            shown(&output)
+        );
+    }
+}
+
+/// The mutation: a store that takes every write. The paused holder's late write is then
+/// accepted, and the run must fail naming it.
+#[test]
+fn the_checker_fails_the_run_when_the_store_takes_a_late_write() {
+    let (output, rows) = short_run(
+        "faults-mutation",
+        &["--nemeses", "pause-client", "--unchecked-store"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", shown(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout)
+            .contains("VIOLATION: pause-client: module store stale"),
+        "{}",
+        shown(&output)
+    );
+    assert!(rows.phase("pause-client").count("module", "store stale") >= 1.0);
+}
+
+/// The counts faults/run.py writes with `--counts`: `phase<TAB>system<TAB>what<TAB>n`.
+mod counts {
+    use std::path::Path;
+
+    pub struct Rows(Vec<[String; 4]>);
+    pub struct Phase<'a>(&'a Rows, String);
+
+    pub fn read(path: &Path) -> Rows {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        Rows(
+            text.lines()
+                .filter_map(|line| {
+                    let cells: Vec<String> = line.split('\t').map(str::to_string).collect();
+                    cells.try_into().ok()
+                })
+                .collect(),
+        )
+    }
+
+    impl Rows {
+        pub fn phase(&self, name: &str) -> Phase<'_> {
+            Phase(self, name.to_string())
+        }
+    }
+
+    impl Phase<'_> {
+        /// The count `what` of `system` in this phase (0 when absent).
+        pub fn count(&self, system: &str, what: &str) -> f64 {
+            self.0
+                .0
+                .iter()
+                .find(|[phase, s, w, _]| *phase == self.1 && s == system && w == what)
+                .and_then(|row| row[3].parse().ok())
+                .unwrap_or(0.0)
+        }
+    }
+}
