@@ -75,8 +75,8 @@ class Run:
     def stop_holder(self, system):
         """SIGSTOPs a worker of `system` that holds a lock as a writer and has not written
         under it yet (its state file says so once it is stopped); None if none did
-        within 3 s."""
-        deadline = time.monotonic() + 3
+        within 10 s."""
+        deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             ws = self.workers_of(system)
             self.rng.shuffle(ws)
@@ -149,6 +149,7 @@ class Run:
         started = time.monotonic()
         self.phases.append(("no fault", started))
         time.sleep(self.o.fault_seconds)
+        self.wait_granted_since(started)
         names = self.schedule()
         for n, name in enumerate(names):
             fault = nemesis.make(name, self)
@@ -194,6 +195,9 @@ class Run:
         raise RuntimeError("the servers did not settle after the heal")
 
     def stop_workers(self):
+        died = [f"{w.name} (exit {w.proc.returncode})" for w in self.workers if w.proc.poll() is not None]
+        if died:
+            raise RuntimeError(f"workers ended before the run did: {', '.join(died)}")
         for w in self.workers:
             if w.proc.poll() is None:
                 w.proc.send_signal(signal.SIGCONT)

@@ -100,12 +100,12 @@ class Worker:
         t0 = now()
         try:
             order = self.acquire(key, mode, token)
+            if order is not None and not isinstance(order, ReplyError) and self.o.wait_replicas:
+                order = self.replicated(key, token, order)
         except Disconnected as error:
             self.log(op="acquire", key=key, mode=mode, t0=t0, t1=now(), ok=None, err=str(error))
             time.sleep(0.05)
             return
-        if order is not None and not isinstance(order, ReplyError) and self.o.wait_replicas:
-            order = self.replicated(key, token, order)
         t1 = now()
         if isinstance(order, ReplyError):
             self.log(op="acquire", key=key, mode=mode, t0=t0, t1=t1, ok=False, err=str(order))
