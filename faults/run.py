@@ -27,7 +27,6 @@ import checker
 import nemesis
 import net
 from report import markdown
-from resp import Disconnected
 from store import accepted_writes, open_store
 from topology import NODES, SENTINELS, SERVICE, Topology
 

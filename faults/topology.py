@@ -4,7 +4,6 @@ number. Servers bind their address and open their own connections from it
 (`bind-source-addr`), so a partition is a set of packet filter rules between addresses."""
 
 import os
-import random
 import signal
 import socket
 import subprocess
