@@ -133,5 +133,17 @@ def make(name, run):
     return kinds[name](run)
 
 
+# The nemeses that make the Sentinels fail over: their faults last twice as long.
+FAILOVERS = ("partition-master", "pause-master", "kill-master")
+
+
+def compatible(a, b):
+    """Whether two nemeses can act at once: not the same one, not both a clock jump, not a
+    pause of the master and its crash (a killed process cannot be stopped or resumed)."""
+    if a == b or {a, b} == {"clock-forward", "clock-back"}:
+        return False
+    return {a, b} != {"pause-master", "kill-master"}
+
+
 ALL = ["partition-master", "partition-client", "pause-master", "pause-client", "kill-master",
        "clock-forward", "clock-back"]

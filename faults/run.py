@@ -2,7 +2,7 @@
 Sentinels on their own loopback addresses, runs the workers of both systems (the module,
 and the SET NX + compare-and-delete recipe) for the whole run, applies the nemeses one
 after another (each a phase: the fault, its heal, and the recovery until the Sentinels
-agree on one master again), then checks the history and writes the report.
+agree on one master again; a mixed phase applies two at once), then checks the history and writes the report.
 
   python3 faults/run.py --server PATH --module PATH [--nemeses a,b,...|all] [--mixed N]
                         [--seed N] [--fault-seconds S] [--out DIR] [--short]
@@ -139,32 +139,41 @@ class Run:
                 self.workers.append(WorkerProc(system, i, address, proc, state))
 
     def schedule(self):
+        """The phases: lists of nemeses applied together. Each named one alone, then
+        `--mixed` phases drawn with the seed, each one nemesis or two at once."""
         names = self.o.nemeses.split(",") if self.o.nemeses != "all" else list(nemesis.ALL)
-        if self.o.mixed:
-            names += [self.rng.choice(nemesis.ALL) for _ in range(self.o.mixed)]
-        return names
+        phases = [[name] for name in names]
+        for _ in range(self.o.mixed):
+            first = self.rng.choice(nemesis.ALL)
+            phase = [first]
+            if self.rng.random() < 0.5:
+                phase.append(self.rng.choice([n for n in nemesis.ALL if nemesis.compatible(first, n)]))
+            phases.append(phase)
+        return phases
 
     def play(self):
         started = time.monotonic()
         self.phases.append(("no fault", started))
         time.sleep(self.o.fault_seconds)
         self.wait_granted_since(started)
-        names = self.schedule()
-        for n, name in enumerate(names):
-            fault = nemesis.make(name, self)
+        phases = self.schedule()
+        for n, names in enumerate(phases):
+            faults = [nemesis.make(name, self) for name in names]
             t = time.monotonic()
-            what = fault.start()
-            self.phases.append((name, t))
-            seconds = self.o.fault_seconds * (2 if name in ("partition-master", "pause-master", "kill-master") else 1)
+            what = [fault.start() for fault in faults]
+            self.phases.append((" + ".join(names), t))
+            seconds = self.o.fault_seconds * max(2 if name in nemesis.FAILOVERS else 1 for name in names)
             time.sleep(seconds)
-            fault.heal()
+            for fault in reversed(faults):
+                fault.heal()
             healed = time.monotonic()
             # Between phases, every replica is linked again; after the last, one master.
-            master = self.wait_settled(every_replica=n + 1 < len(names))
+            master = self.wait_settled(every_replica=n + 1 < len(phases))
             settled = time.monotonic() - healed
             self.wait_granted_since(healed)
-            self.notes.append(f"{name}: {what}; healed after {seconds:.1f} s; the Sentinels agreed on "
-                              f"{master}, with every replica linked, {settled:.1f} s after the heal")
+            self.notes.append(f"{' + '.join(names)}: {'; '.join(what)}; healed after {seconds:.1f} s; the "
+                              f"Sentinels agreed on {master}, with every replica linked, {settled:.1f} s "
+                              f"after the heal")
             time.sleep(self.o.ttl / 1000)
 
     def wait_granted_since(self, since, seconds=30):
@@ -273,7 +282,8 @@ def main():
     p.add_argument("--server", default=os.environ.get("REDIS_SERVER", "redis-server"))
     p.add_argument("--module", default=os.path.join(ROOT, "target/release/libredis_lock.so"))
     p.add_argument("--nemeses", default="all", help="comma-separated, or all: " + ", ".join(nemesis.ALL))
-    p.add_argument("--mixed", type=int, default=0, help="then N nemeses drawn at random with the seed")
+    p.add_argument("--mixed", type=int, default=0,
+                   help="then N phases drawn at random with the seed, each one nemesis or two at once")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--fault-seconds", type=float, default=3.0)
     p.add_argument("--ttl", type=int, default=1000, help="the locks' TTL in ms")

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # `make faults`: the fault harness's full run (faults/run.py; docs/faults.md), on Debian's
 # Redis 7.0.15 and Valkey 9.1.2 (FAULT_SERVERS="name=path ..." for others): every nemesis
-# alone, then FAULT_MIXED (default 6) drawn at random with FAULT_SEED (default 1), then the
-# partition and the crash again with min-replicas-to-write 1, and with WAIT 1 after every
-# grant. Reports: target/faults/<name>.md, <name>-min-replicas-1.md and
-# <name>-wait-replicas-1.md. Installs what it needs (iptables,
-# libfaketime, a C compiler for the clock shim), as root. Exits non-zero if a checker found
-# a violation of what the module promises or a run failed; whatever happens, no process,
-# packet filter rule or faked clock of a run outlives it.
+# alone, then FAULT_MIXED (default 6) phases drawn at random with FAULT_SEED (default 1),
+# each of one nemesis or two at once; then the partition and the crash again with
+# min-replicas-to-write 1, and with WAIT 1 after every grant. Reports:
+# target/faults/<name>.md, <name>-min-replicas-1.md and <name>-wait-replicas-1.md.
+# Installs what it needs (iptables, libfaketime, a C compiler for the clock shim), as
+# root. Exits non-zero if a checker found a violation of what the module promises or a
+# run failed; whatever happens, no process, packet filter rule or faked clock of a run
+# outlives it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
