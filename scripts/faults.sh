@@ -40,7 +40,7 @@ status=0
 started=$SECONDS
 for entry in $FAULT_SERVERS; do
   name=${entry%%=*} server=${entry#*=}
-  echo "==== $name: every nemesis, then $mixed at random (seed $seed)"
+  echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed)"
   python3 faults/run.py --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
     --label "$name" >/dev/null || status=1
   echo "     target/faults/$name.md"
