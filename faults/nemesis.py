@@ -31,7 +31,7 @@ class PartitionMaster(Nemesis):
 
     def start(self):
         self.master = self.run.master()
-        near = self.run.workers_half(0)
+        near = self.run.near_clients()
         far = [w.address for w in self.run.workers if w.address not in near]
         others = [a for a in NODES if a != self.master]
         self.run.partitions.cut([self.master], others + SENTINELS + far)

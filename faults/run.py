@@ -64,12 +64,13 @@ class Run:
     def workers_of(self, system):
         return [w for w in self.workers if w.system == system]
 
-    def workers_half(self, half):
-        picked = []
+    def near_clients(self):
+        """The addresses of the first half of each system's workers."""
+        near = []
         for system in ("module", "recipe"):
             ws = self.workers_of(system)
-            picked += [w.address for w in ws[: len(ws) // 2]] if half == 0 else [w.address for w in ws[len(ws) // 2:]]
-        return picked
+            near += [w.address for w in ws[: len(ws) // 2]]
+        return near
 
     def stop_holder(self, system):
         """SIGSTOPs a worker of `system` that holds a lock as a writer and has not written

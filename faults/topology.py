@@ -163,9 +163,10 @@ class Topology:
 
     def _replicas_linked(self, master):
         role = self.role(master)
-        return bool(role) and role[0] == b"master" and len(role[2]) == len(NODES) - 1 and all(
-            (self.role(a) or [b""])[0] == b"slave" and self.role(a)[3] == b"connected"
-            for a in NODES if a != master)
+        if not role or role[0] != b"master" or len(role[2]) != len(NODES) - 1:
+            return False
+        replicas = [self.role(a) for a in NODES if a != master]
+        return all(r and r[0] == b"slave" and r[3] == b"connected" for r in replicas)
 
     def role(self, address):
         try:
