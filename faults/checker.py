@@ -37,7 +37,7 @@ def grants_of(history):
     for e in history:
         if e["op"] == "acquire":
             if e.get("ok"):
-                g = {"w": e["w"], "system": e["w"].split("-")[0], "key": e["key"], "mode": e["mode"],
+                g = {"w": e["w"], "system": system_of(e["w"]), "key": e["key"], "mode": e["mode"],
                      "fence": e["fence"], "t0": e["t0"], "t1": e["t1"], "ttl": e["ttl"] / 1000,
                      "release": None, "writes": []}
                 g["end"] = g["t0"] + g["ttl"]
@@ -55,9 +55,18 @@ def grants_of(history):
     return grants
 
 
-def phase_of(phases, t):
-    """The index of the phase whose window holds time t (phases: (name, start) sorted)."""
-    return max(0, bisect.bisect_right([p[1] for p in phases], t) - 1)
+def system_of(worker):
+    """"module" or "recipe", from a worker's name ("module-2")."""
+    return worker.split("-")[0]
+
+
+def below_highest(fences):
+    """The positions of the fences below the highest one before them."""
+    high = None
+    for i, fence in enumerate(fences):
+        if high is not None and fence < high:
+            yield i
+        high = fence if high is None else max(high, fence)
 
 
 def check(history, accepted, data, phases, run_end):
@@ -68,12 +77,15 @@ def check(history, accepted, data, phases, run_end):
     rows = [{"phase": name, "start": start, "end": phases[i + 1][1] if i + 1 < len(phases) else run_end,
              **{s: defaultdict(int) for s in SYSTEMS}} for i, (name, start) in enumerate(phases)]
 
-    def count(system, t, what, n=1):
-        rows[phase_of(phases, t)][system][what] += n
+    starts = [start for _, start in phases]
+
+    def count(system, t, what):
+        """Counts `what` for `system` in the phase whose window holds time t."""
+        rows[max(0, bisect.bisect_right(starts, t) - 1)][system][what] += 1
 
     grants = grants_of(history)
     for e in history:
-        system = e["w"].split("-")[0]
+        system = system_of(e["w"])
         if e["op"] == "acquire" and (e.get("err") or "").startswith("NOTREPLICATED"):
             count(system, e["t1"], "unreplicated")
         elif e["op"] == "do" and e.get("ok") is False and "NOTHELD" in (e.get("err") or ""):
@@ -120,22 +132,20 @@ def check(history, accepted, data, phases, run_end):
     for g in grants:
         for w in g["writes"]:
             last_write[f"{g['fence']}:{g['w']}"] = w["t0"]
-    for key, entries in data.items():
-        high = None
-        for entry in entries:
-            fence, writer = entry.split(":", 1)
-            system, fence = writer.split("-")[0], int(fence)
-            if high is not None and fence < high:
-                count(system, last_write.get(entry, run_end), "late kept")
-            high = fence if high is None else max(high, fence)
+    for entries in data.values():
+        fences = [int(entry.split(":", 1)[0]) for entry in entries]
+        for i in below_highest(fences):
+            writer = entries[i].split(":", 1)[1]
+            count(system_of(writer), last_write.get(entries[i], run_end), "late kept")
 
-    # store stale: accepted below the highest accepted before
-    highest = {}
+    # store stale: accepted below the highest accepted before, per key
+    by_store_key = defaultdict(list)
     for key, fence, writer, at in accepted:
-        system = writer.split("-")[0]
-        if key in highest and fence < highest[key]:
-            count(system, at, "store stale")
-        highest[key] = max(highest.get(key, fence), fence)
+        by_store_key[key].append((fence, writer, at))
+    for writes in by_store_key.values():
+        for i in below_highest([fence for fence, _, _ in writes]):
+            _, writer, at = writes[i]
+            count(system_of(writer), at, "store stale")
 
     # longest gap without a grant, per system, within each phase
     for system in SYSTEMS:
