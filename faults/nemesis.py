@@ -87,7 +87,7 @@ class PauseClient(Nemesis):
         # more have passed), so that the late write it makes next is one.
         deadline = time.monotonic() + 10
         for worker in self.paused:
-            key = self.run.state_of(worker).split()[1]
+            key = self.run.state_of(worker)[1]   # stopped while holding: its state stays
             while time.monotonic() < deadline and not self.run.written_since(key, self.started, worker.name):
                 time.sleep(0.02)
             os.kill(worker.proc.pid, signal.SIGCONT)

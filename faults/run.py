@@ -43,6 +43,7 @@ class WorkerProc:
 class Run:
     def __init__(self, opts, work):
         self.o, self.dir = opts, work
+        self.store_path = os.path.join(work, "store.db")
         self.rng = random.Random(opts.seed)
         self.topology = Topology(opts.server, opts.module, work, random.Random(), opts.min_replicas)
         self.partitions = net.Partitions(port=self.topology.port)
@@ -91,7 +92,7 @@ class Run:
 
     def written_since(self, key, since, not_by):
         """True if the store accepted a write to `key` by another writer after `since`."""
-        db = open_store(os.path.join(self.dir, "store.db"))
+        db = open_store(self.store_path)
         try:
             row = db.execute("SELECT count(*) FROM accepted WHERE key = ? AND at > ? AND writer != ?",
                              (key, since, not_by)).fetchone()
@@ -100,16 +101,19 @@ class Run:
         return row[0] > 0
 
     def holds_unwritten(self, worker):
-        words = self.state_of(worker).split()
-        return len(words) == 4 and words[0] == "holding" and words[3] != "shared"
+        state = self.state_of(worker)
+        return state is not None and state[0] == "holding" and state[3] != "shared"
 
     @staticmethod
     def state_of(worker):
+        """What a worker's state file says: [holding|writing, key, answered at, mode] while
+        it holds a lock, else None."""
         try:
             with open(worker.state) as f:
-                return f.read()
+                words = f.read().split()
         except OSError:
-            return ""
+            return None
+        return words if len(words) == 4 else None
 
     # --- the run -----------------------------------------------------------------------
 
@@ -117,7 +121,7 @@ class Run:
         net.sweep()
         self.partitions.create()
         self.topology.start()
-        db = open_store(os.path.join(self.dir, "store.db"), create=True)
+        db = open_store(self.store_path, create=True)
         db.close()
         sentinels = ",".join(SENTINELS)
         for system in ("module", "recipe"):
@@ -131,7 +135,7 @@ class Run:
                         "--ttl", str(self.o.ttl), "--wait", str(self.o.ttl // 2),
                         "--seed", str(self.rng.getrandbits(32)), "--seconds", "100000",
                         "--history", os.path.join(self.dir, f"{system}-{i}.jsonl"),
-                        "--state", state, "--store", os.path.join(self.dir, "store.db")]
+                        "--state", state, "--store", self.store_path]
                 if self.o.unchecked_store:
                     args.append("--unchecked-store")
                 if self.o.wait_replicas:
@@ -172,8 +176,9 @@ class Run:
             master = self.wait_settled(every_replica=n + 1 < len(phases))
             settled = time.monotonic() - healed
             self.wait_granted_since(healed)
+            linked = "every replica" if n + 1 < len(phases) else "a replica"
             self.notes.append(f"{' + '.join(names)}: {'; '.join(what)}; healed after {seconds:.1f} s; the "
-                              f"Sentinels agreed on {master}, with every replica linked, {settled:.1f} s "
+                              f"Sentinels agreed on {master}, with {linked} linked, {settled:.1f} s "
                               f"after the heal")
             time.sleep(self.o.ttl / 1000)
 
@@ -183,8 +188,8 @@ class Run:
         waiting = {"module", "recipe"}
         while waiting and time.monotonic() < deadline:
             for w in self.workers:
-                words = self.state_of(w).split()
-                if w.system in waiting and len(words) == 4 and float(words[2]) > since:
+                state = self.state_of(w)
+                if w.system in waiting and state is not None and float(state[2]) > since:
                     waiting.discard(w.system)
             time.sleep(0.02)
         if waiting:
@@ -234,7 +239,7 @@ class Run:
         for key in [f"{system[0]}{k}" for system in ("module", "recipe") for k in range(self.o.keys)]:
             reply = self.topology.call(master, "LRANGE", f"data:{key}", 0, -1, timeout=5)
             data[key] = [e.decode() for e in reply]
-        db = open_store(os.path.join(self.dir, "store.db"))
+        db = open_store(self.store_path)
         accepted = accepted_writes(db)
         db.close()
         rows = checker.check(history, accepted, data, self.phases, end)
