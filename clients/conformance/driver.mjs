@@ -80,6 +80,17 @@ function outcomeOf(error) {
   return `${error && error.name}: ${error && error.message}`;
 }
 
+/** 'true' once a release resolves, 'false' when the package reports the lock lost. */
+async function released(releasing) {
+  try {
+    await releasing;
+    return 'true';
+  } catch (error) {
+    if (error instanceof LockLostError) return 'false';
+    throw error;
+  }
+}
+
 class Driver {
   constructor(ports, pids) {
     this.clients = ports.map((port) => new Redis(port, { lazyConnect: false }));
@@ -124,11 +135,7 @@ class Driver {
 
   async release(name) {
     try {
-      await this.locks.get(name).lock.release();
-      return 'true';
-    } catch (error) {
-      if (error instanceof LockLostError) return 'false';
-      throw error;
+      return await released(this.locks.get(name).lock.release());
     } finally {
       this.locks.get(name).done?.();
     }
@@ -207,13 +214,7 @@ class Driver {
   }
 
   async redlockRelease(name) {
-    try {
-      await this.redlocks.get(name).lock.release();
-      return 'true';
-    } catch (error) {
-      if (error instanceof LockLostError) return 'false';
-      throw error;
-    }
+    return released(this.redlocks.get(name).lock.release());
   }
 }
 
