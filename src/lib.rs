@@ -63,7 +63,7 @@ const ALLOCATOR: Allocator = std::alloc::System;
 /// The name the module registers under (`MODULE LIST`, `INFO lock`).
 pub const MODULE_NAME: &str = "lock";
 /// The module's version as `MODULE LIST` shows it: major * 10000 + minor * 100 + patch.
-pub const MODULE_VERSION: i32 = 200;
+pub const MODULE_VERSION: i32 = 300;
 /// The module's version as people read it (the crate's).
 pub const MODULE_SEMVER: &str = env!("CARGO_PKG_VERSION");
 
@@ -84,7 +84,7 @@ struct CommandSpec {
 }
 
 /// Every command: handler, flags, keys, arity and key use.
-const COMMANDS: [CommandSpec; 12] = [
+const COMMANDS: [CommandSpec; 13] = [
     CommandSpec {
         name: c"lock.acquire",
         entry: command_entry!(commands::acquire::acquire),
@@ -137,6 +137,15 @@ const COMMANDS: [CommandSpec; 12] = [
         keys: Keys::One(KeyUse::Read),
         arity: 2,
         doc: Some(&docs::HOLDERS),
+        categories: c"lock",
+    },
+    CommandSpec {
+        name: c"lock.contended",
+        entry: command_entry!(commands::contended::contended),
+        flags: c"readonly",
+        keys: Keys::None,
+        arity: -1,
+        doc: Some(&docs::CONTENDED),
         categories: c"lock",
     },
     CommandSpec {
@@ -283,6 +292,8 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ffi::set_module_options(ctx, options);
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(commands::info_section::section));
+    state::stats::allocate();
+    commands::info_section::follow_resets(ctx);
     keyspace::waiting::init(found.unblock_is_safe());
     state::footprint::set_server_cells(found.memory_usage_leaves_out());
     state::footprint::set_allocator(&ffi::server_allocator(ctx));

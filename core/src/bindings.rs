@@ -19,7 +19,7 @@
 //! the keys of locks that left): whoever acts on an entry checks the key first. Every
 //! entry carries the connection and the grace it was made with.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::OnceLock;
 
@@ -221,6 +221,20 @@ impl Bindings {
     /// What grace `id` was started with; `None` once it has ended.
     pub fn running(&self, id: u64) -> Option<Binding> {
         self.graces.get(&id).map(|grace| grace.binding)
+    }
+
+    /// Every lock a running grace will release, with its connection, each once: what
+    /// `INFO lock` counts in `sessions_in_grace` once the caller has checked each is
+    /// still bound to that connection (a lock released, deleted or reclaimed meanwhile
+    /// stays listed until its grace ends). Linear in the keys of running graces.
+    pub fn in_grace(&self) -> Vec<Bound> {
+        let mut found: HashSet<Bound> = HashSet::new();
+        for grace in self.graces.values() {
+            for key in &grace.keys {
+                found.insert((key.clone(), grace.binding.client));
+            }
+        }
+        found.into_iter().collect()
     }
 
     /// Grace `id` was given a new timer.

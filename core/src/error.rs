@@ -12,7 +12,7 @@
 use std::fmt;
 
 use crate::cluster::Route;
-use crate::limits::{MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
+use crate::limits::{MAX_CONTENDED, MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::rules::Refusal;
 
 /// An error reply.
@@ -47,6 +47,10 @@ pub enum Error {
     RepeatedOption(Vec<u8>),
     /// An option whose value is missing at the end of the arguments.
     MissingValue(Vec<u8>),
+    /// `COUNT n` (`LOCK.CONTENDED`) was not an integer from 1 to `MAX_CONTENDED`.
+    InvalidCount,
+    /// An option `LOCK.CONTENDED` does not know, as the client gave it.
+    UnknownListOption(Vec<u8>),
     /// `numkeys` (`LOCK.ACQUIREALL`) was not an integer from 1 to `MAX_KEYS`, or named
     /// more keys than followed it.
     InvalidNumkeys,
@@ -178,6 +182,15 @@ impl fmt::Display for Error {
             Error::UnknownOption(given) => write!(
                 f,
                 "ERR unknown option '{}': expected TOKEN, WAIT, SESSION, SHARED, LIMIT or VALUE",
+                Printable(given)
+            ),
+            Error::InvalidCount => write!(
+                f,
+                "ERR invalid COUNT: expected an integer from 1 to {MAX_CONTENDED}"
+            ),
+            Error::UnknownListOption(given) => write!(
+                f,
+                "ERR unknown option '{}': expected COUNT",
                 Printable(given)
             ),
             Error::RepeatedOption(given) => {
@@ -335,6 +348,8 @@ mod tests {
                 what: "fence",
             },
             Error::InvalidLimit,
+            Error::InvalidCount,
+            Error::UnknownListOption(b"X".to_vec()),
             Error::DebugDisabled,
             Error::UnknownDebugSubcommand(b"X".to_vec()),
             Error::InternalPanic,

@@ -134,6 +134,7 @@ impl World {
             client: 0,
             kind,
             value: None,
+            arrived_us: 0,
         };
         if now {
             return self.grant(u64::MAX, &waiter);

@@ -22,6 +22,7 @@ pub mod footprint;
 pub mod grant;
 #[cfg(test)]
 mod handoff_model;
+pub mod histogram;
 pub mod holders;
 pub mod inner;
 pub mod key;

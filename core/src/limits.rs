@@ -13,3 +13,7 @@ pub const MAX_VALUE_LEN: usize = 4096;
 pub const MAX_LIMIT: u32 = 1_000_000;
 /// The most keys one `LOCK.ACQUIREALL` takes.
 pub const MAX_KEYS: usize = 64;
+/// The most keys one `LOCK.CONTENDED` lists.
+pub const MAX_CONTENDED: usize = 1000;
+/// How many keys `LOCK.CONTENDED` lists without `COUNT`.
+pub const DEFAULT_CONTENDED: usize = 10;

@@ -40,6 +40,8 @@ pub struct Waiter {
     pub kind: Kind,
     /// The value it will publish once granted (`VALUE v`), if any.
     pub value: Option<Box<[u8]>>,
+    /// When it arrived, on the module's monotonic clock (us): how long it waited.
+    pub arrived_us: u64,
 }
 
 impl Waiter {
@@ -70,6 +72,17 @@ pub enum AllReady {
         /// The other key that holds it back, if not this one.
         on: Option<KeyId>,
     },
+}
+
+/// A key that waiters wait for, as `LOCK.CONTENDED` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Contended {
+    /// The key.
+    pub key: KeyId,
+    /// How many wait for it.
+    pub waiters: usize,
+    /// When the oldest of them arrived (the module's monotonic clock, us).
+    pub oldest_us: u64,
 }
 
 /// All waiters of the server.
@@ -167,6 +180,24 @@ impl Queues {
         AllReady::Ready(id)
     }
 
+    /// The keys of database `db` that have waiters, each with how many and when its
+    /// oldest arrived (`LOCK.CONTENDED`): the cost grows with the keys that have waiters,
+    /// not with all locks.
+    pub fn contended(&self, db: i32) -> Vec<Contended> {
+        self.queues
+            .iter()
+            .filter(|(key, _)| key.db == db)
+            .filter_map(|(key, queue)| {
+                let oldest = queue.iter().map(|id| self.waiters[id].arrived_us).min()?;
+                Some(Contended {
+                    key: key.clone(),
+                    waiters: queue.len(),
+                    oldest_us: oldest,
+                })
+            })
+            .collect()
+    }
+
     /// The waiters of `key`, oldest first.
     pub fn ids(&self, key: &KeyId) -> Vec<u64> {
         self.queues
@@ -262,6 +293,7 @@ mod tests {
             client: 0,
             kind: Kind::Exclusive,
             value: None,
+            arrived_us: handle as u64,
         }
     }
 

@@ -7,7 +7,10 @@
 //! reading them needs no `unsafe`.
 
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+
+use crate::histogram::Histogram;
 
 /// One counter of `lock_stats`.
 pub struct Counter(AtomicU64);
@@ -26,6 +29,33 @@ impl Counter {
     /// The current count.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
+    }
+
+    /// Back to zero (`CONFIG RESETSTAT`).
+    fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+}
+
+/// A gauge of `lock_stats`: how many of something there are now. Moved from any thread
+/// (the server may free a lock value on its lazy-free thread), so with locked adds; never
+/// reset.
+pub struct Gauge(AtomicI64);
+
+impl Gauge {
+    const fn new() -> Self {
+        Self(AtomicI64::new(0))
+    }
+
+    /// Adds `n` (negative: takes away).
+    #[inline]
+    pub fn add(&self, n: i64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The current value (never below 0 as shown, whatever order the adds landed in).
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed).max(0) as u64
     }
 }
 
@@ -50,6 +80,79 @@ pub static SESSION_RECLAIMS: Counter = Counter::new();
 /// `LOCK.WATCH` replies that carried the key's state (at once or after a change; not
 /// timeouts).
 pub static WATCH_REPLIES: Counter = Counter::new();
+
+/// Lock keys in the keyspace (of every database; values being loaded in the background
+/// included).
+pub static KEYS: Gauge = Gauge::new();
+/// Holders of those keys: one per exclusive lock, one per shared holder.
+pub static HOLDERS: Gauge = Gauge::new();
+
+/// From a waiter's arrival to its grant or its timeout, in microseconds.
+pub static WAIT_USEC: LazyLock<Histogram> = LazyLock::new(Histogram::new);
+/// From a grant to its release, expiry or revocation, in microseconds.
+pub static HOLD_USEC: LazyLock<Histogram> = LazyLock::new(Histogram::new);
+
+/// Whether hold times are recorded: on a master that serves its keys. A replica's locks
+/// end as its master's did, and a load replaces values that go on as they were.
+static HOLDS_RECORDED: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether the server serves its keys as a master now (at load, on a role change,
+/// around loading).
+pub fn set_serving(serving: bool) {
+    HOLDS_RECORDED.store(serving, Ordering::Relaxed);
+}
+
+/// A holder granted at `acquired_ms` (unix ms) left at `now_us` (unix us): its hold time
+/// counts, where holds are recorded.
+#[inline]
+pub fn held(acquired_ms: i64, now_us: i64) {
+    if HOLDS_RECORDED.load(Ordering::Relaxed) {
+        let held = now_us
+            .saturating_sub(acquired_ms.saturating_mul(1000))
+            .max(0);
+        HOLD_USEC.record(held as u64);
+    }
+}
+
+/// A shared holder joined a key in the keyspace, in place.
+pub fn holder_joined() {
+    HOLDERS.add(1);
+}
+
+/// A shared holder granted at `acquired_ms` left a key in the keyspace at `now_us`, in
+/// place (released, expired, dropped as its master did).
+pub fn holder_left(acquired_ms: i64, now_us: i64) {
+    HOLDERS.add(-1);
+    held(acquired_ms, now_us);
+}
+
+/// `CONFIG RESETSTAT`: every counter and both distributions back to zero; the gauges
+/// stay, as they count what is there now.
+pub fn reset() {
+    for counter in [
+        &GRANTS,
+        &CONTENDED,
+        &RELEASES,
+        &EXTENDS,
+        &EXPIRED,
+        &WAITS,
+        &WAIT_TIMEOUTS,
+        &SESSION_RELEASES,
+        &SESSION_RECLAIMS,
+        &WATCH_REPLIES,
+    ] {
+        counter.reset();
+    }
+    WAIT_USEC.reset();
+    HOLD_USEC.reset();
+}
+
+/// Allocates the distributions now (at load), so that `allocated_bytes` counts them from
+/// the start.
+pub fn allocate() {
+    LazyLock::force(&WAIT_USEC);
+    LazyLock::force(&HOLD_USEC);
+}
 
 thread_local! {
     /// The lock key the server unlinked last. The `expired` event comes right after the

@@ -7,6 +7,7 @@
 use crate::holders::Holders;
 use crate::lock::{LockState, Session};
 use crate::rules::{Holding, Kind};
+use crate::stats;
 
 /// The value of a lock key.
 #[derive(Debug, Clone)]
@@ -78,6 +79,34 @@ impl LockValue {
     pub fn bound_to(&self, client: u64) -> bool {
         self.locks()
             .any(|lock| lock.session().is_some_and(|s| s.client == client))
+    }
+
+    /// How many holders it has: one exclusive, or its shared holders.
+    #[inline]
+    pub fn holder_count(&self) -> usize {
+        match self {
+            LockValue::Exclusive(_) => 1,
+            LockValue::Shared(holders) => holders.len(),
+        }
+    }
+
+    /// This value entered the keyspace (handed to the server): the `keys` and `holders`
+    /// gauges count it.
+    #[inline]
+    pub fn counted_in(&self) {
+        stats::KEYS.add(1);
+        stats::HOLDERS.add(self.holder_count() as i64);
+    }
+
+    /// This value left the keyspace at `now_us` (unix us; the server freed it): its
+    /// holders' holds end, and the gauges no longer count it.
+    #[inline]
+    pub fn counted_out(&self, now_us: i64) {
+        stats::KEYS.add(-1);
+        stats::HOLDERS.add(-(self.holder_count() as i64));
+        for lock in self.locks() {
+            stats::held(lock.acquired_ms(), now_us);
+        }
     }
 
     /// The fence of the newest grant (`LOCK.INFO`'s `fence`).

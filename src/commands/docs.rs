@@ -10,6 +10,9 @@ const FIRST: &std::ffi::CStr = c"0.1.0";
 /// The module version that added `LOCK.ACQUIREALL`.
 const ALL_KEYS: &std::ffi::CStr = c"0.2.0";
 
+/// The module version that added `LOCK.CONTENDED`.
+const HEALTH: &std::ffi::CStr = c"0.3.0";
+
 const KEY: Arg = Arg::required(c"key", ArgKind::Key);
 const TOKEN: Arg = Arg::required(c"token", ArgKind::String);
 const TTL: Arg = Arg::required(c"ttl-ms", ArgKind::Integer);
@@ -114,4 +117,12 @@ pub const HOLDERS: Doc = Doc {
     since: FIRST,
     complexity: c"O(N) where N is the number of the key's holders",
     args: &[KEY],
+};
+
+/// `LOCK.CONTENDED [COUNT n]`
+pub const CONTENDED: Doc = Doc {
+    summary: c"Lists the locks clients wait for now, longest-waiting first: key, waiters, how long the oldest waited, holders and how long the oldest grant is held; never a token",
+    since: HEALTH,
+    complexity: c"O(N log N) where N is the number of keys with waiters",
+    args: &[Arg::option(c"n", c"COUNT", ArgKind::Integer)],
 };

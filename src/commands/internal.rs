@@ -22,6 +22,7 @@ use crate::state::holders::{Holder, Holders};
 use crate::state::key::KeyRef;
 use crate::state::limits::MAX_LIMIT;
 use crate::state::lock::{self, LockState, Session};
+use crate::state::stats;
 use crate::state::value::LockValue;
 
 /// Refuses a client; hides the token (argument 2) from `SLOWLOG` and `MONITOR`.
@@ -175,7 +176,10 @@ fn run_hold(ctx: &Context, args: &Args) -> Reply {
     let joins = matches!(key.lock(), Ok(Some(LockValue::Shared(h))) if h.limit() == limit);
     let last = match key.lock_mut() {
         Ok(Some(LockValue::Shared(holders))) if joins => {
-            holders.remove(&holder.lock.token());
+            // The same holder again (renewed, rebound) or a new one beside the others.
+            if holders.remove(&holder.lock.token()).is_none() {
+                stats::holder_joined();
+            }
             holders.insert(holder).map_err(|_| Error::HoldNotSet)?;
             holders.last_expiry()
         }
@@ -218,7 +222,11 @@ fn run_drop_holder(ctx: &Context, args: &Args) -> Reply {
         ctx.replicate_verbatim();
         return Ok(RedisValue::Integer(0));
     };
-    let dropped = holders.remove(token).is_some();
+    let dropped = holders.remove(token);
+    if let Some(holder) = &dropped {
+        stats::holder_left(holder.lock.acquired_ms(), ffi::now_us());
+    }
+    let dropped = dropped.is_some();
     match holders.last_expiry() {
         None => {
             events::releasing(|| key.delete());

@@ -2,7 +2,7 @@
 //! decide with the rules, carry out through the keyspace layer, reply.
 //!
 //! - the public commands: `acquire.rs`, `acquire_all.rs` (`LOCK.ACQUIREALL`), `release.rs`, `extend.rs`, `info.rs`
-//!   (`LOCK.INFO`), `holders.rs`, `watch.rs`, `fenced.rs` (`LOCK.DO`), `debug.rs`;
+//!   (`LOCK.INFO`), `holders.rs`, `contended.rs` (`LOCK.CONTENDED`), `watch.rs`, `fenced.rs` (`LOCK.DO`), `debug.rs`;
 //! - the internal effect commands that replicate and persist them: `internal.rs`;
 //! - what they share: their arguments (`args.rs`), what `COMMAND DOCS` says of each
 //!   (`docs.rs`); and the `INFO lock` section (`info_section.rs`).
@@ -10,6 +10,7 @@
 pub mod acquire;
 pub mod acquire_all;
 pub mod args;
+pub mod contended;
 pub mod debug;
 pub mod docs;
 pub mod extend;

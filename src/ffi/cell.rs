@@ -42,8 +42,18 @@ impl ServerValue {
         self.0.as_ptr()
     }
 
-    /// The pointer, for the server, which frees it through the type's `free` callback.
+    /// The pointer, for the server, which frees it through the type's `free` callback:
+    /// the value enters the keyspace, and the gauges of `INFO lock` count it.
     pub fn into_raw(self) -> *mut c_void {
+        // SAFETY: made by `place` or `into_server` and still owned here: a live value at
+        // the start of its block, only read.
+        unsafe { &*self.0.as_ptr().cast::<LockValue>() }.counted_in();
+        self.replacing()
+    }
+
+    /// The pointer, for the server, in place of a value of the same key with the same
+    /// holders, which the caller frees with `free` (uncounted, as this one is).
+    pub fn replacing(self) -> *mut c_void {
         let value = self.0.as_ptr();
         std::mem::forget(self);
         value
@@ -93,6 +103,18 @@ pub fn into_server(value: LockValue) -> ServerValue {
 /// Whether `value` is a cell's.
 pub fn in_cell(value: &LockValue) -> bool {
     matches!(value, LockValue::Exclusive(lock) if lock.is_in_cell())
+}
+
+/// Frees a value the server held, which leaves the keyspace at `now_us` (unix us): its
+/// holds end, and the gauges no longer count it.
+///
+/// # Safety
+/// As for `free`.
+pub unsafe fn free_counted(value: *mut c_void, now_us: i64) {
+    // SAFETY: (the function's contract) a live value at the start of its block.
+    unsafe { &*value.cast::<LockValue>() }.counted_out(now_us);
+    // SAFETY: as promised by the caller.
+    unsafe { free(value) }
 }
 
 /// Frees a value the server held.

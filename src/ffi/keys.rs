@@ -173,8 +173,9 @@ impl<'ctx> Key<'ctx> {
                 // Refused: `own` is still ours, and dropping it frees it.
                 return Err(Error::KeyNotWritten);
             }
-            // The server holds it now.
-            own.into_raw();
+            // The server holds it now, in the cell's place: the same lock, so the gauges
+            // stay as they are.
+            own.replacing();
             // SAFETY: the cell the key held, given back to us once; no borrow of it is
             // left (this borrow of the key is exclusive).
             unsafe { cell::free(old) };

@@ -44,6 +44,21 @@ pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.expect("RedisModule_Milliseconds")() }
 }
 
+/// The wall clock in unix microseconds, the clock of `now_ms` (callable from any
+/// thread: the server may free values on its lazy-free thread).
+pub fn now_us() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as i64)
+}
+
+/// A monotonic clock in microseconds since the module loaded (a wait's length).
+pub fn monotonic_us() -> u64 {
+    static START: std::sync::LazyLock<std::time::Instant> =
+        std::sync::LazyLock::new(std::time::Instant::now);
+    START.elapsed().as_micros() as u64
+}
+
 /// Whether the server holds writes back now (`CLIENT PAUSE`, a failover under way).
 /// Then a key past its deadline counts as expired but is not deleted, so nothing may be
 /// written in its place.
@@ -215,6 +230,16 @@ pub fn server_versions(ctx: &Context) -> (Option<String>, Option<String>) {
     let info = ctx.server_info("server");
     let field = |name: &str| info.field(name).map(|value| value.to_string());
     (field("redis_version"), field("valkey_version"))
+}
+
+/// The field `total_commands_processed` of `INFO stats`: it only grows, except when
+/// `CONFIG RESETSTAT` zeroes it.
+pub fn commands_processed(ctx: &Context) -> Option<u64> {
+    let info = ctx.server_info("stats");
+    info.field("total_commands_processed")?
+        .to_string()
+        .parse()
+        .ok()
 }
 
 /// The field `mem_allocator` of `INFO memory` (`jemalloc-5.3.0`, `libc`), empty if absent.

@@ -21,6 +21,9 @@ pub enum ServerEvent {
     NowReplica,
     /// The server is a master now (promoted).
     NowMaster,
+    /// Loading (an RDB file, the AOF, a full sync) started: what it replaces or brings
+    /// goes on as it was, whatever the server frees meanwhile.
+    LoadingStarted,
     /// Loading (an RDB file, the AOF, a full sync) ended: the server serves its keys.
     LoadingEnded,
 }
@@ -109,6 +112,13 @@ extern "C" fn on_server_event(
                 if subevent == raw::REDISMODULE_SUBEVENT_LOADING_ENDED =>
             {
                 ServerEvent::LoadingEnded
+            }
+            raw::REDISMODULE_EVENT_LOADING
+                if subevent == raw::REDISMODULE_SUBEVENT_LOADING_RDB_START
+                    || subevent == raw::REDISMODULE_SUBEVENT_LOADING_AOF_START
+                    || subevent == raw::REDISMODULE_SUBEVENT_LOADING_REPL_START =>
+            {
+                ServerEvent::LoadingStarted
             }
             _ => return,
         };

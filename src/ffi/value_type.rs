@@ -261,7 +261,7 @@ extern "C" fn digest<T: ValueType>(md: *mut raw::RedisModuleDigest, value: *mut 
 extern "C" fn free(value: *mut c_void) {
     guard::callback((), || {
         // SAFETY: the server gives back a value it took from this module, exactly once.
-        unsafe { cell::free(value) };
+        unsafe { cell::free_counted(value, super::now_us()) };
     })
 }
 

@@ -195,6 +195,24 @@ fn reconcile_left(ctx: &Context) {
     unwatch_when_idle();
 }
 
+/// How many session-bound locks wait out their grace now: each lock a running grace
+/// lists, with its connection, that is still bound to that connection, which is still
+/// closed (`INFO lock`'s `sessions_in_grace`; a lock whose shared holders are bound to
+/// the same connection counts once). Linear in the keys of running graces; 0 on a
+/// replica, which runs none.
+pub fn in_grace(ctx: &Context) -> usize {
+    let listed = registry::with(|b| b.in_grace());
+    let db = ffi::selected_db(ctx);
+    let count = listed
+        .iter()
+        .filter(|(key, client)| !ffi::client_connected(*client) && bound_at(ctx, key, *client))
+        .count();
+    if ffi::selected_db(ctx) != db {
+        ffi::select_db(ctx, db);
+    }
+    count
+}
+
 /// Whether some holder of `key` is bound to connection `client`.
 fn bound_at(ctx: &Context, key: &KeyId, client: u64) -> bool {
     if ffi::selected_db(ctx) != key.db && !ffi::select_db(ctx, key.db) {

@@ -95,6 +95,7 @@ pub fn grant<R>(
             let last = match key.lock_mut()? {
                 Some(LockValue::Shared(holders)) if holders.limit() == limit => {
                     holders.insert(holder).map_err(|_| taken())?;
+                    stats::holder_joined();
                     holders.last_expiry().unwrap_or(expire_at)
                 }
                 None => {
@@ -184,6 +185,7 @@ pub fn drop_holder(ctx: &Context, key: &mut Key, token: &[u8]) -> Result<Option<
     let Some(holder) = holders.remove(token) else {
         return Ok(None);
     };
+    stats::holder_left(holder.lock.acquired_ms(), ffi::now_us());
     match holders.last_expiry() {
         None => {
             events::releasing(|| key.delete());
@@ -221,7 +223,9 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, Error> {
     // never leaves before its whole TTL has run, whatever the millisecond clock rounds.
     let gone = holders.expire(now - 1);
     let last = holders.last_expiry();
+    let now_us = ffi::now_us();
     for holder in &gone {
+        stats::holder_left(holder.lock.acquired_ms(), now_us);
         ffi::replicate_drop(ctx, key.name(), &holder.lock.token());
         ffi::notify(ctx, EVENT_EXPIRED, key.name());
         stats::EXPIRED.bump();

@@ -21,6 +21,7 @@ use crate::state::stats;
 /// is subscribed only while a session-bound lock waits on a connection
 /// (`ffi::watch_connections`, which `session` drives).
 pub fn init(ctx: &Context) -> bool {
+    stats::set_serving(!ffi::is_replica(ctx) && !ffi::is_loading());
     ffi::server_events::follow(ctx, on_server_event)
 }
 
@@ -83,11 +84,14 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             watching::everything_changed();
         }
         ServerEvent::NowReplica => {
+            stats::set_serving(false);
             session::demoted(ctx);
             waiting::demoted(ctx);
             watching::demoted(ctx);
         }
+        ServerEvent::LoadingStarted => stats::set_serving(false),
         ServerEvent::NowMaster | ServerEvent::LoadingEnded => {
+            stats::set_serving(!ffi::is_replica(ctx) && !ffi::is_loading());
             session::serving(ctx);
             waiting::serving(ctx);
             // What was loaded, or what a promotion now expires, may differ from what the

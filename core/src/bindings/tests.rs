@@ -65,6 +65,31 @@ fn a_close_grace_goes_in_slices_and_leaves_the_locks_taken_over() {
 }
 
 #[test]
+fn the_locks_in_grace_are_listed_once_each_until_their_grace_ends() {
+    let mut b = Bindings::default();
+    let closed = Binding {
+        client: 7,
+        grace_ms: 9,
+    };
+    assert!(b.in_grace().is_empty());
+    let close = start(&mut b, closed, Start::Close, &["a", "b", "c"]);
+    // "b" taken over by a grace of its own: still one lock in grace.
+    let own = start(&mut b, closed, Start::Own, &["b"]);
+    let listed = |b: &Bindings| sorted(b.in_grace());
+    let of = |names: &[&str]| -> Vec<Bound> { names.iter().map(|n| (key(0, n), 7)).collect() };
+    assert_eq!(listed(&b), of(&["a", "b", "c"]));
+    b.take_due(close, 1);
+    assert_eq!(listed(&b), of(&["b", "c"]), "released: no longer listed");
+    b.take_due(close, 9);
+    assert_eq!(listed(&b), of(&["b"]), "the key taken over stays");
+    b.take_due(own, 9);
+    assert!(b.in_grace().is_empty());
+    // Pending locks (a replica, a load) wait for no grace yet.
+    b.pend(key(0, "p"), closed);
+    assert!(b.in_grace().is_empty());
+}
+
+#[test]
 fn own_graces_are_per_key_and_connection_and_end_once() {
     let mut b = Bindings::default();
     b.pend(key(0, "a"), B);

@@ -36,7 +36,7 @@ pub use handoff::{
     deadline_moved, demoted, handoff, lock_gone, many_keys_changed, serving, shared_arrived,
     watch_holders,
 };
-pub use queues::{Request, admin_unblock, count, init, queued, total};
+pub use queues::{Request, admin_unblock, contended, count, init, queued, total};
 
 /// Blocks the calling client in the queue of the lock on `key`, which expires at
 /// `expire_at`, until it is granted as `request` asks or `timeout_ms` passes (`0`: no

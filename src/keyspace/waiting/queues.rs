@@ -32,7 +32,7 @@ use crate::ffi::{self, blocked};
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
 use crate::state::lock::Session;
-use crate::state::queue::{AllReady, KeyId, Queues, Waiter};
+use crate::state::queue::{AllReady, Contended, KeyId, Queues, Waiter};
 use crate::state::rules::{Holding, Kind};
 use crate::state::stats;
 
@@ -198,6 +198,7 @@ pub fn wait(
             client: request.client,
             kind: request.kind,
             value: request.value,
+            arrived_us: ffi::monotonic_us(),
         })
     });
     if timeout_ms > 0 {
@@ -211,6 +212,12 @@ pub fn wait(
 /// Answers a waiter that has left its queue: the server sends `answer` from the reply
 /// callback. Exactly once per waiter.
 pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
+    if matches!(
+        answer,
+        Answer::Granted { .. } | Answer::GrantedAll { .. } | Answer::Nil
+    ) {
+        waited(&waiter);
+    }
     stop_wake_timer(ctx, &waiter);
     blocked::unblock::<LockWaits>(blocked::Handle::from_id(waiter.handle), Some(answer));
 }
@@ -222,6 +229,24 @@ pub fn answer_all(ctx: &Context, answer_of: impl Fn(&Waiter) -> Answer) {
         let reply = answer_of(&waiter);
         answer(ctx, waiter, reply);
     }
+}
+
+/// The wait of `waiter` ended with a grant or its timeout: its length counts in
+/// `lock_wait_usec`.
+fn waited(waiter: &Waiter) {
+    stats::WAIT_USEC.record(ffi::monotonic_us().saturating_sub(waiter.arrived_us));
+}
+
+/// The keys of database `db` that have waiters, with how many and when the oldest
+/// arrived (`LOCK.CONTENDED`).
+pub fn contended(db: i32) -> Vec<Contended> {
+    with_queues(|q| {
+        if q.is_empty() {
+            Vec::new()
+        } else {
+            q.contended(db)
+        }
+    })
 }
 
 /// The waiter left its queue: the timer that would end its wait has nothing left to do.
@@ -298,6 +323,7 @@ impl blocked::Waits for LockWaits {
         if let Some(waiter) = waiter {
             stop_wake_timer(ctx, &waiter);
             stats::WAIT_TIMEOUTS.bump();
+            waited(&waiter);
             // The nil goes out from the callback; the handle is freed without a reply.
             blocked::unblock::<LockWaits>(handle, None);
         }
