@@ -103,9 +103,17 @@ impl LockValue {
     #[inline]
     pub fn counted_out(&self, now_us: i64) {
         stats::KEYS.add(-1);
-        stats::HOLDERS.add(-(self.holder_count() as i64));
-        for lock in self.locks() {
-            stats::held(lock.acquired_ms(), now_us);
+        match self {
+            LockValue::Exclusive(lock) => {
+                stats::HOLDERS.add(-1);
+                stats::held(lock.acquired_ms(), now_us);
+            }
+            LockValue::Shared(holders) => {
+                stats::HOLDERS.add(-(holders.len() as i64));
+                for holder in holders.iter() {
+                    stats::held(holder.lock.acquired_ms(), now_us);
+                }
+            }
         }
     }
 

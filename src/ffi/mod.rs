@@ -44,12 +44,18 @@ pub fn now_ms() -> i64 {
     unsafe { raw::RedisModule_Milliseconds.expect("RedisModule_Milliseconds")() }
 }
 
-/// The wall clock in unix microseconds, the clock of `now_ms` (callable from any
-/// thread: the server may free values on its lazy-free thread).
+/// The wall clock in unix microseconds, where a hold ends: the server's own time of the
+/// current command or cycle where it keeps one for modules (Redis 7.2 and later, Valkey),
+/// one read of a field; else `now_ms`, to the millisecond. Callable from any thread (the
+/// server may free values on its lazy-free thread).
 pub fn now_us() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_micros() as i64)
+    // SAFETY: reading a function pointer of the API table filled at load time; the
+    // function takes no arguments and only reads the server's cached time.
+    match unsafe { raw::RedisModule_CachedMicroseconds } {
+        // SAFETY: as above: the server's function, which only reads a field.
+        Some(cached) => unsafe { cached() },
+        None => now_ms().saturating_mul(1000),
+    }
 }
 
 /// A monotonic clock in microseconds since the module loaded (a wait's length).

@@ -4,13 +4,14 @@
 use crate::common::{TestServer, error_of, server_kind};
 
 /// The public commands, which `@lock` holds (and the per-command rights name).
-const PUBLIC: [&str; 8] = [
+const PUBLIC: [&str; 9] = [
     "lock.acquire",
     "lock.acquireall",
     "lock.release",
     "lock.extend",
     "lock.info",
     "lock.holders",
+    "lock.contended",
     "lock.watch",
     "lock.do",
 ];
@@ -57,6 +58,7 @@ fn can_lock_orders_only(mut con: redis::Connection) {
         .arg("orders:1")
         .query(&mut con)
         .unwrap();
+    let _: redis::Value = redis::cmd("LOCK.CONTENDED").query(&mut con).unwrap();
     let _: redis::Value = redis::cmd("LOCK.WATCH")
         .arg("orders:1")
         .arg(0)

@@ -11,7 +11,7 @@ use redis::Value;
 use crate::common::{TestServer, fresh_dir, poll_until, server_binary};
 
 /// The public commands and their synopsis, as `COMMAND DOCS` must give it.
-const SYNOPSES: [(&str, &str); 8] = [
+const SYNOPSES: [(&str, &str); 9] = [
     (
         "LOCK.ACQUIRE",
         "key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE value]",
@@ -24,6 +24,7 @@ const SYNOPSES: [(&str, &str); 8] = [
     ("LOCK.EXTEND", "key token ttl-ms"),
     ("LOCK.INFO", "key"),
     ("LOCK.HOLDERS", "key"),
+    ("LOCK.CONTENDED", "[COUNT n]"),
     ("LOCK.WATCH", "key fence timeout-ms"),
     ("LOCK.DO", "key token command [arg [arg ...]]"),
 ];
@@ -120,10 +121,10 @@ fn command_docs_describe_every_public_command_with_every_field() {
             let summary = text(field(&doc, "summary"));
             assert!(summary.len() > 20, "{name}: summary {summary:?}");
             // The module version that added it.
-            let since = if name == "LOCK.ACQUIREALL" {
-                "0.2.0"
-            } else {
-                "0.1.0"
+            let since = match name {
+                "LOCK.ACQUIREALL" => "0.2.0",
+                "LOCK.CONTENDED" => "0.3.0",
+                _ => "0.1.0",
             };
             assert_eq!(text(field(&doc, "since")), since, "{name}");
             assert_eq!(text(field(&doc, "group")), "module", "{name}");

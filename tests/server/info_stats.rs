@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use crate::common::*;
 
-/// The section's fields as the server prints them, in order: the counters, then the
-/// bytes the module holds.
-const FIELDS: [&str; 13] = [
+/// The section's fields as the server prints them, in order: the counters and the
+/// gauges, the bytes the module holds, then the two distributions.
+const FIELDS: [&str; 18] = [
     "lock_grants",
     "lock_contended",
     "lock_releases",
@@ -22,7 +22,12 @@ const FIELDS: [&str; 13] = [
     "lock_watch_replies",
     "lock_session_releases",
     "lock_session_reclaims",
+    "lock_keys",
+    "lock_holders",
+    "lock_sessions_in_grace",
     "lock_allocated_bytes",
+    "lock_wait_usec",
+    "lock_hold_usec",
 ];
 
 /// The counters among them.

@@ -19,6 +19,7 @@ mod info_stats;
 mod internals_hidden;
 mod keyspace;
 mod largest_durations;
+mod lock_health;
 mod mutual_exclusion;
 mod notifications;
 mod persistence;
