@@ -4,8 +4,8 @@
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
 # PHP with phpredis, redis-py, pytest (with pytest-asyncio) and mypy for the python3 on
 # PATH, Node.js with npm, tmux (the interactive cli's hints are read off a real terminal)
-# (the client packages' tests), iptables and libfaketime (the fault harness). Safe to run
-# again.
+# (the client packages' tests), iptables and libfaketime (the fault harness),
+# prometheus-redis-exporter and promtool (lock health in Prometheus). Safe to run again.
 set -euo pipefail
 
 with_test_deps=0
@@ -38,6 +38,11 @@ if [ "$with_test_deps" = 1 ]; then
   # with libfaketime, its store in SQLite (python3's own sqlite3 module).
   command -v iptables >/dev/null 2>&1 || missing+=(iptables)
   [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || missing+=(libfaketime)
+  # Lock health in Prometheus (tests/server/metrics.rs): Debian's redis_exporter with the
+  # script monitoring/redis-lock.lua, and promtool (Debian's prometheus) for the alert
+  # rules. (Where systemd runs, Debian starts both services on install.)
+  command -v prometheus-redis-exporter >/dev/null 2>&1 || missing+=(prometheus-redis-exporter)
+  command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 fi
 
 SUDO=""

@@ -20,6 +20,7 @@ mod internals_hidden;
 mod keyspace;
 mod largest_durations;
 mod lock_health;
+mod metrics;
 mod mutual_exclusion;
 mod notifications;
 mod persistence;
