@@ -204,8 +204,15 @@ pub fn matches(
     if (1_500_000_000_000..2_500_000_000_000).contains(&page) {
         return (got - now_ms()).abs() < DAY_MS;
     }
-    let after_ttl = previous.is_some_and(|p| split_index(p).1 == "\"ttl\"");
-    after_ttl && page > 0 && got > 0 && (got - page).abs() <= page / 10 + 2_000
+    // A time left (`ttl`), or gone by (`LOCK.CONTENDED`'s `waited` and `held`, which may
+    // still be 0): within 10% and 2 s of the page's.
+    let field = previous.map(|p| split_index(p).1);
+    let least = match field {
+        Some("\"ttl\"") => 1,
+        Some("\"waited\"" | "\"held\"") => 0,
+        _ => return false,
+    };
+    page > 0 && got >= least && (got - page).abs() <= page / 10 + 2_000
 }
 
 /// A `CLIENT LIST` line as a page shows it: `id=`, then `key=value` fields, `...` where it

@@ -23,16 +23,40 @@ struct Exporter {
     port: u16,
 }
 
+/// The line of `docs/operations.md` (an `sh` block) that starts with `program`, as words.
+fn documented(program: &str) -> Vec<String> {
+    let page = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md");
+    let text = std::fs::read_to_string(&page).expect("docs/operations.md");
+    redis_lock_testkit::pages::blocks(&text, &page)
+        .into_iter()
+        .filter(|block| block.lang == "sh")
+        .flat_map(|block| block.lines)
+        .map(|(_, line)| redis_lock_testkit::pages::words(&line))
+        .find(|words| words.first().is_some_and(|first| first == program))
+        .unwrap_or_else(|| panic!("no `{program}` line in docs/operations.md"))
+}
+
 impl Exporter {
+    /// The exporter as `docs/operations.md` starts it, for `server`, listening on a port
+    /// of its own.
     fn start(server: &TestServer) -> Self {
         let port = free_port();
-        let child = Command::new("prometheus-redis-exporter")
-            .arg("-redis.addr")
-            .arg(format!("redis://127.0.0.1:{}", server.port))
-            .arg("-web.listen-address")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("-script")
-            .arg(monitoring().join("redis-lock.lua"))
+        let mut args = documented("prometheus-redis-exporter");
+        let program = args.remove(0);
+        for at in 0..args.len() {
+            match args[at].as_str() {
+                "-redis.addr" => args[at + 1] = format!("redis://127.0.0.1:{}", server.port),
+                "-web.listen-address" => args[at + 1] = format!("127.0.0.1:{port}"),
+                _ => {}
+            }
+        }
+        assert!(
+            args.iter().any(|a| a == "monitoring/redis-lock.lua"),
+            "{args:?}"
+        );
+        let child = Command::new(program)
+            .args(&args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -190,8 +214,24 @@ fn promtool(args: &[&str]) -> String {
 
 #[test]
 fn the_alert_rules_pass_promtool_check_and_their_unit_tests() {
-    let checked = promtool(&["check", "rules", "redis-lock-alerts.yml"]);
+    // The page's line: `cd monitoring && promtool check rules ... && promtool test rules ...`.
+    let line = documented("cd");
+    assert_eq!(line[1], "monitoring", "{line:?}");
+    let runs: Vec<Vec<&str>> = line[3..]
+        .split(|word| word == "&&")
+        .map(|run| run.iter().map(String::as_str).collect())
+        .collect();
+    assert_eq!(runs.len(), 2, "{line:?}");
+    assert_eq!(
+        runs[0],
+        ["promtool", "check", "rules", "redis-lock-alerts.yml"]
+    );
+    assert_eq!(
+        runs[1],
+        ["promtool", "test", "rules", "redis-lock-alerts.test.yml"]
+    );
+    let checked = promtool(&runs[0][1..]);
     assert!(checked.contains("SUCCESS: 5 rules found"), "{checked}");
-    let tested = promtool(&["test", "rules", "redis-lock-alerts.test.yml"]);
+    let tested = promtool(&runs[1][1..]);
     assert!(tested.contains("SUCCESS"), "{tested}");
 }
