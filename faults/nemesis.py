@@ -6,7 +6,7 @@ import os
 import signal
 import time
 
-from topology import NODES, SENTINELS
+from .topology import NODES, SENTINELS
 
 CLOCK_JUMP_S = 5
 
@@ -15,7 +15,7 @@ class Nemesis:
     name = ""
 
     def __init__(self, run):
-        self.run = run            # the Run: topology, partitions, workers, rng
+        self.run = run            # the Run (run.py): topology, partitions, workers, rng
 
     def start(self):
         raise NotImplementedError
@@ -31,8 +31,8 @@ class PartitionMaster(Nemesis):
 
     def start(self):
         self.master = self.run.master()
-        near = self.run.near_clients()
-        far = [w.address for w in self.run.workers if w.address not in near]
+        near = self.run.workers.near_clients()
+        far = [w.address for w in self.run.workers.all if w.address not in near]
         others = [a for a in NODES if a != self.master]
         self.run.partitions.cut([self.master], others + SENTINELS + far)
         return f"{self.master} cut from {', '.join(others + SENTINELS)} and clients {', '.join(far)}"
@@ -46,7 +46,7 @@ class PartitionClient(Nemesis):
     name = "partition-client"
 
     def start(self):
-        self.cut = [self.run.rng.choice(self.run.workers_of(system)).address for system in ("module", "recipe")]
+        self.cut = [self.run.rng.choice(self.run.workers.of(system)).address for system in ("module", "recipe")]
         self.run.partitions.cut(self.cut, NODES + SENTINELS)
         return f"clients {', '.join(self.cut)} cut from every server"
 
@@ -77,7 +77,7 @@ class PauseClient(Nemesis):
         self.started = time.monotonic()
         self.paused = []
         for system in ("module", "recipe"):
-            worker = self.run.stop_holder(system)
+            worker = self.run.workers.stop_holder(system)
             if worker is not None:
                 self.paused.append(worker)
         return "stopped while holding: " + (", ".join(w.name for w in self.paused) or "none")
@@ -87,7 +87,7 @@ class PauseClient(Nemesis):
         # more have passed), so that the late write it makes next is one.
         deadline = time.monotonic() + 10
         for worker in self.paused:
-            key = self.run.state_of(worker)[1]   # stopped while holding: its state stays
+            key = worker.state().key   # stopped while holding: its state stays
             while time.monotonic() < deadline and not self.run.written_since(key, self.started, worker.name):
                 time.sleep(0.02)
             os.kill(worker.proc.pid, signal.SIGCONT)

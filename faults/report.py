@@ -12,7 +12,7 @@ def markdown(rows, o, version, run, operations, seconds):
     out = [
         f"### {version}",
         "",
-        f"`python3 faults/run.py --server {o.server} --nemeses {o.nemeses}"
+        f"`python3 -m faults --server {o.server} --nemeses {o.nemeses}"
         + (f" --mixed {o.mixed}" if o.mixed else "") + f" --seed {o.seed} --fault-seconds {o.fault_seconds:g}"
         + f" --ttl {o.ttl} --workers {o.workers} --keys {o.keys}"
         + (f" --min-replicas {o.min_replicas}" if o.min_replicas else "")

@@ -9,8 +9,8 @@ import socket
 import subprocess
 import time
 
-from clock import Clock
-from resp import Client, Disconnected, ReplyError
+from .clock import Clock
+from .resp import Client, Disconnected, ReplyError
 
 NODES = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]       # the first starts as master
 SENTINELS = ["127.0.0.5", "127.0.0.6", "127.0.0.7"]

@@ -20,12 +20,13 @@ freeze a holder before its writes."""
 
 import argparse
 import json
-import os
 import random
 import time
+from dataclasses import MISSING, dataclass, fields
 
-from resp import Client, Disconnected, ReplyError
-from store import open_store, write as store_write
+from .resp import Client, Disconnected, ReplyError
+from .state import HOLDING, IDLE, WRITING, HolderState
+from .store import open_store, write as store_write
 
 RELEASE_SCRIPT = ("if redis.call('GET', KEYS[1]) == ARGV[1] then "
                   "return redis.call('DEL', KEYS[1]) else return 0 end")
@@ -48,10 +49,8 @@ class Worker:
         entry["w"] = self.name
         self.history.write(json.dumps(entry) + "\n")
 
-    def state(self, text):
-        with open(self.o.state + ".new", "w") as f:
-            f.write(text)
-        os.replace(self.o.state + ".new", self.o.state)
+    def state(self, state):
+        state.write(self.o.state)
 
     # --- connection: the master the Sentinels name ----------------------------------
 
@@ -115,9 +114,9 @@ class Worker:
                  ttl=self.o.ttl, token=token)
         if order is None:
             return
-        self.state(f"holding {key} {t1} {mode}")  # and has not written yet
+        self.state(HolderState(HOLDING, key, t1, mode))  # and has not written yet
         time.sleep(self.rng.uniform(0.1, 0.3) * self.o.ttl / 1000)
-        self.state(f"writing {key} {t1} {mode}")
+        self.state(HolderState(WRITING, key, t1, mode))
         self.data_write(key, mode, token, order)
         if mode != "shared":
             t0 = now()
@@ -125,7 +124,7 @@ class Worker:
             accepted = store_write(self.store, key, order, self.name, checked=checked)
             self.log(op="store", key=key, fence=order, t0=t0, t1=now(), ok=accepted)
         time.sleep(self.rng.uniform(0.0, 0.1) * self.o.ttl / 1000)
-        self.state("idle")
+        self.state(HolderState(IDLE))
         self.release(key, token, order)
 
     def acquire(self, key, mode, token):
@@ -191,22 +190,60 @@ class Worker:
                  err=str(reply) if isinstance(reply, ReplyError) else None)
 
     def run(self):
-        self.state("idle")
+        self.state(HolderState(IDLE))
         deadline = now() + self.o.seconds
         while now() < deadline:
             self.round()
 
 
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What one worker is to do; `args()` is its command line, `parse` reads it back."""
+    system: str            # "module" or "recipe"
+    id: int
+    address: str           # its own loopback address
+    sentinels: str         # comma-separated addresses
+    service: str
+    port: int
+    keys: str              # comma-separated lock names
+    ttl: int               # ms
+    wait: int              # ms
+    seed: int
+    seconds: float
+    history: str           # path of its history (JSON lines)
+    state: str             # path of its state file (state.py)
+    store: str             # path of the fenced store
+    unchecked_store: bool = False
+    wait_replicas: int = 0
+
+    def args(self):
+        """The command line that starts this worker: `python3 -m faults.worker ...`."""
+        out = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            flag = "--" + field.name.replace("_", "-")
+            if field.type is bool:
+                out += [flag] if value else []
+            else:
+                out += [flag, str(value)]
+        return out
+
+    @staticmethod
+    def parse(argv=None):
+        p = argparse.ArgumentParser(description="one client of a fault run")
+        for field in fields(WorkerOptions):
+            flag = "--" + field.name.replace("_", "-")
+            if field.type is bool:
+                p.add_argument(flag, action="store_true")
+            elif field.default is MISSING:
+                p.add_argument(flag, type=field.type, required=True)
+            else:
+                p.add_argument(flag, type=field.type, default=field.default)
+        return WorkerOptions(**vars(p.parse_args(argv)))
+
+
 def main():
-    p = argparse.ArgumentParser()
-    for name in ["system", "address", "sentinels", "service", "keys", "history", "state", "store"]:
-        p.add_argument("--" + name, required=True)
-    for name in ["id", "port", "ttl", "wait", "seed"]:
-        p.add_argument("--" + name, type=int, required=True)
-    p.add_argument("--seconds", type=float, required=True)
-    p.add_argument("--unchecked-store", action="store_true")
-    p.add_argument("--wait-replicas", type=int, default=0)
-    Worker(p.parse_args()).run()
+    Worker(WorkerOptions.parse()).run()
 
 
 if __name__ == "__main__":

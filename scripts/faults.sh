@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make faults`: the fault harness's full run (faults/run.py; docs/faults.md), on Debian's
+# `make faults`: the fault harness's full run (`python3 -m faults`; docs/faults.md), on Debian's
 # Redis 7.0.15 and Valkey 9.1.2 (FAULT_SERVERS="name=path ..." for others): every nemesis
 # alone, then FAULT_MIXED (default 6) phases drawn at random with FAULT_SEED (default 1),
 # each of one nemesis or two at once; then the partition and the crash again with
@@ -34,22 +34,22 @@ mixed=${FAULT_MIXED:-6}
 
 # Whatever ends this script, clean up after every run it started (a run cleans up after
 # itself; this covers one killed with SIGKILL).
-trap 'python3 faults/run.py --sweep' EXIT
+trap 'python3 -m faults --sweep' EXIT
 
 status=0
 started=$SECONDS
 for entry in $FAULT_SERVERS; do
   name=${entry%%=*} server=${entry#*=}
   echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed)"
-  python3 faults/run.py --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
+  python3 -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
     --label "$name" >/dev/null || status=1
   echo "     target/faults/$name.md"
   echo "==== $name: the partition and the crash with min-replicas-to-write 1"
-  python3 faults/run.py --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
+  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
     --min-replicas 1 --label "$name-min-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-min-replicas-1.md"
   echo "==== $name: the partition and the crash with WAIT 1 after every grant"
-  python3 faults/run.py --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
+  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
     --wait-replicas 1 --label "$name-wait-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-wait-replicas-1.md"
 done

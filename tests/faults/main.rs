@@ -1,5 +1,6 @@
-//! The fault harness (`faults/run.py`, docs/faults.md) in `make test`: its short run on
-//! the server under test, and the mutation that shows its checker fails a violation.
+//! The fault harness (`python3 -m faults`, docs/faults.md) in `make test`: its short run
+//! on the server under test, the mutation that shows its checker fails a violation, and
+//! the checker's own tests on recorded histories (`faults/tests/`).
 //!
 //! Each run starts its own master, two replicas and three Sentinels on 127.0.0.2-7 (on a
 //! port of its own), workers of the module and of the recipe, and packet filter rules of
@@ -12,12 +13,13 @@ use std::process::{Command, Output};
 use redis_lock_testkit::pages::root;
 use redis_lock_testkit::{fresh_dir, module_path, server_binary};
 
-/// Runs `faults/run.py --short` with `extra`; its output and the counts it wrote.
+/// Runs `python3 -m faults --short` with `extra`; its output and the counts it wrote.
 fn short_run(tag: &str, extra: &[&str]) -> (Output, counts::Rows) {
     let dir = fresh_dir(tag);
     let counts = dir.join("counts.tsv");
     let output = Command::new("python3")
-        .arg(root().join("faults/run.py"))
+        .args(["-m", "faults"])
+        .current_dir(root())
         .args(["--short", "--server", &server_binary()])
         .arg("--module")
         .arg(module_path())
@@ -27,7 +29,7 @@ fn short_run(tag: &str, extra: &[&str]) -> (Output, counts::Rows) {
         .arg(&counts)
         .args(extra)
         .output()
-        .expect("python3 runs faults/run.py");
+        .expect("python3 runs the faults package");
     let rows = counts::read(Path::new(&counts));
     (output, rows)
 }
@@ -39,6 +41,24 @@ fn shown(output: &Output) -> String {
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     )
+}
+
+/// The checker's own tests (`faults/tests/test_checker.py`): a clean recorded history
+/// counts its grants and nothing else, and each violation planted in it is counted.
+#[test]
+fn the_checkers_own_tests_pass_on_recorded_histories() {
+    let output = Command::new("python3")
+        .args(["-m", "unittest", "discover", "-s", "faults/tests", "-t", "."])
+        .current_dir(root())
+        .output()
+        .expect("python3 runs unittest");
+    let text = shown(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    let ran: usize = text
+        .lines()
+        .find_map(|line| line.strip_prefix("Ran ")?.split(' ').next()?.parse().ok())
+        .unwrap_or(0);
+    assert!(ran >= 10, "only {ran} checker tests ran: {text}");
 }
 
 /// A paused holder's late writes: the module refuses them (LOCK.DO answers NOTHELD, the
@@ -82,7 +102,7 @@ fn the_checker_fails_the_run_when_the_store_takes_a_late_write() {
     assert!(rows.phase("pause-client").count("module", "store stale") >= 1.0);
 }
 
-/// The counts faults/run.py writes with `--counts`: `phase<TAB>system<TAB>what<TAB>n`.
+/// The counts `python3 -m faults` writes with `--counts`: `phase<TAB>system<TAB>what<TAB>n`.
 mod counts {
     use std::path::Path;
 
