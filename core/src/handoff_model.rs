@@ -1,9 +1,8 @@
 //! A model of the handoff over waiters for one key and for several keys at once
-//! (`LOCK.ACQUIREALL`), on generated histories (proptest): the queues and rules of the
-//! core, driven as the module's `keyspace/waiting/handoff.rs` drives them (the oldest
-//! single-key waiters that fit first, else the oldest waiter for several keys when it is
-//! the oldest of every key and each fits), with holders leaving and waiters giving up at
-//! random. After every step, with every key settled:
+//! (`LOCK.ACQUIREALL`), on generated histories (proptest). The decision of who is granted
+//! is the module's own (`handoff::next`, which `keyspace/waiting/handoff.rs` calls): the
+//! model only keeps a keyspace of holders, carries the decisions out, and lets holders
+//! leave and waiters give up at random. After every step, with every key settled:
 //!
 //! - no deadlock: if anyone waits, the oldest waiter of all is held back by a holder
 //!   (never by a free key, never by another waiter);
@@ -17,7 +16,8 @@ use std::collections::BTreeMap;
 
 use proptest::prelude::*;
 
-use crate::queue::{AllReady, KeyId, Queues, Waiter};
+use crate::handoff::{self, Handoff};
+use crate::queue::{KeyId, Queues, Waiter};
 use crate::rules::{self, Decision, Holding, Kind};
 
 const KEYS: u8 = 4;
@@ -45,10 +45,7 @@ impl World {
     }
 
     fn fits(&self, key: &KeyId, kind: Kind) -> bool {
-        matches!(
-            rules::decide(self.holding(key), None, kind, false),
-            Decision::Grant
-        )
+        handoff::fits(self.holding(key), None, kind)
     }
 
     /// Grants `waiter` every key it asks for, checking first come, first served.
@@ -71,29 +68,29 @@ impl World {
         Ok(())
     }
 
-    /// The module's `settle`, on one key: returns whether anything was granted.
+    /// Carries out the handoff decisions for one key until it is to wait, as the
+    /// module's `settle` does: returns whether anything was granted.
     fn settle(&mut self, key: &KeyId) -> Result<bool, TestCaseError> {
         let mut granted = false;
         loop {
-            let singles = self.queues.admissible(key, self.holding(key));
-            if singles > 0 {
-                for _ in 0..singles {
-                    let (id, _) = self.queues.head(key).expect("admitted");
+            let decision = handoff::next(&self.queues, key, self.holding(key), |k, w| {
+                self.fits(k, w.kind)
+            });
+            match decision {
+                Handoff::Heads(n) => {
+                    for _ in 0..n {
+                        let (id, _) = self.queues.head(key).expect("admitted");
+                        let waiter = self.queues.remove(id).expect("queued");
+                        self.grant(id, &waiter)?;
+                    }
+                }
+                Handoff::All(id) => {
                     let waiter = self.queues.remove(id).expect("queued");
                     self.grant(id, &waiter)?;
                 }
-                granted = true;
-                continue;
+                Handoff::Wait { .. } => return Ok(granted),
             }
-            let ready = self.queues.ready_all(key, |k, w| self.fits(k, w.kind));
-            match ready {
-                AllReady::Ready(id) => {
-                    let waiter = self.queues.remove(id).expect("queued");
-                    self.grant(id, &waiter)?;
-                    granted = true;
-                }
-                AllReady::NotMulti | AllReady::Blocked { .. } => return Ok(granted),
-            }
+            granted = true;
         }
     }
 

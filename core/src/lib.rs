@@ -20,6 +20,7 @@ pub mod error;
 pub mod fence;
 pub mod footprint;
 pub mod grant;
+pub mod handoff;
 #[cfg(test)]
 mod handoff_model;
 pub mod histogram;

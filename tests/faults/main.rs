@@ -48,7 +48,15 @@ fn shown(output: &Output) -> String {
 #[test]
 fn the_checkers_own_tests_pass_on_recorded_histories() {
     let output = Command::new("python3")
-        .args(["-m", "unittest", "discover", "-s", "faults/tests", "-t", "."])
+        .args([
+            "-m",
+            "unittest",
+            "discover",
+            "-s",
+            "faults/tests",
+            "-t",
+            ".",
+        ])
         .current_dir(root())
         .output()
         .expect("python3 runs unittest");

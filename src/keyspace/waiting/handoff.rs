@@ -41,11 +41,11 @@ use crate::keyspace::store;
 use crate::keyspace::watching;
 use crate::state::error::Error;
 use crate::state::grant::GrantRequest;
+use crate::state::handoff::{self, Handoff};
 use crate::state::key::KeyRef;
 use crate::state::lock::NewToken;
-use crate::state::queue::{AllReady, KeyId, Waiter};
+use crate::state::queue::{KeyId, Waiter};
 use crate::state::room;
-use crate::state::rules::{self, Decision};
 use crate::state::value::LockValue;
 
 /// How often a held key with waiters is looked at, besides at its deadline.
@@ -101,16 +101,24 @@ fn settle(ctx: &Context, id: &KeyId) {
         // Opened for writing: a key whose time has passed is deleted here, on any server.
         let mut key = Key::open_write(ctx, &key_name);
         let held = all_keys::holding(ctx, &mut key);
-        let admitted = queues::admissible(id, held);
-        if admitted == 0 {
-            let (expire_at, next_holder) = (key.expire_at(), next_holder_expiry(&key));
-            drop(key);
-            match queues::ready_all(id, |other, waiter| fits(ctx, other, waiter)) {
-                AllReady::Ready(waiter) => {
-                    grant_all(ctx, id, waiter);
-                    continue;
+        let (expire_at, next_holder) = (key.expire_at(), next_holder_expiry(&key));
+        // Deciding may open keys (this one among them, for a waiter for several keys).
+        drop(key);
+        // Who is granted next is the core's decision; carrying it out is this loop's.
+        match queues::next_handoff(id, held, |other, waiter| fits(ctx, other, waiter)) {
+            Handoff::Heads(count) => {
+                let mut key = Key::open_write(ctx, &key_name);
+                for _ in 0..count {
+                    let Some(waiter) = queues::take_head(id) else {
+                        break;
+                    };
+                    let (waiter, answer) = grant_to(ctx, &mut key, waiter);
+                    queues::answer(ctx, waiter, answer);
                 }
-                AllReady::Blocked { on: Some(other) } => {
+            }
+            Handoff::All(waiter) => grant_all(ctx, id, waiter),
+            Handoff::Wait { on } => {
+                if let Some(other) = on {
                     // The key that holds the waiter back is watched (it has waiters, so
                     // its timer rechecks it); a free key kept for the waiter needs none.
                     rearm(ctx, &other, None);
@@ -118,20 +126,12 @@ fn settle(ctx: &Context, id: &KeyId) {
                         return;
                     }
                 }
-                AllReady::Blocked { on: None } | AllReady::NotMulti => {}
+                rearm(ctx, id, expire_at);
+                if let Some(at) = next_holder {
+                    arm_timer(ctx, id, at);
+                }
+                return;
             }
-            rearm(ctx, id, expire_at);
-            if let Some(at) = next_holder {
-                arm_timer(ctx, id, at);
-            }
-            return;
-        }
-        for _ in 0..admitted {
-            let Some(waiter) = queues::take_head(id) else {
-                break;
-            };
-            let (waiter, answer) = grant_to(ctx, &mut key, waiter);
-            queues::answer(ctx, waiter, answer);
         }
     }
 }
@@ -146,10 +146,7 @@ fn fits(ctx: &Context, id: &KeyId, waiter: &Waiter) -> bool {
         Ok(Some(value)) => value.kind_of(&waiter.token),
         _ => None,
     };
-    matches!(
-        rules::decide(held, mine, waiter.kind, false),
-        Decision::Grant | Decision::Renew
-    )
+    handoff::fits(held, mine, waiter.kind)
 }
 
 /// Grants waiter `waiter` (the oldest of every key it asks for, each of which fits it)

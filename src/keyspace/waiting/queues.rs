@@ -30,9 +30,10 @@ use super::handoff;
 use crate::ffi::Reply;
 use crate::ffi::{self, blocked};
 use crate::state::error::Error;
+use crate::state::handoff::Handoff;
 use crate::state::key::KeyRef;
 use crate::state::lock::Session;
-use crate::state::queue::{AllReady, Contended, KeyId, Queues, Waiter};
+use crate::state::queue::{Contended, KeyId, Queues, Waiter};
 use crate::state::rules::{Holding, Kind};
 use crate::state::stats;
 
@@ -113,11 +114,6 @@ pub fn keys() -> Vec<KeyId> {
     with_queues(|q| if q.is_empty() { Vec::new() } else { q.keys() })
 }
 
-/// How many waiters at the head of `id`'s queue are granted now beside `held`.
-pub fn admissible(id: &KeyId, held: Option<Holding>) -> usize {
-    with_queues(|q| q.admissible(id, held))
-}
-
 /// Takes the oldest waiter of `id` out of its queue, to be granted the lock (or refused).
 /// The caller must `answer` it.
 pub fn take_head(id: &KeyId) -> Option<Waiter> {
@@ -130,29 +126,35 @@ pub fn take(id: u64) -> Option<Waiter> {
     with_queues(|q| q.remove(id))
 }
 
-/// Whether the oldest waiter of `id`, if it waits for several keys, is granted them all
-/// now (`Queues::ready_all`). `fits` opens keys, which may reach the type's callbacks and
-/// so this module: it runs while no queue is borrowed, on a copy of the waiter.
-pub fn ready_all(id: &KeyId, mut fits: impl FnMut(&KeyId, &Waiter) -> bool) -> AllReady {
+/// What the handoff of `id` does next, as its holders stand (`held`): the core's decision
+/// (`handoff::next`). `fits` opens keys, which may reach the type's callbacks and so this
+/// module: it runs while no queue is borrowed, on a copy of the oldest waiter when it
+/// waits for several keys, about each of its keys up to the first that does not fit.
+pub fn next_handoff(
+    id: &KeyId,
+    held: Option<Holding>,
+    mut fits: impl FnMut(&KeyId, &Waiter) -> bool,
+) -> Handoff {
     let head = with_queues(|q| {
         q.head(id)
             .filter(|(_, waiter)| waiter.is_multi())
             .map(|(_, waiter)| waiter.clone())
     });
-    let Some(waiter) = head else {
-        return AllReady::NotMulti;
-    };
-    // Whether each key fits, looked at up to the first that does not; whether the waiter
-    // is the oldest of every key is the core's to decide (`Queues::ready_all`).
-    let mut verdicts = HashMap::with_capacity(waiter.more.len() + 1);
-    for key in waiter.keys() {
-        let fit = fits(key, &waiter);
-        verdicts.insert(key.clone(), fit);
-        if !fit {
-            break;
+    let mut verdicts = HashMap::new();
+    if let Some(waiter) = head {
+        for key in waiter.keys() {
+            let fit = fits(key, &waiter);
+            verdicts.insert(key.clone(), fit);
+            if !fit {
+                break;
+            }
         }
     }
-    with_queues(|q| q.ready_all(id, |key, _| verdicts.get(key).copied().unwrap_or(false)))
+    with_queues(|q| {
+        crate::state::handoff::next(q, id, held, |key, _| {
+            verdicts.get(key).copied().unwrap_or(false)
+        })
+    })
 }
 
 /// What a waiter asks for: the token it will hold, for how long, bound to which
