@@ -132,3 +132,245 @@ fn the_reader_finds_layers_in_code() {
     assert_eq!(layer_of(Path::new("keyspace/store.rs")), "keyspace");
     assert_eq!(layer_of(Path::new("lib.rs")), "lib.rs");
 }
+
+/// The files of `src/` that `file` (in `dir`, a folder of `src/`) imports: every
+/// `crate::` path resolved to the deepest file it names (`crate::keyspace::waiting::queues`
+/// is `keyspace/waiting/queues.rs`, `crate::keyspace::{session, store}` two files), every
+/// `super::x`, and a `mod.rs`'s paths into its own children (`handoff::x`).
+fn imports(root: &Path, file: &Path, text: &str) -> Vec<PathBuf> {
+    let code: String = text
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut found = Vec::new();
+    let dir = file.parent().expect("a folder");
+    let is_mod = file.ends_with("mod.rs");
+    for (at, _) in code.match_indices("crate::") {
+        let path = path_at(&code[at + "crate::".len()..]);
+        for segments in path {
+            found.extend(deepest(root, &segments));
+        }
+    }
+    let parent = if is_mod {
+        dir.parent().unwrap_or(dir)
+    } else {
+        dir
+    };
+    for (at, _) in code.match_indices("super::") {
+        for segments in path_at(&code[at + "super::".len()..]) {
+            found.extend(deepest(parent, &segments));
+        }
+    }
+    if is_mod {
+        for (at, _) in code.match_indices("::") {
+            let before: String = code[..at]
+                .chars()
+                .rev()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
+            let preceded = code[..at - before.len()].ends_with("::");
+            if !before.is_empty() && !preceded {
+                found.extend(deepest(dir, std::slice::from_ref(&before)));
+            }
+        }
+    }
+    found.retain(|path| path != file);
+    found.sort();
+    found.dedup();
+    found
+}
+
+/// The module paths written at the start of `rest` (after `crate::` or `super::`): one,
+/// or one per item of a `{...}` list, nested lists included (`a::{b, c::{self, d}}` is
+/// `a::b`, `a::c` and `a::c::d`).
+fn path_at(rest: &str) -> Vec<Vec<String>> {
+    let word = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut segments: Vec<String> = Vec::new();
+    let mut rest = rest;
+    loop {
+        if rest.starts_with('{') {
+            let mut items = Vec::new();
+            let (mut depth, mut start) = (0, 1);
+            for (at, c) in rest.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' | ',' if depth == 1 => {
+                        items.push(rest[start..at].trim());
+                        start = at + 1;
+                        if c == '}' {
+                            break;
+                        }
+                    }
+                    '}' => depth -= 1,
+                    _ => {}
+                }
+            }
+            return items
+                .into_iter()
+                .filter(|item| !item.is_empty())
+                .flat_map(path_at)
+                .map(|tail| segments.iter().cloned().chain(tail).collect())
+                .collect();
+        }
+        let name = word(rest);
+        if name.is_empty() {
+            return vec![segments];
+        }
+        rest = &rest[name.len()..];
+        if name != "self" {
+            segments.push(name);
+        }
+        match rest.strip_prefix("::") {
+            Some(more) => rest = more,
+            None => return vec![segments],
+        }
+    }
+}
+
+/// The deepest file of `src/` (from `dir`) that `segments` name: `a.rs` or `a/mod.rs`,
+/// then `a/b.rs` ... as far as files exist.
+fn deepest(dir: &Path, segments: &[String]) -> Option<PathBuf> {
+    let mut at = dir.to_path_buf();
+    let mut found = None;
+    for segment in segments {
+        let file = at.join(format!("{segment}.rs"));
+        let module = at.join(segment).join("mod.rs");
+        if file.is_file() {
+            found = Some(file);
+        } else if module.is_file() {
+            found = Some(module);
+        } else {
+            break;
+        }
+        at = at.join(segment);
+    }
+    found
+}
+
+/// A circle of imports among `files` (each with what it imports), if there is one.
+fn circle(graph: &[(PathBuf, Vec<PathBuf>)]) -> Option<Vec<PathBuf>> {
+    fn visit(
+        at: &Path,
+        graph: &[(PathBuf, Vec<PathBuf>)],
+        path: &mut Vec<PathBuf>,
+        done: &mut Vec<PathBuf>,
+    ) -> Option<Vec<PathBuf>> {
+        if let Some(start) = path.iter().position(|p| p == at) {
+            let mut found = path[start..].to_vec();
+            found.push(at.to_path_buf());
+            return Some(found);
+        }
+        if done.iter().any(|p| p == at) {
+            return None;
+        }
+        path.push(at.to_path_buf());
+        let next = graph
+            .iter()
+            .find(|(file, _)| file == at)
+            .map_or(&[][..], |(_, imports)| imports.as_slice());
+        for target in next {
+            if let Some(found) = visit(target, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.push(at.to_path_buf());
+        None
+    }
+    let mut done = Vec::new();
+    graph
+        .iter()
+        .find_map(|(file, _)| visit(file, graph, &mut Vec::new(), &mut done))
+}
+
+/// The imports among the files of folder `layer` of `src/`.
+fn layer_graph(root: &Path, layer: &str) -> Vec<(PathBuf, Vec<PathBuf>)> {
+    let mut files = Vec::new();
+    sources(&root.join(layer), &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).expect("a source file reads");
+            let inside: Vec<PathBuf> = imports(root, file, &text)
+                .into_iter()
+                .filter(|target| target.starts_with(root.join(layer)))
+                .collect();
+            (file.clone(), inside)
+        })
+        .collect()
+}
+
+#[test]
+fn no_layer_imports_itself_in_a_circle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut edges = 0;
+    for (layer, _) in LAYERS.iter().filter(|(name, _)| !name.ends_with(".rs")) {
+        let graph = layer_graph(&root, layer);
+        edges += graph
+            .iter()
+            .map(|(_, imports)| imports.len())
+            .sum::<usize>();
+        if let Some(found) = circle(&graph) {
+            let shown: Vec<String> = found
+                .iter()
+                .map(|p| p.strip_prefix(&root).unwrap_or(p).display().to_string())
+                .collect();
+            panic!(
+                "a circle of imports in src/{layer}/: {}",
+                shown.join(" -> ")
+            );
+        }
+    }
+    assert!(edges > 40, "only {edges} imports inside the layers read");
+}
+
+#[test]
+fn the_circle_finder_reads_lists_super_and_children() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let changes = root.join("keyspace/changes.rs");
+    let found = imports(
+        &root,
+        &changes,
+        "use crate::keyspace::{session, waiting::queues::{self, Answer}};\nuse crate::ffi::Key;",
+    );
+    assert_eq!(
+        found,
+        vec![
+            root.join("ffi/mod.rs"),
+            root.join("keyspace/session.rs"),
+            root.join("keyspace/waiting/queues.rs"),
+        ]
+    );
+    let module = root.join("keyspace/waiting/mod.rs");
+    let found = imports(
+        &root,
+        &module,
+        "pub use handoff::x;\nblocking::wait(); a::b::c",
+    );
+    assert_eq!(
+        found,
+        vec![
+            root.join("keyspace/waiting/blocking.rs"),
+            root.join("keyspace/waiting/handoff.rs"),
+        ]
+    );
+    let a = PathBuf::from("a");
+    let b = PathBuf::from("b");
+    let c = PathBuf::from("c");
+    let planted = vec![
+        (a.clone(), vec![b.clone()]),
+        (b.clone(), vec![c.clone()]),
+        (c.clone(), vec![a.clone()]),
+    ];
+    assert_eq!(circle(&planted), Some(vec![a.clone(), b.clone(), c, a]));
+    assert_eq!(circle(&planted[..2]), None);
+}

@@ -14,7 +14,6 @@ use crate::datatype::LockKey;
 use crate::ffi;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
-use crate::keyspace::all_keys;
 use crate::keyspace::renewal::{self, Renewal};
 use crate::keyspace::store;
 use crate::keyspace::waiting;
@@ -98,7 +97,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
     let db = ffi::selected_db(ctx);
     let at = KeyRef::new(db, argv[1]);
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let (mut key, queued) = all_keys::open_for_newcomer(ctx, at, &name)?;
+    let (mut key, queued) = waiting::open_for_newcomer(ctx, at, &name)?;
     let held = key.lock()?;
     let mine = options
         .token
@@ -134,6 +133,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                 client,
             };
             let (token, fence) = renewal::renew(ctx, &mut key, at, &renewal)?;
+            waiting::renewed(ctx, at, &key, options.kind);
             ffi::reply_granted(ctx, &token, fence);
             Ok(RedisValue::NoReply)
         }

@@ -75,10 +75,13 @@ fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
         client,
         session,
     };
-    let (verdict, mut opened) = all_keys::decide(ctx, &keys, &strings, &request, true)?;
+    let open = |key: KeyRef<'_>, name| waiting::open_for_newcomer(ctx, key, name);
+    let (verdict, mut opened) = all_keys::decide(&keys, &strings, &request, open)?;
     match verdict {
         Verdict::Fits(decisions) => {
-            let (token, fences) = all_keys::grant(ctx, &keys, &mut opened, &decisions, &request)?;
+            let granted = all_keys::grant(ctx, &keys, &mut opened, &decisions, &request);
+            waiting::all_renewed(ctx, &keys, &opened, &decisions, request.kind);
+            let (token, fences) = granted?;
             ffi::reply_granted_all(ctx, &token, &fences);
             Ok(RedisValue::NoReply)
         }

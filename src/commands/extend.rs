@@ -41,6 +41,7 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
     let extended = match key.lock()? {
         Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
             renewal::set_ttl(ctx, &key, ttl_ms)?;
+            waiting::deadline_moved(ctx, at, key.expire_at());
             true
         }
         Some(LockValue::Shared(_)) => {

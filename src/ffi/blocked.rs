@@ -9,6 +9,7 @@
 //! The server's own timeout is never asked for (the module times waits out itself), so no
 //! server can race its timeout path against an answer already given.
 
+use std::marker::PhantomData;
 use std::os::raw::{c_int, c_void};
 use std::ptr;
 
@@ -16,11 +17,11 @@ use redis_module::{Context, RedisValue, raw};
 
 use crate::ffi::guard;
 
-/// A client this module blocked, until it unblocks it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Handle(usize);
+/// A client this module blocked, until it unblocks it, and the type of the answer it is
+/// unblocked with (what the reply callback it was blocked with reads back).
+pub struct Handle<A>(usize, PhantomData<fn() -> A>);
 
-impl Handle {
+impl<A> Handle<A> {
     /// The handle as a number (the queues' key for it).
     pub fn id(self) -> usize {
         self.0
@@ -28,11 +29,25 @@ impl Handle {
 
     /// The handle `block` returned, from the number `id` gave.
     pub fn from_id(id: usize) -> Self {
-        Handle(id)
+        Handle(id, PhantomData)
     }
 
     fn raw(self) -> *mut raw::RedisModuleBlockedClient {
         self.0 as *mut raw::RedisModuleBlockedClient
+    }
+}
+
+impl<A> Clone for Handle<A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<A> Copy for Handle<A> {}
+
+impl<A> std::fmt::Debug for Handle<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Handle({:#x})", self.0)
     }
 }
 
@@ -46,11 +61,11 @@ pub trait Waits {
 
     /// The client disconnected, was killed, or the server unblocked it with an error:
     /// the module must `unblock` it (without an answer) if it has not already.
-    fn disconnected(ctx: &Context, handle: Handle);
+    fn disconnected(ctx: &Context, handle: Handle<Self::Answer>);
 
     /// An admin ended the wait (`CLIENT UNBLOCK`): the client gets nil, and the module
     /// must `unblock` it (without an answer) if it has not already.
-    fn admin_unblocked(ctx: &Context, handle: Handle);
+    fn admin_unblocked(ctx: &Context, handle: Handle<Self::Answer>);
 }
 
 type BlockedCallback = unsafe extern "C" fn(
@@ -62,7 +77,7 @@ type BlockedCallback = unsafe extern "C" fn(
 /// Blocks the client of `ctx` (a command that may block: the caller checked
 /// `DENY_BLOCKING`) with no server timeout; `admin_unblock`: whether `CLIENT UNBLOCK` may
 /// end the wait. `None` if the server did not block it.
-pub fn block<W: Waits>(ctx: &Context, admin_unblock: bool) -> Option<Handle> {
+pub fn block<W: Waits>(ctx: &Context, admin_unblock: bool) -> Option<Handle<W::Answer>> {
     let on_admin: Option<BlockedCallback> = if admin_unblock {
         Some(on_admin_unblock::<W> as BlockedCallback)
     } else {
@@ -89,13 +104,14 @@ pub fn block<W: Waits>(ctx: &Context, admin_unblock: bool) -> Option<Handle> {
             Some(on_disconnect::<W>),
         )
     };
-    Some(Handle(bc as usize))
+    Some(Handle::from_id(bc as usize))
 }
 
 /// Unblocks `handle`, exactly once per blocked client (or its handle leaks): with an
-/// answer, `W::reply` sends it when the server gets to it; without one, the server only
-/// frees the handle.
-pub fn unblock<W: Waits>(handle: Handle, answer: Option<W::Answer>) {
+/// answer, the `reply` of the `Waits` it was blocked with sends it when the server gets to
+/// it; without one, the server only frees the handle. (The handle's type is that reply's
+/// answer: no need to name the `Waits` here.)
+pub fn unblock<A: 'static>(handle: Handle<A>, answer: Option<A>) {
     let data = answer.map_or(ptr::null_mut(), |a| {
         Box::into_raw(Box::new(a)).cast::<c_void>()
     });
@@ -150,7 +166,7 @@ extern "C" fn on_admin_unblock<W: Waits>(
                 ctx,
             )
         };
-        W::admin_unblocked(&context, Handle(bc as usize));
+        W::admin_unblocked(&context, Handle::from_id(bc as usize));
     });
     context.reply(Ok(RedisValue::Null));
     raw::REDISMODULE_OK as c_int
@@ -161,6 +177,6 @@ extern "C" fn on_disconnect<W: Waits>(
     bc: *mut raw::RedisModuleBlockedClient,
 ) {
     guard::callback((), || {
-        W::disconnected(&Context::new(ctx), Handle(bc as usize))
+        W::disconnected(&Context::new(ctx), Handle::from_id(bc as usize))
     })
 }

@@ -15,7 +15,6 @@ use crate::datatype::LockKey;
 use crate::ffi::{Key, KeyKind};
 use crate::keyspace::renewal::{self, Renewal};
 use crate::keyspace::store;
-use crate::keyspace::waiting;
 use crate::state::error::Error;
 use crate::state::grant::GrantRequest;
 use crate::state::key::KeyRef;
@@ -66,51 +65,31 @@ pub fn holding(ctx: &Context, key: &mut Key) -> Option<Holding> {
     }
 }
 
-/// Opens `at` (named `name`) for a newcomer's acquire, with its shared holders whose time
-/// has come gone: the key, and whether clients wait for it. A key that is free or
-/// shared while clients wait for it (its handoff is due from a timer on a server without
-/// post-notification jobs, or its removal reached no callback) is handed to them first,
-/// before the newcomer is considered.
-pub fn open_for_newcomer<'c>(
-    ctx: &'c Context,
-    at: KeyRef,
-    name: &'c RedisString,
-) -> Result<(Key<'c>, bool), Error> {
+/// Opens `name` for writing with its shared holders whose time has come gone (the
+/// handoff's look at a key, and a newcomer's once its waiters are served).
+pub fn open_settled<'c>(ctx: &'c Context, name: &'c RedisString) -> Result<Key<'c>, Error> {
     let mut key = Key::open_write(ctx, name);
-    let mut queued = waiting::queued(at);
-    if queued && !matches!(key.lock()?, Some(LockValue::Exclusive(_))) {
-        drop(key);
-        waiting::handoff(ctx, at);
-        queued = waiting::queued(at);
-        key = Key::open_write(ctx, name);
-    }
     let _ = store::expire_holders(ctx, &mut key)?;
-    Ok((key, queued))
+    Ok(key)
 }
 
-/// Decides for every key of `keys` (named by `names`, in order): a newcomer's look
-/// (`newcomer`: waiters queued for a key make it busy, and are served first where it is
-/// free), or the handoff's (its waiter heads every queue). A key of another type is an
+/// Decides for every key of `keys` (named by `names`, in order), each opened by `open`
+/// with whether waiters queued for it make it busy: a newcomer's look
+/// (`waiting::open_for_newcomer`, which serves the waiters of a free key first), or the
+/// handoff's (`open_settled`: its waiter heads every queue). A key of another type is an
 /// error, and so is a refusal on any key (a kind or a limit that disagrees); either way
 /// nothing changed. Returns the keys opened for writing, for `grant`: each key is opened
 /// once.
 pub fn decide<'c>(
-    ctx: &'c Context,
     keys: &[KeyRef],
     names: &[&'c RedisString],
     request: &AllRequest,
-    newcomer: bool,
+    mut open: impl FnMut(KeyRef, &'c RedisString) -> Result<(Key<'c>, bool), Error>,
 ) -> Result<(Verdict, Vec<Key<'c>>), Error> {
     let mut decisions = Vec::with_capacity(keys.len());
     let mut opened = Vec::with_capacity(keys.len());
     for (&at, &name) in keys.iter().zip(names) {
-        let (key, queued) = if newcomer {
-            open_for_newcomer(ctx, at, name)?
-        } else {
-            let mut key = Key::open_write(ctx, name);
-            let _ = store::expire_holders(ctx, &mut key)?;
-            (key, false)
-        };
+        let (key, queued) = open(at, name)?;
         let held = key.lock()?;
         let mine = request
             .own
@@ -136,7 +115,7 @@ pub fn decide<'c>(
 /// Grants (or renews) every key of `keys` (opened by `decide`, in order) to `request`,
 /// as `decisions` say: returns the token as held and one fence per key, in order. The
 /// decisions come from `decide` in the same command or callback, so every key still
-/// fits.
+/// fits. The caller tells the handoff of each key (`waiting::renewed`).
 pub fn grant(
     ctx: &Context,
     keys: &[KeyRef],
@@ -176,9 +155,6 @@ pub fn grant(
                 (token.unwrap_or_default(), fence)
             }
         };
-        if request.kind != Kind::Exclusive {
-            waiting::watch_holders(ctx, at, key);
-        }
         fences.push(fence);
         if held_as.is_none() {
             held_as = Some(token);

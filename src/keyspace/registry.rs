@@ -2,8 +2,13 @@
 
 use std::sync::LazyLock;
 
+use crate::ffi;
 use crate::ffi::main_thread::MainThread;
 use crate::state::bindings::Bindings;
+use crate::state::key::KeyRef;
+use crate::state::lock::Session;
+use crate::state::queue::KeyId;
+use crate::state::stats;
 
 /// The registry of this server, reached from the main thread only: commands, timers,
 /// server events (never a type's `free` callback). A static, not a thread-local, because
@@ -18,4 +23,19 @@ static REGISTRY: LazyLock<MainThread<Bindings>> =
 /// behind the keyspace, which every user of it allows for.
 pub fn with<T>(f: impl FnOnce(&mut Bindings) -> T) -> T {
     REGISTRY.with(f)
+}
+
+/// The lock on `key`, bound as `session`, is about to lose that binding (its holder's
+/// token acquires it again, bound anew or not at all). If that ends a grace, it is a
+/// reclaim, counted in `session_reclaims`. With `forget` false, other holders of the key
+/// stay bound to the same connection and keep their entry and grace.
+pub fn unbind(at: KeyRef, session: &Session, forget: bool) {
+    let KeyRef { db, name: key } = at;
+    let id = KeyId::new(db, key);
+    if forget {
+        with(|b| b.forget(&id, session.client));
+    }
+    if !ffi::client_connected(session.client) {
+        stats::SESSION_RECLAIMS.bump();
+    }
 }

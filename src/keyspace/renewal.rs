@@ -8,9 +8,8 @@ use redis_module::Context;
 
 use crate::datatype::LockKey;
 use crate::ffi::{self, Key};
-use crate::keyspace::session;
+use crate::keyspace::registry;
 use crate::keyspace::store::{self, EVENT_ACQUIRE};
-use crate::keyspace::waiting;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
 use crate::state::lock::Session;
@@ -35,7 +34,8 @@ pub struct Renewal<'a> {
 
 /// Renews `renewal.token`'s hold of `key` (`at`), which the rules found it holds in the
 /// kind it asks for: returns the token as the lock keeps it and its fence (unchanged),
-/// after the `lock.acquire` event.
+/// after the `lock.acquire` event. The caller tells the handoff (`waiting::renewed`): the
+/// key's deadline or its holders' expiries moved.
 pub fn renew(
     ctx: &Context,
     key: &mut Key,
@@ -117,12 +117,11 @@ fn renew_holder(
     if let Some(Some(old)) = was {
         // Other holders of the key bound to the same connection keep their grace.
         let others = key.lock()?.is_some_and(|value| value.bound_to(old.client));
-        session::unbind(at, &old, !others);
+        registry::unbind(at, &old, !others);
     }
     if let Some(new) = &session {
         store::bind(at, new.client, new.grace_ms);
     }
-    waiting::watch_holders(ctx, at, key);
     Ok(())
 }
 
@@ -147,7 +146,7 @@ fn rebind(
         }
     }
     if let Some(old) = &was_bound {
-        session::unbind(at, old, true);
+        registry::unbind(at, old, true);
     }
     if let Some(new) = &session {
         store::bind(at, new.client, new.grace_ms);
@@ -158,20 +157,15 @@ fn rebind(
         return Err(Error::VanishedWhileRenewing);
     };
     store::replicate(ctx, key, lock, &lock.token(), expire_at);
-    waiting::deadline_moved(ctx, at, Some(expire_at));
     Ok(())
 }
 
-/// Sets the lock's remaining time to `ttl_ms` from now, replicates the absolute expiry
-/// and moves the waiters' hand-over to the new deadline.
+/// Sets the lock's remaining time to `ttl_ms` from now and replicates the absolute
+/// expiry. (The caller moves the waiters' hand-over to the new deadline:
+/// `waiting::renewed`.)
 pub fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), Error> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
     key.set_expire_at(Some(expire_at))?;
     ffi::replicate_pexpireat(ctx, key.name(), expire_at);
-    waiting::deadline_moved(
-        ctx,
-        KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()),
-        Some(expire_at),
-    );
     Ok(())
 }

@@ -59,21 +59,6 @@ fn unwatch_when_idle() {
     });
 }
 
-/// The lock on `key`, bound as `session`, is about to lose that binding (its holder's
-/// token acquires it again, bound anew or not at all). If that ends a grace, it is a
-/// reclaim, counted in `session_reclaims`. With `forget` false, other holders of the key
-/// stay bound to the same connection and keep their entry and grace.
-pub fn unbind(at: KeyRef, session: &Session, forget: bool) {
-    let KeyRef { db, name: key } = at;
-    let id = KeyId::new(db, key);
-    if forget {
-        registry::with(|b| b.forget(&id, session.client));
-    }
-    if !ffi::client_connected(session.client) {
-        stats::SESSION_RECLAIMS.bump();
-    }
-}
-
 /// The server's client-change event: connection `client` closed. Starts the grace of
 /// every lock bound to it, one per grace length; costs one lookup for a connection that
 /// held none.

@@ -36,7 +36,7 @@ use crate::datatype::events;
 use crate::ffi::Reply;
 use crate::ffi::{self, Key, blocked};
 use crate::keyspace::routing;
-use crate::keyspace::waiting;
+use crate::keyspace::waiting::queues;
 use crate::state::error::Error;
 use crate::state::key::KeyRef;
 use crate::state::queue::KeyId;
@@ -161,7 +161,7 @@ pub fn watch(
     }
     let expire_at = key.expire_at();
     drop(key);
-    let Some(handle) = blocked::block::<LockWatches>(ctx, waiting::admin_unblock()) else {
+    let Some(handle) = blocked::block::<LockWatches>(ctx, queues::admin_unblock()) else {
         return Err(Error::ClientNotBlocked);
     };
     let id = KeyId::new(db, raw);
@@ -310,7 +310,7 @@ fn answer_one(ctx: &Context, watcher: Watcher, answer: Answer) {
     if matches!(answer, Answer::State(_)) {
         stats::WATCH_REPLIES.bump();
     }
-    blocked::unblock::<LockWatches>(blocked::Handle::from_id(watcher.handle), Some(answer));
+    blocked::unblock(blocked::Handle::from_id(watcher.handle), Some(answer));
 }
 
 /// Watcher `id`'s timeout passed: nil.
@@ -398,18 +398,18 @@ impl blocked::Waits for LockWatches {
     }
 
     /// The client disconnected, was killed, or the server unblocked it with an error.
-    fn disconnected(ctx: &Context, handle: blocked::Handle) {
+    fn disconnected(ctx: &Context, handle: blocked::Handle<Answer>) {
         let watcher = with(|w| w.id_of(handle.id()).and_then(|id| w.remove(id)));
         if let Some(watcher) = watcher {
             if let Some(timer) = watcher.timer {
                 let _ = ffi::stop_timer_with::<u64>(ctx, timer);
             }
-            blocked::unblock::<LockWatches>(handle, None);
+            blocked::unblock(handle, None);
         }
     }
 
     /// `CLIENT UNBLOCK` (where the server makes it safe): nil, as a timeout.
-    fn admin_unblocked(ctx: &Context, handle: blocked::Handle) {
+    fn admin_unblocked(ctx: &Context, handle: blocked::Handle<Answer>) {
         Self::disconnected(ctx, handle);
     }
 }

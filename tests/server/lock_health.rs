@@ -136,6 +136,8 @@ fn a_replica_counts_the_keys_and_holders_it_follows_and_records_no_wait_or_hold(
         "the replica to count 2 keys",
         || keys_and_holders(&mut on_replica) == (2, 3),
     );
+    // Held for 20 ms at least: a hold the millisecond clock of Redis 7.0 sees.
+    std::thread::sleep(Duration::from_millis(20));
     assert_eq!(release(&mut con, "a", &token), 1);
     sync_replicas(&mut con, 1);
     poll_until(
@@ -249,6 +251,8 @@ fn config_resetstat_zeroes_the_counters_and_distributions_never_the_gauges() {
     let (token, _) = acquire(&mut con, "a", 30_000, &[]).expect("granted");
     acquire(&mut con, "b", 30_000, &[]).expect("granted");
     assert_eq!(acquire_as(&mut con, "b", 30_000, b"other"), None);
+    // Held for 20 ms: a hold the millisecond clock of Redis 7.0 sees.
+    std::thread::sleep(Duration::from_millis(20));
     assert_eq!(release(&mut con, "a", &token), 1);
     let mut waiter = Waiter::start(&server, "b", 30_000, &["WAIT", "50"]);
     assert_eq!(waiter.granted(), None);

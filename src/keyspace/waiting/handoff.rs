@@ -46,6 +46,7 @@ use crate::state::key::KeyRef;
 use crate::state::lock::NewToken;
 use crate::state::queue::{KeyId, Waiter};
 use crate::state::room;
+use crate::state::rules::{Decision, Kind};
 use crate::state::value::LockValue;
 
 /// How often a held key with waiters is looked at, besides at its deadline.
@@ -77,6 +78,28 @@ pub fn handoff(ctx: &Context, key: KeyRef) {
         return;
     }
     settle(ctx, &key.to_id());
+}
+
+/// Opens `at` (named `name`) for a newcomer's acquire, with its shared holders whose time
+/// has come gone: the key, and whether clients wait for it. A key that is free or
+/// shared while clients wait for it (its handoff is due from a timer on a server without
+/// post-notification jobs, or its removal reached no callback) is handed to them first,
+/// before the newcomer is considered.
+pub fn open_for_newcomer<'c>(
+    ctx: &'c Context,
+    at: KeyRef,
+    name: &'c RedisString,
+) -> Result<(Key<'c>, bool), Error> {
+    let mut key = Key::open_write(ctx, name);
+    let mut queued = queues::queued(at);
+    if queued && !matches!(key.lock()?, Some(LockValue::Exclusive(_))) {
+        drop(key);
+        handoff(ctx, at);
+        queued = queues::queued(at);
+        key = Key::open_write(ctx, name);
+    }
+    let _ = store::expire_holders(ctx, &mut key)?;
+    Ok((key, queued))
 }
 
 /// Brings key `id` up to date on a master: its shared holders whose time has come leave,
@@ -182,11 +205,14 @@ fn all_granted(ctx: &Context, waiter: &Waiter) -> Answer {
         client: waiter.client,
         session: waiter.session,
     };
+    let open = |_: KeyRef<'_>, name| Ok((all_keys::open_settled(ctx, name)?, false));
     let granted =
-        all_keys::decide(ctx, &keys, &names, &request, false).and_then(|(verdict, mut opened)| {
+        all_keys::decide(&keys, &names, &request, open).and_then(|(verdict, mut opened)| {
             match verdict {
                 Verdict::Fits(decisions) => {
-                    all_keys::grant(ctx, &keys, &mut opened, &decisions, &request)
+                    let granted = all_keys::grant(ctx, &keys, &mut opened, &decisions, &request);
+                    all_renewed(ctx, &keys, &opened, &decisions, request.kind);
+                    granted
                 }
                 Verdict::Busy(_) => Err(Error::ChangedWhileGranting),
             }
@@ -275,6 +301,31 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         Err(err) => Answer::Error(err),
     };
     (waiter, answer)
+}
+
+/// `key` (opened as `opened`) was renewed in `kind` (`renewal::renew`): an exclusive
+/// lock's new deadline, or its shared holders' new expiries, are watched from now on.
+pub fn renewed(ctx: &Context, key: KeyRef, opened: &Key, kind: Kind) {
+    match kind {
+        Kind::Exclusive => deadline_moved(ctx, key, opened.expire_at()),
+        Kind::Shared { .. } => watch_holders(ctx, key, opened),
+    }
+}
+
+/// The keys of a grant of several at once (`all_keys::grant`, as `decisions` said) that
+/// were renewed, or hold shared holders: watched as `renewed` says.
+pub fn all_renewed(
+    ctx: &Context,
+    keys: &[KeyRef],
+    opened: &[Key],
+    decisions: &[Decision],
+    kind: Kind,
+) {
+    for ((&key, opened), decision) in keys.iter().zip(opened).zip(decisions) {
+        if *decision == Decision::Renew || kind != Kind::Exclusive {
+            renewed(ctx, key, opened, kind);
+        }
+    }
 }
 
 /// The lock on `key` was given a new deadline (`LOCK.EXTEND`, a renewing acquire): if

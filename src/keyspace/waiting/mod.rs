@@ -1,8 +1,8 @@
 //! Who waits for a key, and when they get it: the one module that answers both.
 //!
 //! - **Who waits**: `LOCK.ACQUIRE ... WAIT` on a lock it cannot have now blocks its
-//!   client and queues it, first come first served, per key (`wait`; the queues and the
-//!   blocked clients are `queues.rs`); `LOCK.ACQUIREALL ... WAIT` queues one request on
+//!   client and queues it, first come first served, per key (`wait`; the queues are
+//!   `queues.rs`, the blocked clients `blocking.rs`); `LOCK.ACQUIREALL ... WAIT` queues one request on
 //!   every key it names (`wait_all`), holding none of them meanwhile, and is granted all
 //!   at once when it is the oldest waiter of each and each fits. A waiter leaves its queue exactly once: granted,
 //!   timed out, refused (its key moved to another cluster node, its master became a
@@ -23,9 +23,17 @@
 //!
 //! A grant is written (`store::grant`) before its waiter is answered, so when the server
 //! sends the reply no longer matters.
+//!
+//! The files, each importing only those before it: `queues.rs` (the queues, and answering
+//! a waiter), `handoff.rs` (asks the core who is granted, `lock_core::handoff::next`, and
+//! carries it out: the grants, the answers, the timers), `blocking.rs` (blocking a client,
+//! and every way a wait ends without a grant). Below them in `keyspace/`: `store.rs`,
+//! `renewal.rs`, `all_keys.rs`; above, `session.rs` and `changes.rs`. Nothing in
+//! `keyspace/` imports a file that imports it back (`src/layers.rs` checks it).
 
-mod handoff;
-mod queues;
+mod blocking;
+pub mod handoff;
+pub mod queues;
 
 use redis_module::Context;
 
@@ -33,10 +41,10 @@ use crate::ffi::Reply;
 use crate::state::key::KeyRef;
 
 pub use handoff::{
-    deadline_moved, demoted, handoff, lock_gone, many_keys_changed, serving, shared_arrived,
-    watch_holders,
+    all_renewed, deadline_moved, demoted, handoff, lock_gone, many_keys_changed, open_for_newcomer,
+    renewed, serving, shared_arrived, watch_holders,
 };
-pub use queues::{Request, admin_unblock, contended, count, init, queued, total};
+pub use queues::{Request, contended, count, init, queued, total};
 
 /// Blocks the calling client in the queue of the lock on `key`, which expires at
 /// `expire_at`, until it is granted as `request` asks or `timeout_ms` passes (`0`: no
@@ -48,7 +56,7 @@ pub fn wait(
     timeout_ms: i64,
     expire_at: Option<i64>,
 ) -> Reply {
-    let blocked = queues::wait(ctx, key, None, request, timeout_ms)?;
+    let blocked = blocking::wait(ctx, key, None, request, timeout_ms)?;
     handoff::waiting_for(ctx, key, expire_at);
     Ok(blocked)
 }
@@ -68,7 +76,7 @@ pub fn wait_all(
         return Ok(redis_module::RedisValue::Null);
     };
     let more = more.iter().map(|key| key.to_id()).collect();
-    let blocked = queues::wait(ctx, first, Some(more), request, timeout_ms)?;
+    let blocked = blocking::wait(ctx, first, Some(more), request, timeout_ms)?;
     for (&key, &expire_at) in keys.iter().zip(deadlines) {
         handoff::waiting_for(ctx, key, expire_at);
     }

@@ -1,33 +1,26 @@
-//! The queues of `waiting/`: who waits for which key, and how each wait ends (the
-//! server's blocked-client calls themselves are in `ffi/blocked.rs`).
+//! The queues of `waiting/`: who waits for which key (the core's `Queues`, first come
+//! first served per key), and how a waiter is answered, exactly once. The bottom of the
+//! keyspace: it imports no other file of it, so anything may ask whether a key is
+//! waited for.
 //!
-//! `LOCK.ACQUIRE ... WAIT` on a busy lock blocks the client (`BlockClient`) and puts it
-//! in its key's first-come-first-served queue (`queue.rs`). A waiter leaves the queue in
-//! exactly one of these ways, and is answered exactly once:
+//! A waiter leaves the queue in exactly one of these ways:
 //!
 //! - granted: the handoff (`handoff.rs`) has already written the lock for it, in the
 //!   event that freed the lock, and hands this layer the reply as data (`answer`);
-//! - its `WAIT` timeout passes: a module timer of its own answers nil;
 //! - it is refused: its key moved to another cluster node, or its master became a
 //!   replica (an error reply, handed as data like a grant);
-//! - it goes away (disconnect, `CLIENT KILL`, the server's own unblocking on a role
-//!   change): the disconnect callback drops it;
-//! - `CLIENT UNBLOCK` by an admin, on servers where that is safe (`server/identity.rs`): the
-//!   timeout callback answers nil.
+//! - it times out, goes away or is unblocked by an admin: `blocking.rs`, which blocked
+//!   it, takes it out (`leave`) and tells the handoff.
 //!
 //! Every answer goes through `UnblockClient` with the reply as private data; the server
-//! sends it from the reply callback when it next gets to it, which no longer matters: the
-//! lock was written when it was freed. The server's own timeout is never used (the
-//! blocking call gets no timeout), so no server can race its timeout path against an
-//! answer already given (Redis 7.2 crashes on that race).
+//! sends it from the reply callback (`reply`) when it next gets to it, which no longer
+//! matters: the lock was written when it was freed.
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use redis_module::{Context, RedisValue};
 
-use super::handoff;
-use crate::ffi::Reply;
 use crate::ffi::{self, blocked};
 use crate::state::error::Error;
 use crate::state::handoff::Handoff;
@@ -68,7 +61,7 @@ thread_local! {
     static ADMIN_UNBLOCK: Cell<bool> = const { Cell::new(false) };
 }
 
-fn with_queues<T>(f: impl FnOnce(&mut Queues) -> T) -> T {
+pub(super) fn with_queues<T>(f: impl FnOnce(&mut Queues) -> T) -> T {
     QUEUES.with(|queues| f(&mut queues.borrow_mut()))
 }
 
@@ -174,43 +167,6 @@ pub struct Request {
     pub value: Option<Box<[u8]>>,
 }
 
-/// Blocks the calling client until it is answered: granted the lock on `at` (and, for
-/// `LOCK.ACQUIREALL`, on every key of `more` at once) as `request` asks, or `timeout_ms` passes (`0`: no
-/// limit).
-pub fn wait(
-    ctx: &Context,
-    at: KeyRef,
-    more: Option<Vec<KeyId>>,
-    request: Request,
-    timeout_ms: i64,
-) -> Reply {
-    let Some(handle) = blocked::block::<LockWaits>(ctx, admin_unblock()) else {
-        return Err(Error::ClientNotBlocked);
-    };
-    let id = with_queues(|q| {
-        q.push(Waiter {
-            handle: handle.id(),
-            key: at.to_id(),
-            all_keys: more.is_some(),
-            more: more.unwrap_or_default(),
-            token: request.token,
-            wake_timer: None,
-            ttl_ms: request.ttl_ms,
-            session: request.session,
-            client: request.client,
-            kind: request.kind,
-            value: request.value,
-            arrived_us: ffi::monotonic_us(),
-        })
-    });
-    if timeout_ms > 0 {
-        let timer = ffi::start_timer_with(ctx, timeout_ms, on_wait_timeout, id);
-        with_queues(|q| q.set_wake_timer(id, timer));
-    }
-    stats::WAITS.bump();
-    Ok(RedisValue::NoReply)
-}
-
 /// Answers a waiter that has left its queue: the server sends `answer` from the reply
 /// callback. Exactly once per waiter.
 pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
@@ -221,7 +177,7 @@ pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
         waited(&waiter);
     }
     stop_wake_timer(ctx, &waiter);
-    blocked::unblock::<LockWaits>(blocked::Handle::from_id(waiter.handle), Some(answer));
+    blocked::unblock(blocked::Handle::from_id(waiter.handle), Some(answer));
 }
 
 /// Answers every waiter of the server with what `answer_of` says (the server became a
@@ -235,7 +191,7 @@ pub fn answer_all(ctx: &Context, answer_of: impl Fn(&Waiter) -> Answer) {
 
 /// The wait of `waiter` ended with a grant or its timeout: its length counts in
 /// `lock_wait_usec`.
-fn waited(waiter: &Waiter) {
+pub fn waited(waiter: &Waiter) {
     stats::WAIT_USEC.record(ffi::monotonic_us().saturating_sub(waiter.arrived_us));
 }
 
@@ -252,82 +208,52 @@ pub fn contended(db: i32) -> Vec<Contended> {
 }
 
 /// The waiter left its queue: the timer that would end its wait has nothing left to do.
-fn stop_wake_timer(ctx: &Context, waiter: &Waiter) {
+pub fn stop_wake_timer(ctx: &Context, waiter: &Waiter) {
     if let Some(timer) = waiter.wake_timer {
         let _ = ffi::stop_timer_with::<u64>(ctx, timer);
     }
 }
 
-/// Waiter `id` leaves its queues without the lock. On each key where it was the head
-/// and others still wait, the next may fit where it did not (shared waiters behind a
-/// writer that gave up; anyone behind a waiter for several keys, on a key it kept free):
-/// whoever listens is told.
-fn leave(id: u64) -> Option<Waiter> {
+/// Takes waiter `id` out of every queue without the lock (timed out, gone, unblocked):
+/// the waiter, and the keys it headed where others still wait (the next may fit where it
+/// did not: the caller tells the handoff).
+pub fn leave(id: u64) -> Option<(Waiter, Vec<KeyId>)> {
     let (waiter, heads) = with_queues(|q| {
         let heads = q.heads_of(id);
         (q.remove(id), heads)
     });
-    let waiter = waiter?;
-    for key in heads {
-        if busy(&key) {
-            handoff::head_left(key.as_ref());
-        }
-    }
-    Some(waiter)
+    let heads = heads.into_iter().filter(busy).collect();
+    Some((waiter?, heads))
 }
 
-/// Waiter `id`'s `WAIT` timeout passed.
-fn on_wait_timeout(ctx: &Context, id: u64) {
-    // Already granted or gone if it is not in its queue any more.
-    if let Some(mut waiter) = leave(id) {
-        waiter.wake_timer = None; // it has just fired
-        stats::WAIT_TIMEOUTS.bump();
-        answer(ctx, waiter, Answer::Nil);
+/// The waiter blocked as `handle`, if it still waits.
+pub fn waiter_of(handle: usize) -> Option<u64> {
+    with_queues(|q| q.id_of(handle))
+}
+
+/// Formats what a waiter is told: the reply the server sends from the blocked client's
+/// reply callback (`blocking.rs`).
+pub fn reply(ctx: &Context, answer: Option<&Answer>) {
+    match answer {
+        Some(Answer::Granted { token, fence }) => ffi::reply_granted(ctx, token, *fence),
+        Some(Answer::GrantedAll { token, fences }) => {
+            ffi::reply_granted_all(ctx, token, fences);
+        }
+        Some(Answer::Error(message)) => {
+            ctx.reply(Err(ffi::error_reply(message.clone())));
+        }
+        Some(Answer::Nil) | None => {
+            ctx.reply(Ok(RedisValue::Null));
+        }
     }
 }
 
-/// What the server's calls about a blocked lock waiter do.
-struct LockWaits;
+/// Puts a waiter in the queues of its keys: its id.
+pub fn push(waiter: Waiter) -> u64 {
+    with_queues(|q| q.push(waiter))
+}
 
-impl blocked::Waits for LockWaits {
-    type Answer = Answer;
-
-    fn reply(ctx: &Context, answer: Option<&Answer>) {
-        match answer {
-            Some(Answer::Granted { token, fence }) => ffi::reply_granted(ctx, token, *fence),
-            Some(Answer::GrantedAll { token, fences }) => {
-                ffi::reply_granted_all(ctx, token, fences);
-            }
-            Some(Answer::Error(message)) => {
-                ctx.reply(Err(ffi::error_reply(message.clone())));
-            }
-            Some(Answer::Nil) | None => {
-                ctx.reply(Ok(RedisValue::Null));
-            }
-        }
-    }
-
-    /// The client disconnected, was killed, or the server unblocked it with an error (a
-    /// role change, `CLIENT UNBLOCK ERROR`): it leaves its queue.
-    fn disconnected(ctx: &Context, handle: blocked::Handle) {
-        let waiter = with_queues(|q| q.id_of(handle.id())).and_then(leave);
-        if let Some(waiter) = waiter {
-            stop_wake_timer(ctx, &waiter);
-            blocked::unblock::<LockWaits>(handle, None);
-        }
-    }
-
-    /// `CLIENT UNBLOCK` by an admin (registered only where the server makes it safe):
-    /// the wait ends with nil (the server's `UNBLOCKED` error for `CLIENT UNBLOCK ERROR`
-    /// reaches `disconnected` instead).
-    fn admin_unblocked(ctx: &Context, handle: blocked::Handle) {
-        let waiter = with_queues(|q| q.id_of(handle.id())).and_then(leave);
-        if let Some(waiter) = waiter {
-            stop_wake_timer(ctx, &waiter);
-            stats::WAIT_TIMEOUTS.bump();
-            waited(&waiter);
-            // The nil goes out from the callback; the handle is freed without a reply.
-            blocked::unblock::<LockWaits>(handle, None);
-        }
-    }
+/// Records the timer that ends waiter `id`'s wait.
+pub fn set_wake_timer(id: u64, timer: u64) {
+    with_queues(|q| q.set_wake_timer(id, timer));
 }
