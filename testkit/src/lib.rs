@@ -11,8 +11,13 @@
 //! `REDIS_SERVER` to use another server binary (`make test` runs the suite once per server
 //! it installs: Redis 7.0 and 8.2, Valkey 8.1 and 9.1).
 
+mod cluster;
 pub mod launch;
 pub mod pages;
+mod sentinel;
+
+pub use cluster::{MiniCluster, cluster_node};
+pub use sentinel::Sentinel;
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};
@@ -24,7 +29,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 /// How long a server may take to start answering before the test fails.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// An extra argument that stands for a free port, chosen at each start attempt (a
 /// cluster node's bus port, say), so a port taken meanwhile is retried like the main one.
@@ -32,7 +37,7 @@ pub const FREE_PORT: &str = "{free-port}";
 
 /// How many ports a server start tries: a port found free can be taken by another
 /// process before the server binds it.
-const START_ATTEMPTS: usize = 5;
+pub(crate) const START_ATTEMPTS: usize = 5;
 
 /// The workspace root: the parent of this crate's directory, whichever crate's tests
 /// use the harness.
@@ -403,7 +408,7 @@ impl Drop for TestServer {
 }
 
 /// Whether a server's start-up log says its port was taken.
-fn port_taken(log: &str) -> bool {
+pub(crate) fn port_taken(log: &str) -> bool {
     log.contains("Address already in use")
 }
 
@@ -486,206 +491,4 @@ pub fn exists(con: &mut redis::Connection, key: &str) -> bool {
         .query::<i64>(con)
         .expect("EXISTS")
         == 1
-}
-
-/// A Sentinel (the server binary in `--sentinel` mode, no module) watching one master
-/// under the name `mymaster`, killed on drop: for clients that find their master through
-/// Sentinel.
-pub struct Sentinel {
-    pub port: u16,
-    dir: PathBuf,
-    child: Child,
-}
-
-impl Sentinel {
-    /// The name the master is watched under.
-    pub const MASTER_NAME: &'static str = "mymaster";
-
-    /// Starts a Sentinel watching `master`; returns once it answers with the master's
-    /// address. A start that fails because another process took the port in the
-    /// meantime is retried on a new one, as a server's is.
-    pub fn watch(master: &TestServer) -> Self {
-        let dir = fresh_dir("sentinel");
-        for attempt in 1..=START_ATTEMPTS {
-            let port = free_port();
-            let mut child = Self::spawn(&dir, port, master.port);
-            match Self::wait_for_master(&mut child, &dir, port, master.port) {
-                Ok(()) => return Self { port, dir, child },
-                Err(log) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    if attempt == START_ATTEMPTS || !port_taken(&log) {
-                        panic!(
-                            "the sentinel did not come to know its master on port {port}; log:\n{log}"
-                        );
-                    }
-                }
-            }
-        }
-        unreachable!("every attempt returns or panics")
-    }
-
-    /// Starts the sentinel process on `port`, watching the master on `master_port`.
-    fn spawn(dir: &Path, port: u16, master_port: u16) -> Child {
-        let config = dir.join("sentinel.conf");
-        let _ = fs::remove_file(dir.join("sentinel.log"));
-        fs::write(
-            &config,
-            format!(
-                "port {port}\ndir {}\nlogfile sentinel.log\n\
-                 sentinel monitor {} 127.0.0.1 {master_port} 1\n",
-                dir.display(),
-                Self::MASTER_NAME,
-            ),
-        )
-        .expect("write sentinel.conf");
-        Command::new(server_binary())
-            .arg(&config)
-            .arg("--sentinel")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|err| panic!("cannot start {} --sentinel: {err}", server_binary()))
-    }
-
-    /// Waits until the sentinel on `port` names the master on `master_port`; `Err` with
-    /// its log (in `dir`) if it exits first or `START_TIMEOUT` passes.
-    fn wait_for_master(
-        child: &mut Child,
-        dir: &Path,
-        port: u16,
-        master_port: u16,
-    ) -> Result<(), String> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let named = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                .and_then(|client| client.get_connection())
-                .and_then(|mut con| {
-                    redis::cmd("SENTINEL")
-                        .arg("get-master-addr-by-name")
-                        .arg(Self::MASTER_NAME)
-                        .query::<Option<(String, u16)>>(&mut con)
-                });
-            if matches!(named, Ok(Some((_, p))) if p == master_port) {
-                return Ok(());
-            }
-            if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() > deadline {
-                return Err(fs::read_to_string(dir.join("sentinel.log")).unwrap_or_default());
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for Sentinel {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        if !thread::panicking() {
-            let _ = fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// A server with the module, ready to join a cluster: cluster mode, its own bus port (the
-/// default, port + 10000, may be taken or above 65535; a free one, picked again if a start
-/// finds it taken), a node timeout of 2 s; then `extra` arguments.
-pub fn cluster_node(extra: &[&str]) -> TestServer {
-    let mut args = vec![
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-port",
-        FREE_PORT,
-        "--cluster-node-timeout",
-        "2000",
-    ];
-    args.extend_from_slice(extra);
-    TestServer::with_args(&args)
-}
-
-/// A small Redis Cluster of masters only (no replicas), each a `TestServer` with the
-/// module, made with `redis-cli --cluster create`; every node is killed on drop. For
-/// client tests that need a cluster client to route and follow redirections (the
-/// module's own cluster tests use a fuller harness with replicas and failovers).
-pub struct MiniCluster {
-    pub nodes: Vec<TestServer>,
-}
-
-impl MiniCluster {
-    /// Starts `masters` nodes, makes them a cluster, and returns once every node reports
-    /// `cluster_state:ok` with all slots served and every node known.
-    pub fn start(masters: usize) -> Self {
-        let nodes: Vec<TestServer> = (0..masters).map(|_| cluster_node(&[])).collect();
-        let mut args = vec!["--cluster".to_string(), "create".to_string()];
-        args.extend(nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)));
-        args.push("--cluster-yes".to_string());
-        let out = Command::new("redis-cli")
-            .args(&args)
-            .output()
-            .expect("run redis-cli (installed with redis-server)");
-        assert!(
-            out.status.success(),
-            "redis-cli {} failed:\n{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let cluster = Self { nodes };
-        for node in &cluster.nodes {
-            let mut con = node.connection();
-            poll_until(Duration::from_secs(30), "the cluster to form", || {
-                let info: String = redis::cmd("CLUSTER")
-                    .arg("INFO")
-                    .query(&mut con)
-                    .unwrap_or_default();
-                let field = |name: &str| {
-                    info.lines()
-                        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                        .map(|value| value.trim().to_string())
-                };
-                field("cluster_state").as_deref() == Some("ok")
-                    && field("cluster_slots_ok").as_deref() == Some("16384")
-                    && field("cluster_known_nodes") == Some(masters.to_string())
-            });
-        }
-        cluster
-    }
-
-    /// The port of the node that serves `key`'s slot now.
-    pub fn port_of(&self, key: &str) -> u16 {
-        let mut con = self.nodes[0].connection();
-        let slot: u16 = redis::cmd("CLUSTER")
-            .arg("KEYSLOT")
-            .arg(key)
-            .query(&mut con)
-            .expect("CLUSTER KEYSLOT");
-        let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
-            .arg("SLOTS")
-            .query(&mut con)
-            .expect("CLUSTER SLOTS");
-        for range in slots {
-            // [start, end, [ip, port, id, ...], replicas...]
-            let Ok(fields) = redis::from_redis_value::<Vec<redis::Value>>(range) else {
-                continue;
-            };
-            let int = |value: &redis::Value| redis::from_redis_value::<i64>(value.clone()).ok();
-            let (Some(lo), Some(hi)) = (fields.first().and_then(int), fields.get(1).and_then(int))
-            else {
-                continue;
-            };
-            if !(lo..=hi).contains(&i64::from(slot)) {
-                continue;
-            }
-            let master = fields
-                .get(2)
-                .and_then(|m| redis::from_redis_value::<Vec<redis::Value>>(m.clone()).ok())
-                .unwrap_or_default();
-            if let Some(port) = master.get(1).and_then(int) {
-                return u16::try_from(port).expect("a port");
-            }
-        }
-        panic!("no node serves slot {slot}")
-    }
 }

@@ -1,0 +1,109 @@
+//! Small real clusters for tests: nodes with the module in cluster mode, and a cluster
+//! of them with its slots assigned.
+
+use std::process::Command;
+use std::time::Duration;
+
+use crate::{FREE_PORT, TestServer, poll_until};
+
+/// A server with the module, ready to join a cluster: cluster mode, its own bus port (the
+/// default, port + 10000, may be taken or above 65535; a free one, picked again if a start
+/// finds it taken), a node timeout of 2 s; then `extra` arguments.
+pub fn cluster_node(extra: &[&str]) -> TestServer {
+    let mut args = vec![
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        FREE_PORT,
+        "--cluster-node-timeout",
+        "2000",
+    ];
+    args.extend_from_slice(extra);
+    TestServer::with_args(&args)
+}
+
+/// A small Redis Cluster of masters only (no replicas), each a `TestServer` with the
+/// module, made with `redis-cli --cluster create`; every node is killed on drop. For
+/// client tests that need a cluster client to route and follow redirections (the
+/// module's own cluster tests use a fuller harness with replicas and failovers).
+pub struct MiniCluster {
+    pub nodes: Vec<TestServer>,
+}
+
+impl MiniCluster {
+    /// Starts `masters` nodes, makes them a cluster, and returns once every node reports
+    /// `cluster_state:ok` with all slots served and every node known.
+    pub fn start(masters: usize) -> Self {
+        let nodes: Vec<TestServer> = (0..masters).map(|_| cluster_node(&[])).collect();
+        let mut args = vec!["--cluster".to_string(), "create".to_string()];
+        args.extend(nodes.iter().map(|node| format!("127.0.0.1:{}", node.port)));
+        args.push("--cluster-yes".to_string());
+        let out = Command::new("redis-cli")
+            .args(&args)
+            .output()
+            .expect("run redis-cli (installed with redis-server)");
+        assert!(
+            out.status.success(),
+            "redis-cli {} failed:\n{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = Self { nodes };
+        for node in &cluster.nodes {
+            let mut con = node.connection();
+            poll_until(Duration::from_secs(30), "the cluster to form", || {
+                let info: String = redis::cmd("CLUSTER")
+                    .arg("INFO")
+                    .query(&mut con)
+                    .unwrap_or_default();
+                let field = |name: &str| {
+                    info.lines()
+                        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+                        .map(|value| value.trim().to_string())
+                };
+                field("cluster_state").as_deref() == Some("ok")
+                    && field("cluster_slots_ok").as_deref() == Some("16384")
+                    && field("cluster_known_nodes") == Some(masters.to_string())
+            });
+        }
+        cluster
+    }
+
+    /// The port of the node that serves `key`'s slot now.
+    pub fn port_of(&self, key: &str) -> u16 {
+        let mut con = self.nodes[0].connection();
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut con)
+            .expect("CLUSTER KEYSLOT");
+        let slots: Vec<redis::Value> = redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query(&mut con)
+            .expect("CLUSTER SLOTS");
+        for range in slots {
+            // [start, end, [ip, port, id, ...], replicas...]
+            let Ok(fields) = redis::from_redis_value::<Vec<redis::Value>>(range) else {
+                continue;
+            };
+            let int = |value: &redis::Value| redis::from_redis_value::<i64>(value.clone()).ok();
+            let (Some(lo), Some(hi)) = (fields.first().and_then(int), fields.get(1).and_then(int))
+            else {
+                continue;
+            };
+            if !(lo..=hi).contains(&i64::from(slot)) {
+                continue;
+            }
+            let master = fields
+                .get(2)
+                .and_then(|m| redis::from_redis_value::<Vec<redis::Value>>(m.clone()).ok())
+                .unwrap_or_default();
+            if let Some(port) = master.get(1).and_then(int) {
+                return u16::try_from(port).expect("a port");
+            }
+        }
+        panic!("no node serves slot {slot}")
+    }
+}
