@@ -45,7 +45,7 @@ chaos: deps ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_
 
 fuzz: deps ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE payloads (RESTORE_FUZZ_CASES, default 100000), model-checked command sequences (MODEL_FUZZ_STEPS, default 50000) and random LOCK.DO commands (LOCK_DO_FUZZ_CASES, default 100000), long
 	PROPTEST_CASES=$${PROPTEST_CASES:-100000} $(CARGO) test --release -p redis-lock --lib -- properties
-	PROPTEST_CASES=$${PROPTEST_CASES:-100000} $(CARGO) test --release -p redis-lock-core -- properties bindings
+	PROPTEST_CASES=$${PROPTEST_CASES:-100000} $(CARGO) test --release -p lock-core -- properties bindings
 	RESTORE_FUZZ_CASES=$${RESTORE_FUZZ_CASES:-100000} $(CARGO) test --release --test fuzz restore_fuzz:: -- --nocapture
 	MODEL_FUZZ_STEPS=$${MODEL_FUZZ_STEPS:-50000} $(CARGO) test --release --test fuzz model_fuzz:: -- --nocapture
 	LOCK_DO_FUZZ_CASES=$${LOCK_DO_FUZZ_CASES:-100000} $(CARGO) test --release --test fuzz lock_do_fuzz:: -- --nocapture

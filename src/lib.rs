@@ -21,7 +21,7 @@
 //!   what its callbacks report (`events.rs`, to the keyspace's `changes.rs`, wired below);
 //! - `ffi/`: the server's C API, the only home of `unsafe`; it reads and writes lock values
 //!   for the layers above, and turns the core's errors into error replies (`reply.rs`);
-//! - the core crate (`core/`, `lock_core`, named `state` here): pure state and rules,
+//! - the core crate, `lock_core` (in `core/`): pure state and rules,
 //!   with no server in it: a lock, its holders, who may be granted it, the queues,
 //!   fences, tokens, the session registry, the typed `Error`. Everything above uses it.
 
@@ -37,9 +37,6 @@ mod layers;
 #[cfg(test)]
 mod properties;
 mod server;
-
-/// The core crate, named for what it keeps: the lock's state and rules.
-use lock_core as state;
 
 use redis_module::raw::ModuleOptions;
 use redis_module::{Context, RedisString, Status, redis_module};
@@ -292,13 +289,13 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     ffi::set_module_options(ctx, options);
     // Replaces the binding's default INFO handler with the `lock_stats` section.
     redis_module::raw::register_info_function(ctx.get_raw(), Some(commands::info_section::section));
-    state::stats::allocate();
+    lock_core::stats::allocate();
     commands::info_section::follow_resets(ctx);
     keyspace::waiting::init(found.unblock_is_safe());
-    state::footprint::set_server_cells(found.memory_usage_leaves_out());
-    state::footprint::set_allocator(&ffi::server_allocator(ctx));
+    lock_core::footprint::set_server_cells(found.memory_usage_leaves_out());
+    lock_core::footprint::set_allocator(&ffi::server_allocator(ctx));
     keyspace::watching::init(found.key_moves_can_be_followed());
-    state::bindings::instance();
+    lock_core::bindings::instance();
     if !ffi::init_detached(ctx) || !server::events::init(ctx) {
         ctx.log_warning(
             "lock: could not set up waits and sessions (detached context, server events)",

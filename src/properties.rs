@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use crate::commands::args;
-use crate::state::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
+use lock_core::limits::{MAX_TOKEN_LEN, MAX_TTL_MS};
 
 /// An argument as clients send them: mostly option names and numbers, any bytes too.
 fn argument() -> impl Strategy<Value = Vec<u8>> {

@@ -1,6 +1,6 @@
 //! Property tests of the core, on generated inputs (proptest): the lock rules, the lock
 //! value's encoding, the waiter queues and shared holders. They run with the unit tests
-//! (`cargo test -p redis-lock-core`, part of `make test`), 256 cases each; `make fuzz`
+//! (`cargo test -p lock-core`, part of `make test`), 256 cases each; `make fuzz`
 //! runs them with many more (`PROPTEST_CASES`).
 
 use proptest::prelude::*;

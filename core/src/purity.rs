@@ -21,7 +21,7 @@ fn the_dependency_tree_has_no_server_binding() {
         ])
         .arg("--manifest-path")
         .arg(&manifest)
-        .args(["--package", "redis-lock-core"])
+        .args(["--package", "lock-core"])
         .output()
         .expect("cargo tree runs");
     assert!(
@@ -30,7 +30,7 @@ fn the_dependency_tree_has_no_server_binding() {
         String::from_utf8_lossy(&out.stderr)
     );
     let tree = String::from_utf8_lossy(&out.stdout);
-    assert!(tree.starts_with("redis-lock-core "), "{tree}");
+    assert!(tree.starts_with("lock-core "), "{tree}");
     assert!(tree.lines().any(|line| line.starts_with("rand ")), "{tree}");
     for line in tree.lines() {
         let name = line.split(' ').next().unwrap_or_default();

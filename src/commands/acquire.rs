@@ -18,13 +18,13 @@ use crate::keyspace::renewal::{self, Renewal};
 use crate::keyspace::store;
 use crate::keyspace::waiting;
 use crate::keyspace::waiting::Request;
-use crate::state::error::Error;
-use crate::state::grant::GrantRequest;
-use crate::state::key::KeyRef;
-use crate::state::lock::{self, Session};
-use crate::state::rules::{self, Decision};
-use crate::state::stats;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::grant::GrantRequest;
+use lock_core::key::KeyRef;
+use lock_core::lock::{self, Session};
+use lock_core::rules::{self, Decision};
+use lock_core::stats;
+use lock_core::value::LockValue;
 
 /// Hides every `TOKEN` value of an acquire from `SLOWLOG` and `MONITOR`, before any
 /// validation: even a rejected command must not leak the token it carried, wherever a

@@ -16,11 +16,11 @@ use crate::ffi::call::{self, KeyFlags};
 use crate::ffi::command::Args;
 use crate::keyspace::all_keys::{self, AllRequest, Verdict};
 use crate::keyspace::waiting::{self, Request};
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::limits::MAX_KEYS;
-use crate::state::lock::{self, NewToken};
-use crate::state::stats;
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::limits::MAX_KEYS;
+use lock_core::lock::{self, NewToken};
+use lock_core::stats;
 
 /// LOCK.ACQUIREALL <numkeys> <key> [key ...] <ttl-ms> [TOKEN <token>] [WAIT <timeout-ms>]
 /// [SESSION <grace-ms>] [SHARED]

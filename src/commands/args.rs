@@ -3,9 +3,9 @@
 //! Works on byte slices so that the rules are unit-tested without a server. Every
 //! argument is checked here, before a command opens its key: bad input changes nothing.
 
-use crate::state::error::Error;
-use crate::state::limits::{MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
-use crate::state::rules::Kind;
+use lock_core::error::Error;
+use lock_core::limits::{MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
+use lock_core::rules::Kind;
 
 /// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]
 /// [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE v]`.

@@ -9,9 +9,9 @@ use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Field, Key};
 use crate::keyspace::waiting;
-use crate::state::error::Error;
-use crate::state::limits::{DEFAULT_CONTENDED, MAX_CONTENDED};
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::limits::{DEFAULT_CONTENDED, MAX_CONTENDED};
+use lock_core::value::LockValue;
 
 /// LOCK.CONTENDED [COUNT n]
 ///

@@ -5,7 +5,7 @@ use redis_module::{Context, RedisValue};
 use crate::ffi;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
-use crate::state::error::Error;
+use lock_core::error::Error;
 
 /// LOCK.DEBUG PANIC
 ///

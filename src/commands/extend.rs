@@ -10,10 +10,10 @@ use crate::ffi::command::Args;
 use crate::keyspace::renewal;
 use crate::keyspace::store::{self, EVENT_EXTEND};
 use crate::keyspace::waiting;
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::stats;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::stats;
+use lock_core::value::LockValue;
 
 /// LOCK.EXTEND <key> <token> <ttl-ms>
 ///

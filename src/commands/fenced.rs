@@ -14,9 +14,9 @@ use crate::ffi::call::{self, KeyFlags, NotRun};
 use crate::ffi::command::Args;
 use crate::ffi::main_thread::MainThread;
 use crate::ffi::{self, Key};
-use crate::state::error::Error;
-use crate::state::inner::{self, Refusal, Verdicts};
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::inner::{self, Refusal, Verdicts};
+use lock_core::value::LockValue;
 
 /// Where the inner command starts in `LOCK.DO key token command ...`.
 const INNER: usize = 3;

@@ -7,9 +7,9 @@ use crate::datatype::LockKey;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::ffi::{self, Field, Key};
-use crate::state::error::Error;
-use crate::state::lock::LockState;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::lock::LockState;
+use lock_core::value::LockValue;
 
 /// LOCK.HOLDERS <key>
 ///

@@ -8,9 +8,9 @@ use crate::ffi::command::Args;
 use crate::ffi::{self, Field, Key};
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::value::LockValue;
 
 /// LOCK.INFO <key>
 ///

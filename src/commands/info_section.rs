@@ -19,8 +19,8 @@ use crate::ffi::guard;
 use crate::keyspace::session;
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
-use crate::state::histogram::latency_line;
-use crate::state::stats;
+use lock_core::histogram::latency_line;
+use lock_core::stats;
 
 /// How often the module looks for a `CONFIG RESETSTAT` when nobody reads the section.
 const RESET_CHECK_MS: i64 = 1000;

@@ -16,14 +16,14 @@ use crate::ffi::{self, Key};
 use crate::keyspace::session;
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
-use crate::state::error::Error;
-use crate::state::fence;
-use crate::state::holders::{Holder, Holders};
-use crate::state::key::KeyRef;
-use crate::state::limits::MAX_LIMIT;
-use crate::state::lock::{self, LockState, Session};
-use crate::state::stats;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::fence;
+use lock_core::holders::{Holder, Holders};
+use lock_core::key::KeyRef;
+use lock_core::limits::MAX_LIMIT;
+use lock_core::lock::{self, LockState, Session};
+use lock_core::stats;
+use lock_core::value::LockValue;
 
 /// Refuses a client; hides the token (argument 2) from `SLOWLOG` and `MONITOR`.
 fn only_from_master(ctx: &Context, args: &Args, name: &'static str) -> Result<(), Error> {

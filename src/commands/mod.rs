@@ -29,9 +29,9 @@ use crate::ffi::Key;
 use crate::ffi::Reply;
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::lock::LockState;
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::lock::LockState;
 
 /// The reply of a command that may have changed keys, once the watchers of what it
 /// changed are answered: in the same command.

@@ -11,10 +11,10 @@ use crate::ffi::command::Args;
 use crate::keyspace::store::{self, EVENT_RELEASE};
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::stats;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::stats;
+use lock_core::value::LockValue;
 
 /// LOCK.RELEASE <key> <token>
 ///

@@ -8,7 +8,7 @@ use crate::ffi;
 use crate::ffi::Reply;
 use crate::ffi::command::Args;
 use crate::keyspace::watching;
-use crate::state::error::Error;
+use lock_core::error::Error;
 
 /// LOCK.WATCH <key> <fence> <timeout-ms>
 ///

@@ -9,8 +9,8 @@
 
 use std::cell::Cell;
 
-use crate::state::key::KeyRef;
-use crate::state::lock::Session;
+use lock_core::key::KeyRef;
+use lock_core::lock::Session;
 
 /// Who is told what the type's callbacks learn of lock keys, by database and key name.
 pub trait KeyEvents {

@@ -20,16 +20,16 @@ use redis_module::native_types::RedisType;
 
 use crate::ffi::value_type::{self, AofOut, Digest, RdbIn, RdbOut, ValueType};
 use crate::ffi::{self, Key, cell};
-use crate::state::bindings;
-use crate::state::error::Error;
-use crate::state::fence;
-use crate::state::footprint;
-use crate::state::holders::{Holder, Holders};
-use crate::state::key::KeyRef;
-use crate::state::limits::{MAX_LIMIT, MAX_TTL_MS, MAX_VALUE_LEN};
-use crate::state::lock::{self, BoundLock, LockState, Session};
-use crate::state::stats;
-use crate::state::value::LockValue;
+use lock_core::bindings;
+use lock_core::error::Error;
+use lock_core::fence;
+use lock_core::footprint;
+use lock_core::holders::{Holder, Holders};
+use lock_core::key::KeyRef;
+use lock_core::limits::{MAX_LIMIT, MAX_TTL_MS, MAX_VALUE_LEN};
+use lock_core::lock::{self, BoundLock, LockState, Session};
+use lock_core::stats;
+use lock_core::value::LockValue;
 
 /// The type's name as `TYPE` shows it (exactly nine characters).
 pub const TYPE_NAME: &str = "redislock";

@@ -17,9 +17,9 @@ use std::alloc::{self, Layout};
 use std::os::raw::c_void;
 use std::ptr::NonNull;
 
-use crate::state::cell_ref::CellRef;
-use crate::state::lock::{BoundLock, LockState};
-use crate::state::value::LockValue;
+use lock_core::cell_ref::CellRef;
+use lock_core::lock::{BoundLock, LockState};
+use lock_core::value::LockValue;
 
 /// The block of a cell: a value whose lock is `lock`, beside it.
 #[repr(C)]
@@ -138,8 +138,8 @@ pub unsafe fn free(value: *mut c_void) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::lock::{NewToken, Session};
-    use crate::state::token;
+    use lock_core::lock::{NewToken, Session};
+    use lock_core::token;
 
     fn bound() -> BoundLock {
         let now: i64 = 1_763_000_000_000;

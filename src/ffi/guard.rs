@@ -11,7 +11,7 @@ use redis_module::Context;
 
 use crate::ffi::reply::Reply;
 
-use crate::state::error::Error;
+use lock_core::error::Error;
 
 /// Runs a command handler on its arguments; a panic becomes an `ERR` reply.
 pub fn command<A>(ctx: &Context, args: A, handler: fn(&Context, A) -> Reply) -> Reply {

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use redis_module::{Context, RedisString, raw};
 
 use super::*;
-use crate::state::error::Error;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::value::LockValue;
 
 /// The server's handle of the module's data type: every module key whose type is this
 /// one holds a `LockValue` (boxed, or at the start of a cell).

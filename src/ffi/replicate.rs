@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 
 use redis_module::{Context, RedisString, raw};
 
-use crate::state::decimal::Decimal;
+use lock_core::decimal::Decimal;
 
 /// A lock's state as `LOCK._SET` carries it.
 pub struct LockSet<'a> {

@@ -4,7 +4,7 @@ use std::os::raw::c_long;
 
 use redis_module::{Context, RedisError, RedisValue, raw};
 
-use crate::state::error::Error;
+use lock_core::error::Error;
 
 /// What a command returns: its reply, or one of the core's errors, which the command's
 /// entry (`command.rs`) turns into the error reply (`error_reply`).

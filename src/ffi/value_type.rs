@@ -11,7 +11,7 @@ use redis_module::{RedisString, raw};
 
 use super::{alloc, cell};
 use crate::ffi::guard;
-use crate::state::value::LockValue;
+use lock_core::value::LockValue;
 
 /// What the module's data type does with its values; `methods::<T>()` registers it.
 pub trait ValueType {

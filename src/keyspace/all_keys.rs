@@ -15,12 +15,12 @@ use crate::datatype::LockKey;
 use crate::ffi::{Key, KeyKind};
 use crate::keyspace::renewal::{self, Renewal};
 use crate::keyspace::store;
-use crate::state::error::Error;
-use crate::state::grant::GrantRequest;
-use crate::state::key::KeyRef;
-use crate::state::lock::{NewToken, Session};
-use crate::state::rules::{self, Decision, Holding, Kind};
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::grant::GrantRequest;
+use lock_core::key::KeyRef;
+use lock_core::lock::{NewToken, Session};
+use lock_core::rules::{self, Decision, Holding, Kind};
+use lock_core::value::LockValue;
 
 /// What is asked of every key.
 pub struct AllRequest<'a> {

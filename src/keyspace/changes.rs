@@ -6,8 +6,8 @@
 
 use crate::datatype::KeyEvents;
 use crate::keyspace::{session, waiting, watching};
-use crate::state::key::KeyRef;
-use crate::state::lock::Session;
+use lock_core::key::KeyRef;
+use lock_core::lock::Session;
 
 /// The keyspace, as the lock type's callbacks report to it.
 pub struct Changes;

@@ -1,14 +1,14 @@
-//! The running server's session registry (`state::bindings`, in the core crate).
+//! The running server's session registry (`lock_core::bindings`, in the core crate).
 
 use std::sync::LazyLock;
 
 use crate::ffi;
 use crate::ffi::main_thread::MainThread;
-use crate::state::bindings::Bindings;
-use crate::state::key::KeyRef;
-use crate::state::lock::Session;
-use crate::state::queue::KeyId;
-use crate::state::stats;
+use lock_core::bindings::Bindings;
+use lock_core::key::KeyRef;
+use lock_core::lock::Session;
+use lock_core::queue::KeyId;
+use lock_core::stats;
 
 /// The registry of this server, reached from the main thread only: commands, timers,
 /// server events (never a type's `free` callback). A static, not a thread-local, because

@@ -10,11 +10,11 @@ use crate::datatype::LockKey;
 use crate::ffi::{self, Key};
 use crate::keyspace::registry;
 use crate::keyspace::store::{self, EVENT_ACQUIRE};
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::lock::Session;
-use crate::state::rules::Kind;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::lock::Session;
+use lock_core::rules::Kind;
+use lock_core::value::LockValue;
 
 /// What a renewing acquire asks for.
 pub struct Renewal<'a> {

@@ -1,11 +1,11 @@
 //! Where a waiter's key is served now, asked of the server: in cluster mode a grant made
 //! outside a command (when a lock is freed, long after the waiter's command passed the
 //! server's own checks) first reads `CLUSTER NODES`; the core decides the route from it
-//! (`state::cluster`).
+//! (`lock_core::cluster`).
 
 use redis_module::{Context, ContextFlags};
 
-use crate::state::cluster::{self, Route};
+use lock_core::cluster::{self, Route};
 
 /// Where `key` is served: always `Local` outside cluster mode.
 pub fn route(ctx: &Context, key: &[u8]) -> Route {

@@ -31,12 +31,12 @@ use crate::keyspace::slot_import;
 use crate::keyspace::store::{self, EVENT_RELEASE};
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
-use crate::state::bindings::{self, Binding, Start};
-use crate::state::key::KeyRef;
-use crate::state::lock::Session;
-use crate::state::queue::KeyId;
-use crate::state::stats;
-use crate::state::value::LockValue;
+use lock_core::bindings::{self, Binding, Start};
+use lock_core::key::KeyRef;
+use lock_core::lock::Session;
+use lock_core::queue::KeyId;
+use lock_core::stats;
+use lock_core::value::LockValue;
 
 /// How soon a grace that ended while the server held writes back is looked at again.
 const PAUSED_RETRY_MS: i64 = 10;

@@ -13,7 +13,7 @@
 
 use std::cell::RefCell;
 
-use crate::state::cluster;
+use lock_core::cluster;
 
 /// Inclusive slot ranges, as the server's migration event lists them.
 pub type SlotRanges = Vec<(u16, u16)>;

@@ -12,15 +12,15 @@ use crate::datatype::events;
 use crate::ffi::{self, Key, LockSet};
 use crate::keyspace::registry;
 use crate::keyspace::watching;
-use crate::state::error::Error;
-use crate::state::fence;
-use crate::state::grant::GrantRequest;
-use crate::state::holders::{Holder, Holders};
-use crate::state::key::KeyRef;
-use crate::state::lock::{BoundLock, LockState, Session};
-use crate::state::rules::Kind;
-use crate::state::stats;
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::fence;
+use lock_core::grant::GrantRequest;
+use lock_core::holders::{Holder, Holders};
+use lock_core::key::KeyRef;
+use lock_core::lock::{BoundLock, LockState, Session};
+use lock_core::rules::Kind;
+use lock_core::stats;
+use lock_core::value::LockValue;
 
 /// Keyspace events, in the module class (`notify-keyspace-events` with `d`): a grant.
 pub const EVENT_ACQUIRE: &CStr = c"lock.acquire";

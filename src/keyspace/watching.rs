@@ -37,12 +37,12 @@ use crate::ffi::Reply;
 use crate::ffi::{self, Key, blocked};
 use crate::keyspace::routing;
 use crate::keyspace::waiting::queues;
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::queue::KeyId;
-use crate::state::stats;
-use crate::state::value::LockValue;
-use crate::state::watchers::{Watcher, Watchers};
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::queue::KeyId;
+use lock_core::stats;
+use lock_core::value::LockValue;
+use lock_core::watchers::{Watcher, Watchers};
 
 /// A key's state as `LOCK.WATCH` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -351,7 +351,7 @@ fn on_deadline(ctx: &Context, id: KeyId) {
     DEADLINES.with(|d| {
         let mut deadlines = d.borrow_mut();
         deadlines.remove(&id);
-        if crate::state::room::should_shrink(deadlines.len(), deadlines.capacity()) {
+        if lock_core::room::should_shrink(deadlines.len(), deadlines.capacity()) {
             deadlines.shrink_to_fit();
         }
     });

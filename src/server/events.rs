@@ -14,8 +14,8 @@ use crate::keyspace::session;
 use crate::keyspace::slot_import;
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
-use crate::state::key::KeyRef;
-use crate::state::stats;
+use lock_core::key::KeyRef;
+use lock_core::stats;
 
 /// Follows every event below; false if the server refused one. The client-change event
 /// is subscribed only while a session-bound lock waits on a connection

@@ -21,10 +21,10 @@ use super::handoff;
 use super::queues::{self, Answer, Request};
 use crate::ffi::Reply;
 use crate::ffi::{self, blocked};
-use crate::state::error::Error;
-use crate::state::key::KeyRef;
-use crate::state::queue::{KeyId, Waiter};
-use crate::state::stats;
+use lock_core::error::Error;
+use lock_core::key::KeyRef;
+use lock_core::queue::{KeyId, Waiter};
+use lock_core::stats;
 
 /// Blocks the calling client until it is answered: granted the lock on `key` (and, for
 /// `LOCK.ACQUIREALL`, on every key of `more` at once) as `request` asks, or `timeout_ms`

@@ -39,15 +39,15 @@ use crate::keyspace::routing;
 use crate::keyspace::slot_import;
 use crate::keyspace::store;
 use crate::keyspace::watching;
-use crate::state::error::Error;
-use crate::state::grant::GrantRequest;
-use crate::state::handoff::{self, Handoff};
-use crate::state::key::KeyRef;
-use crate::state::lock::NewToken;
-use crate::state::queue::{KeyId, Waiter};
-use crate::state::room;
-use crate::state::rules::{Decision, Kind};
-use crate::state::value::LockValue;
+use lock_core::error::Error;
+use lock_core::grant::GrantRequest;
+use lock_core::handoff::{self, Handoff};
+use lock_core::key::KeyRef;
+use lock_core::lock::NewToken;
+use lock_core::queue::{KeyId, Waiter};
+use lock_core::room;
+use lock_core::rules::{Decision, Kind};
+use lock_core::value::LockValue;
 
 /// How often a held key with waiters is looked at, besides at its deadline.
 const RECHECK_MS: i64 = 100;

@@ -38,7 +38,7 @@ pub mod queues;
 use redis_module::Context;
 
 use crate::ffi::Reply;
-use crate::state::key::KeyRef;
+use lock_core::key::KeyRef;
 
 pub use handoff::{
     all_renewed, deadline_moved, demoted, handoff, lock_gone, many_keys_changed, open_for_newcomer,

@@ -22,13 +22,13 @@ use std::collections::HashMap;
 use redis_module::{Context, RedisValue};
 
 use crate::ffi::{self, blocked};
-use crate::state::error::Error;
-use crate::state::handoff::Handoff;
-use crate::state::key::KeyRef;
-use crate::state::lock::Session;
-use crate::state::queue::{Contended, KeyId, Queues, Waiter};
-use crate::state::rules::{Holding, Kind};
-use crate::state::stats;
+use lock_core::error::Error;
+use lock_core::handoff::Handoff;
+use lock_core::key::KeyRef;
+use lock_core::lock::Session;
+use lock_core::queue::{Contended, KeyId, Queues, Waiter};
+use lock_core::rules::{Holding, Kind};
+use lock_core::stats;
 
 /// What a waiter is told when it leaves its queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,7 +144,7 @@ pub fn next_handoff(
         }
     }
     with_queues(|q| {
-        crate::state::handoff::next(q, id, held, |key, _| {
+        lock_core::handoff::next(q, id, held, |key, _| {
             verdicts.get(key).copied().unwrap_or(false)
         })
     })
