@@ -95,10 +95,10 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
     let session = session_of(client, options.grace_ms)?;
 
     let db = ffi::selected_db(ctx);
-    let at = KeyRef::new(db, argv[1]);
+    let key = KeyRef::new(db, argv[1]);
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let (mut key, queued) = waiting::open_for_newcomer(ctx, at, &name)?;
-    let held = key.lock()?;
+    let (mut opened, queued) = waiting::open_for_newcomer(ctx, key, &name)?;
+    let held = opened.lock()?;
     let mine = options
         .token
         .and_then(|token| held.and_then(|value| value.kind_of(token)));
@@ -108,7 +108,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
         Decision::Grant => {
             let token = lock::NewToken::for_grant(options.token);
             let request = GrantRequest {
-                key: at,
+                key,
                 token,
                 kind: options.kind,
                 ttl_ms: options.ttl_ms,
@@ -116,10 +116,10 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                 session,
                 value: options.value,
             };
-            store::grant(ctx, &mut key, request, |token, fence| {
+            store::grant(ctx, &mut opened, request, |token, fence| {
                 ffi::reply_granted(ctx, token, fence)
             })?;
-            waiting::watch_holders(ctx, at, &key);
+            waiting::watch_holders(ctx, key, &opened);
             Ok(RedisValue::NoReply)
         }
         Decision::Renew => {
@@ -132,8 +132,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                 ttl_ms: options.ttl_ms,
                 client,
             };
-            let (token, fence) = renewal::renew(ctx, &mut key, at, &renewal)?;
-            waiting::renewed(ctx, at, &key, options.kind);
+            let (token, fence) = renewal::renew(ctx, &mut opened, key, &renewal)?;
+            waiting::renewed(ctx, key, &opened, options.kind);
             ffi::reply_granted(ctx, &token, fence);
             Ok(RedisValue::NoReply)
         }
@@ -143,8 +143,8 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
             // follows its master and grants nothing itself: as if WAIT were absent.
             match options.wait_ms {
                 Some(timeout_ms) if super::can_block(ctx) => {
-                    let expire_at = key.expire_at();
-                    drop(key);
+                    let expire_at = opened.expire_at();
+                    drop(opened);
                     let request = Request {
                         token: lock::token_buffer(options.token),
                         ttl_ms: options.ttl_ms,
@@ -153,7 +153,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                         kind: options.kind,
                         value: options.value.map(Box::from),
                     };
-                    waiting::wait(ctx, at, request, timeout_ms, expire_at)
+                    waiting::wait(ctx, key, request, timeout_ms, expire_at)
                 }
                 _ => Ok(RedisValue::Null),
             }

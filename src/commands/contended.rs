@@ -30,10 +30,10 @@ pub fn contended(ctx: &Context, args: &Args) -> Reply {
     ffi::reply_array(ctx, listed.len());
     for entry in listed {
         let name = ctx.create_string(entry.key.name.as_slice());
-        let key = Key::open_read(ctx, &name);
+        let opened = Key::open_read(ctx, &name);
         // The holders now: a shared holder past its time is not counted (it leaves
         // within milliseconds), as LOCK.HOLDERS lists them.
-        let grants: Vec<i64> = match key.lock() {
+        let grants: Vec<i64> = match opened.lock() {
             Ok(Some(LockValue::Exclusive(lock))) => vec![lock.acquired_ms()],
             Ok(Some(LockValue::Shared(holders))) => holders
                 .iter()
@@ -64,16 +64,16 @@ pub fn contended(ctx: &Context, args: &Args) -> Reply {
 /// The `COUNT n` of the arguments, or the default; every argument checked first.
 fn count(args: &Args) -> Result<usize, Error> {
     let mut count = None;
-    let mut at = 1;
-    while at < args.len() {
-        let option = args.get(at);
+    let mut index = 1;
+    while index < args.len() {
+        let option = args.get(index);
         if !option.eq_ignore_ascii_case(b"COUNT") {
             return Err(Error::UnknownListOption(option.to_vec()));
         }
         if count.is_some() {
             return Err(Error::RepeatedOption(option.to_vec()));
         }
-        let Some(&value) = args.bytes().get(at + 1) else {
+        let Some(&value) = args.bytes().get(index + 1) else {
             return Err(Error::MissingValue(option.to_vec()));
         };
         let n = super::args::integer(value)
@@ -81,7 +81,7 @@ fn count(args: &Args) -> Result<usize, Error> {
             .filter(|n| (1..=MAX_CONTENDED).contains(n))
             .ok_or(Error::InvalidCount)?;
         count = Some(n);
-        at += 2;
+        index += 2;
     }
     Ok(count.unwrap_or(DEFAULT_CONTENDED))
 }

@@ -34,32 +34,32 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
     let ttl_ms = args::ttl(args.get(3))?;
 
     let db = ffi::selected_db(ctx);
-    let at = KeyRef::new(db, args.get(1));
+    let key = KeyRef::new(db, args.get(1));
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let mut key = super::open_served(ctx, db, &name, args.get(1))?;
-    let expired = store::expire_holders(ctx, &mut key)?;
-    let extended = match key.lock()? {
+    let mut opened = super::open_served(ctx, db, &name, args.get(1))?;
+    let expired = store::expire_holders(ctx, &mut opened)?;
+    let extended = match opened.lock()? {
         Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
-            renewal::set_ttl(ctx, &key, ttl_ms)?;
-            waiting::deadline_moved(ctx, at, key.expire_at());
+            renewal::set_ttl(ctx, &opened, ttl_ms)?;
+            waiting::deadline_moved(ctx, key, opened.expire_at());
             true
         }
         Some(LockValue::Shared(_)) => {
             let expire_at = ffi::now_ms().saturating_add(ttl_ms);
-            store::update_holder(ctx, &mut key, token, expire_at, None)?.is_some()
+            store::update_holder(ctx, &mut opened, token, expire_at, None)?.is_some()
         }
         _ => false,
     };
     if extended {
-        ffi::notify(ctx, EVENT_EXTEND, key.name());
+        ffi::notify(ctx, EVENT_EXTEND, opened.name());
         stats::EXTENDS.bump();
     }
     if extended || expired > 0 {
-        waiting::watch_holders(ctx, at, &key);
+        waiting::watch_holders(ctx, key, &opened);
     }
     if expired > 0 {
-        drop(key);
-        waiting::handoff(ctx, at);
+        drop(opened);
+        waiting::handoff(ctx, key);
     }
     Ok(RedisValue::Integer(i64::from(extended)))
 }

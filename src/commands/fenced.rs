@@ -46,8 +46,8 @@ pub fn lock_do(ctx: &Context, args: &Args) -> Reply {
     let command = args.get(INNER);
     allowed(ctx, args)?;
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let key = Key::open_read(ctx, &name);
-    let held = match key.lock()? {
+    let opened = Key::open_read(ctx, &name);
+    let held = match opened.lock()? {
         Some(LockValue::Exclusive(lock)) => lock.holds(token),
         // A shared holder counts until its time is strictly past, as a key's does.
         Some(LockValue::Shared(holders)) => holders
@@ -55,7 +55,7 @@ pub fn lock_do(ctx: &Context, args: &Args) -> Reply {
             .is_some_and(|holder| holder.expire_at >= ffi::now_ms()),
         None => false,
     };
-    drop(key);
+    drop(opened);
     if !held {
         return Err(Error::NotHeld(args.get(1).to_vec()));
     }

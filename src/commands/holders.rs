@@ -24,17 +24,17 @@ pub fn holders(ctx: &Context, args: &Args) -> Reply {
         return Err(Error::WrongArity);
     }
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let key = Key::open_read(ctx, &name);
-    let Some(value) = key.lock()? else {
+    let opened = Key::open_read(ctx, &name);
+    let Some(value) = opened.lock()? else {
         return Ok(RedisValue::Null);
     };
-    let now = ffi::now_ms();
+    let now_ms = ffi::now_ms();
     // (lock, its expiry): an exclusive lock's is the key's.
     let mut listed: Vec<(&LockState, Option<i64>)> = match value {
-        LockValue::Exclusive(lock) => vec![(lock, key.expire_at())],
+        LockValue::Exclusive(lock) => vec![(lock, opened.expire_at())],
         LockValue::Shared(holders) => holders
             .iter()
-            .filter(|holder| holder.expire_at >= now)
+            .filter(|holder| holder.expire_at >= now_ms)
             .map(|holder| (&holder.lock, Some(holder.expire_at)))
             .collect(),
     };
@@ -49,7 +49,7 @@ pub fn holders(ctx: &Context, args: &Args) -> Reply {
                 ("fence", Field::Integer(lock.fence() as i64)),
                 (
                     "ttl",
-                    Field::Integer(expire_at.map_or(-1, |at| at.saturating_sub(now).max(0))),
+                    Field::Integer(expire_at.map_or(-1, |at| at.saturating_sub(now_ms).max(0))),
                 ),
                 ("acquired", Field::Integer(lock.acquired_ms())),
                 ("client", Field::Integer(lock.client() as i64)),

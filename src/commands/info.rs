@@ -27,11 +27,11 @@ pub fn info(ctx: &Context, args: &Args) -> Reply {
         return Err(Error::WrongArity);
     }
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let key = Key::open_read(ctx, &name);
-    let Some(value) = key.lock()? else {
+    let opened = Key::open_read(ctx, &name);
+    let Some(value) = opened.lock()? else {
         return Ok(RedisValue::Null);
     };
-    let ttl = key
+    let ttl = opened
         .expire_at()
         .map_or(-1, |at| at.saturating_sub(ffi::now_ms()).max(0));
     let waiting = waiting::count(KeyRef::new(ffi::selected_db(ctx), args.get(1)));

@@ -69,7 +69,7 @@ fn lock_state(
     }
     let expire_at = match number(5, "expire-at-ms")? {
         -1 => None,
-        at if at >= 0 => Some(at),
+        ms if ms >= 0 => Some(ms),
         _ => {
             return Err(Error::InvalidInternal {
                 command: name,
@@ -117,14 +117,14 @@ fn run_set(ctx: &Context, args: &Args) -> Reply {
         lock.set_value(Some(value));
     }
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let key = Key::open_write(ctx, &name);
+    let opened = Key::open_write(ctx, &name);
     let (fence, session) = (lock.fence(), lock.session());
-    key.set_lock(LockValue::Exclusive(lock), expire_at)?;
+    opened.set_lock(LockValue::Exclusive(lock), expire_at)?;
     let db = ffi::selected_db(ctx);
     if let Some(session) = session {
-        session::arrived(KeyRef::new(db, key.name().as_slice()), session);
+        session::arrived(KeyRef::new(db, opened.name().as_slice()), session);
     }
-    watching::touched(KeyRef::new(db, key.name().as_slice()));
+    watching::touched(KeyRef::new(db, opened.name().as_slice()));
     fence::clock().observe(fence);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -171,10 +171,10 @@ fn run_hold(ctx: &Context, args: &Args) -> Reply {
     let (fence, session) = (lock.fence(), lock.session());
     let db = ffi::selected_db(ctx);
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let mut key = Key::open_write(ctx, &name);
+    let mut opened = Key::open_write(ctx, &name);
     let holder = Holder { lock, expire_at };
-    let joins = matches!(key.lock(), Ok(Some(LockValue::Shared(h))) if h.limit() == limit);
-    let last = match key.lock_mut() {
+    let joins = matches!(opened.lock(), Ok(Some(LockValue::Shared(h))) if h.limit() == limit);
+    let last_at = match opened.lock_mut() {
         Ok(Some(LockValue::Shared(holders))) if joins => {
             // The same holder again (renewed, rebound) or a new one beside the others.
             if holders.remove(&holder.lock.token()).is_none() {
@@ -187,16 +187,16 @@ fn run_hold(ctx: &Context, args: &Args) -> Reply {
             let mut holders = Holders::new(limit);
             holders.insert(holder).map_err(|_| Error::HoldNotSet)?;
             // Whatever was there is replaced, as the master's was.
-            key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
+            opened.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
             Some(expire_at)
         }
     };
-    key.set_expire_at(last)?;
+    opened.set_expire_at(last_at)?;
     if let Some(session) = session {
-        session::arrived(KeyRef::new(db, key.name().as_slice()), session);
+        session::arrived(KeyRef::new(db, opened.name().as_slice()), session);
     }
-    waiting::shared_arrived(KeyRef::new(db, key.name().as_slice()));
-    watching::touched(KeyRef::new(db, key.name().as_slice()));
+    waiting::shared_arrived(KeyRef::new(db, opened.name().as_slice()));
+    watching::touched(KeyRef::new(db, opened.name().as_slice()));
     fence::clock().observe(fence);
     ctx.replicate_verbatim();
     Ok(RedisValue::SimpleStringStatic("OK"))
@@ -217,8 +217,8 @@ fn run_drop_holder(ctx: &Context, args: &Args) -> Reply {
     }
     let token = args::token(args.get(2))?;
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let mut key = Key::open_write(ctx, &name);
-    let Ok(Some(LockValue::Shared(holders))) = key.lock_mut() else {
+    let mut opened = Key::open_write(ctx, &name);
+    let Ok(Some(LockValue::Shared(holders))) = opened.lock_mut() else {
         ctx.replicate_verbatim();
         return Ok(RedisValue::Integer(0));
     };
@@ -229,11 +229,11 @@ fn run_drop_holder(ctx: &Context, args: &Args) -> Reply {
     let dropped = dropped.is_some();
     match holders.last_expiry() {
         None => {
-            events::releasing(|| key.delete());
+            events::releasing(|| opened.delete());
         }
-        Some(last) => key.set_expire_at(Some(last))?,
+        Some(last_at) => opened.set_expire_at(Some(last_at))?,
     }
-    watching::touched(KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()));
+    watching::touched(KeyRef::new(ffi::selected_db(ctx), opened.name().as_slice()));
     ctx.replicate_verbatim();
     Ok(RedisValue::Integer(i64::from(dropped)))
 }

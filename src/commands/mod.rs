@@ -59,11 +59,11 @@ fn open_served<'c>(
     name: &'c RedisString,
     raw: &[u8],
 ) -> Result<Key<'c>, Error> {
-    let key = Key::open_write(ctx, name);
-    if key.lock()?.is_some() || !waiting::queued(KeyRef::new(db, raw)) {
-        return Ok(key);
+    let opened = Key::open_write(ctx, name);
+    if opened.lock()?.is_some() || !waiting::queued(KeyRef::new(db, raw)) {
+        return Ok(opened);
     }
-    drop(key);
+    drop(opened);
     waiting::handoff(ctx, KeyRef::new(db, raw));
     Ok(Key::open_write(ctx, name))
 }

@@ -35,30 +35,32 @@ fn run_release(ctx: &Context, args: &Args) -> Reply {
     let token = args::token(args.get(2))?;
 
     let db = ffi::selected_db(ctx);
-    let at = KeyRef::new(db, args.get(1));
+    let key = KeyRef::new(db, args.get(1));
     let name = args.string(1).ok_or(Error::WrongArity)?;
-    let mut key = super::open_served(ctx, db, &name, args.get(1))?;
-    let expired = store::expire_holders(ctx, &mut key)?;
-    let (released, shared) = match key.lock()? {
+    let mut opened = super::open_served(ctx, db, &name, args.get(1))?;
+    let expired = store::expire_holders(ctx, &mut opened)?;
+    let (released, shared) = match opened.lock()? {
         Some(LockValue::Exclusive(lock)) if lock.holds(token) => {
-            events::releasing(|| key.delete());
-            ffi::replicate_del(ctx, key.name());
-            watching::touched(at);
+            events::releasing(|| opened.delete());
+            ffi::replicate_del(ctx, opened.name());
+            watching::touched(key);
             (true, false)
         }
-        Some(LockValue::Shared(_)) => (store::drop_holder(ctx, &mut key, token)?.is_some(), true),
+        Some(LockValue::Shared(_)) => {
+            (store::drop_holder(ctx, &mut opened, token)?.is_some(), true)
+        }
         _ => (false, false),
     };
     if released {
-        ffi::notify(ctx, EVENT_RELEASE, key.name());
+        ffi::notify(ctx, EVENT_RELEASE, opened.name());
         stats::RELEASES.bump();
     }
     if shared || expired > 0 {
-        waiting::watch_holders(ctx, at, &key);
+        waiting::watch_holders(ctx, key, &opened);
     }
     if released || expired > 0 {
-        drop(key);
-        waiting::handoff(ctx, at);
+        drop(opened);
+        waiting::handoff(ctx, key);
     }
     Ok(RedisValue::Integer(i64::from(released)))
 }

@@ -212,8 +212,8 @@ pub fn key_at(ctx: &Context, pos: usize, flags: KeyFlags) {
     unsafe {
         if let Some(with_flags) = raw::RedisModule_KeyAtPosWithFlags {
             with_flags(ctx.get_raw(), pos, flags.0);
-        } else if let Some(at) = raw::RedisModule_KeyAtPos {
-            at(ctx.get_raw(), pos);
+        } else if let Some(key_at_pos) = raw::RedisModule_KeyAtPos {
+            key_at_pos(ctx.get_raw(), pos);
         }
     }
 }

@@ -81,9 +81,9 @@ pub fn place(lock: BoundLock) -> ServerValue {
     // same block, which only `free` frees, dropping the value first; the lock is never
     // written again, and only a shared borrow of the value reaches it (see above).
     unsafe {
-        let at = &raw mut (*cell.as_ptr()).lock;
-        at.write(lock);
-        let lock = LockState::in_cell(CellRef::new(&*at));
+        let place = &raw mut (*cell.as_ptr()).lock;
+        place.write(lock);
+        let lock = LockState::in_cell(CellRef::new(&*place));
         (&raw mut (*cell.as_ptr()).value).write(LockValue::Exclusive(lock));
     }
     ServerValue(cell.cast())

@@ -232,8 +232,10 @@ impl<'ctx> Key<'ctx> {
         // SAFETY: self.key is an open, non-null key handle; the server checks the mode.
         let status = unsafe {
             match at_ms {
-                Some(at) => {
-                    raw::RedisModule_SetAbsExpire.expect("RedisModule_SetAbsExpire")(self.key, at)
+                Some(expire_at) => {
+                    raw::RedisModule_SetAbsExpire.expect("RedisModule_SetAbsExpire")(
+                        self.key, expire_at,
+                    )
                 }
                 None => raw::RedisModule_SetExpire.expect("RedisModule_SetExpire")(
                     self.key,
@@ -255,9 +257,9 @@ impl<'ctx> Key<'ctx> {
             return None;
         }
         // SAFETY: self.key is an open, non-null handle of a key that exists.
-        let at =
+        let expire_at =
             unsafe { raw::RedisModule_GetAbsExpire.expect("RedisModule_GetAbsExpire")(self.key) };
-        (at != raw::REDISMODULE_NO_EXPIRE.into()).then_some(at)
+        (expire_at != raw::REDISMODULE_NO_EXPIRE.into()).then_some(expire_at)
     }
 
     /// Deletes the key (nothing to do if it is not there).

@@ -162,8 +162,8 @@ fn grace_string(grace_ms: i64) -> *mut raw::RedisModuleString {
 
 /// Replicates a new absolute expiry as `PEXPIREAT key at-ms`.
 pub fn replicate_pexpireat(ctx: &Context, key: &RedisString, at_ms: i64) {
-    let at = Decimal::new(at_ms);
-    let at = at.digits();
+    let at_ms = Decimal::new(at_ms);
+    let at_ms = at_ms.digits();
     // SAFETY: format `sb`: the key string and a buffer, both live for the call.
     unsafe {
         raw::RedisModule_Replicate.expect("RedisModule_Replicate")(
@@ -171,8 +171,8 @@ pub fn replicate_pexpireat(ctx: &Context, key: &RedisString, at_ms: i64) {
             c"PEXPIREAT".as_ptr(),
             c"sb".as_ptr(),
             key.inner,
-            at.as_ptr(),
-            at.len(),
+            at_ms.as_ptr(),
+            at_ms.len(),
         );
     }
 }

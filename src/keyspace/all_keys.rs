@@ -50,12 +50,12 @@ pub enum Verdict {
 
 /// What key `key` holds now as the rules see it, once its shared holders whose time has
 /// come are gone; a key of another type in the lock's place holds it like a lock.
-pub fn holding(ctx: &Context, key: &mut Key) -> Option<Holding> {
-    match key.kind() {
+pub fn holding(ctx: &Context, opened: &mut Key) -> Option<Holding> {
+    match opened.kind() {
         KeyKind::Empty => None,
         KeyKind::Module => {
-            let _ = store::expire_holders(ctx, key);
-            match key.lock() {
+            let _ = store::expire_holders(ctx, opened);
+            match opened.lock() {
                 Ok(Some(LockValue::Shared(holders))) => holders.holding(),
                 Ok(None) => None,
                 _ => Some(Holding::EXCLUSIVE),
@@ -68,9 +68,9 @@ pub fn holding(ctx: &Context, key: &mut Key) -> Option<Holding> {
 /// Opens `name` for writing with its shared holders whose time has come gone (the
 /// handoff's look at a key, and a newcomer's once its waiters are served).
 pub fn open_settled<'c>(ctx: &'c Context, name: &'c RedisString) -> Result<Key<'c>, Error> {
-    let mut key = Key::open_write(ctx, name);
-    let _ = store::expire_holders(ctx, &mut key)?;
-    Ok(key)
+    let mut opened = Key::open_write(ctx, name);
+    let _ = store::expire_holders(ctx, &mut opened)?;
+    Ok(opened)
 }
 
 /// Decides for every key of `keys` (named by `names`, in order), each opened by `open`
@@ -88,9 +88,9 @@ pub fn decide<'c>(
 ) -> Result<(Verdict, Vec<Key<'c>>), Error> {
     let mut decisions = Vec::with_capacity(keys.len());
     let mut opened = Vec::with_capacity(keys.len());
-    for (&at, &name) in keys.iter().zip(names) {
-        let (key, queued) = open(at, name)?;
-        let held = key.lock()?;
+    for (&key, &name) in keys.iter().zip(names) {
+        let (one, queued) = open(key, name)?;
+        let held = one.lock()?;
         let mine = request
             .own
             .and_then(|token| held.and_then(|value| value.kind_of(token)));
@@ -99,7 +99,7 @@ pub fn decide<'c>(
             Decision::Refused(refusal) => return Err(Error::Refused(refusal)),
             decision => decisions.push(decision),
         }
-        opened.push(key);
+        opened.push(one);
     }
     let verdict = if decisions
         .iter()
@@ -125,7 +125,7 @@ pub fn grant(
 ) -> Result<(Box<[u8]>, Vec<u64>), Error> {
     let mut fences = Vec::with_capacity(keys.len());
     let mut held_as: Option<Box<[u8]>> = None;
-    for ((&at, key), decision) in keys.iter().zip(opened.iter_mut()).zip(decisions) {
+    for ((&key, opened), decision) in keys.iter().zip(opened.iter_mut()).zip(decisions) {
         let (token, fence) = match decision {
             Decision::Renew => {
                 let renewal = Renewal {
@@ -136,11 +136,11 @@ pub fn grant(
                     ttl_ms: request.ttl_ms,
                     client: request.client,
                 };
-                renewal::renew(ctx, key, at, &renewal)?
+                renewal::renew(ctx, opened, key, &renewal)?
             }
             _ => {
                 let grant = GrantRequest {
-                    key: at,
+                    key,
                     token: request.token.clone(),
                     kind: request.kind,
                     ttl_ms: request.ttl_ms,
@@ -149,7 +149,7 @@ pub fn grant(
                     value: None,
                 };
                 // The token as held is the same on every key: kept from the first.
-                let (fence, token) = store::grant(ctx, key, grant, |token, _| {
+                let (fence, token) = store::grant(ctx, opened, grant, |token, _| {
                     held_as.is_none().then(|| Box::<[u8]>::from(token))
                 })?;
                 (token.unwrap_or_default(), fence)

@@ -7,7 +7,6 @@ use crate::ffi::main_thread::MainThread;
 use lock_core::bindings::Bindings;
 use lock_core::key::KeyRef;
 use lock_core::lock::Session;
-use lock_core::queue::KeyId;
 use lock_core::stats;
 
 /// The registry of this server, reached from the main thread only: commands, timers,
@@ -29,9 +28,8 @@ pub fn with<T>(f: impl FnOnce(&mut Bindings) -> T) -> T {
 /// token acquires it again, bound anew or not at all). If that ends a grace, it is a
 /// reclaim, counted in `session_reclaims`. With `forget` false, other holders of the key
 /// stay bound to the same connection and keep their entry and grace.
-pub fn unbind(at: KeyRef, session: &Session, forget: bool) {
-    let KeyRef { db, name: key } = at;
-    let id = KeyId::new(db, key);
+pub fn unbind(key: KeyRef, session: &Session, forget: bool) {
+    let id = key.to_id();
     if forget {
         with(|b| b.forget(&id, session.client));
     }

@@ -32,46 +32,49 @@ pub struct Renewal<'a> {
     pub client: u64,
 }
 
-/// Renews `renewal.token`'s hold of `key` (`at`), which the rules found it holds in the
+/// Renews `renewal.token`'s hold of `key` (open as `opened`), which the rules found it holds in the
 /// kind it asks for: returns the token as the lock keeps it and its fence (unchanged),
 /// after the `lock.acquire` event. The caller tells the handoff (`waiting::renewed`): the
 /// key's deadline or its holders' expiries moved.
 pub fn renew(
     ctx: &Context,
-    key: &mut Key,
-    at: KeyRef,
+    opened: &mut Key,
+    key: KeyRef,
     renewal: &Renewal,
 ) -> Result<(Box<[u8]>, u64), Error> {
     let token = renewal.token;
     if matches!(renewal.kind, Kind::Shared { .. }) {
-        renew_holder(ctx, key, at, token, renewal.session, renewal.ttl_ms)?;
+        renew_holder(ctx, opened, key, token, renewal.session, renewal.ttl_ms)?;
     } else {
         renew_exclusive(
             ctx,
+            opened,
             key,
-            at,
             (renewal.session, renewal.value),
             renewal.ttl_ms,
         )?;
     }
-    held_by(key, token, renewal.client)?;
-    let lock = key
+    held_by(opened, token, renewal.client)?;
+    let lock = opened
         .lock()?
         .and_then(|value| value.lock_of(token))
         .ok_or(Error::VanishedWhileRenewing)?;
-    ffi::notify(ctx, EVENT_ACQUIRE, key.name());
+    ffi::notify(ctx, EVENT_ACQUIRE, opened.name());
     Ok(((*lock.token()).into(), lock.fence()))
 }
 
-/// Records that the connection `client` holds `token`'s lock on `key` now (a re-acquire
+/// Records that the connection `client` holds `token`'s lock on the key `opened` now (a re-acquire
 /// from another connection: `LOCK.HOLDERS` names the one to look at). Inside a script
 /// (`client` 0) the connection that had it stays named.
-fn held_by(key: &mut Key, token: &[u8], client: u64) -> Result<(), Error> {
-    let named = key.lock()?.and_then(|value| value.lock_of(token));
+fn held_by(opened: &mut Key, token: &[u8], client: u64) -> Result<(), Error> {
+    let named = opened.lock()?.and_then(|value| value.lock_of(token));
     if client == 0 || named.is_none_or(|lock| lock.client() == client) {
         return Ok(());
     }
-    if let Some(lock) = key.lock_mut()?.and_then(|value| value.lock_of_mut(token)) {
+    if let Some(lock) = opened
+        .lock_mut()?
+        .and_then(|value| value.lock_of_mut(token))
+    {
         lock.set_client(client);
     }
     Ok(())
@@ -82,12 +85,12 @@ fn held_by(key: &mut Key, token: &[u8], client: u64) -> Result<(), Error> {
 /// (without `VALUE` it is kept).
 fn renew_exclusive(
     ctx: &Context,
-    key: &mut Key,
-    at: KeyRef,
+    opened: &mut Key,
+    key: KeyRef,
     (session, value): (Option<Session>, Option<&[u8]>),
     ttl_ms: i64,
 ) -> Result<(), Error> {
-    let (was_bound, new_value) = match key.lock()? {
+    let (was_bound, new_value) = match opened.lock()? {
         Some(LockValue::Exclusive(lock)) => (
             lock.session(),
             value.filter(|value| lock.value() != Some(*value)),
@@ -95,9 +98,9 @@ fn renew_exclusive(
         _ => (None, None),
     };
     if was_bound.is_none() && session.is_none() && new_value.is_none() {
-        set_ttl(ctx, key, ttl_ms)
+        set_ttl(ctx, opened, ttl_ms)
     } else {
-        rebind(ctx, key, at, (was_bound, session), new_value, ttl_ms)
+        rebind(ctx, opened, key, (was_bound, session), new_value, ttl_ms)
     }
 }
 
@@ -106,21 +109,23 @@ fn renew_exclusive(
 /// longest-lived holder.
 fn renew_holder(
     ctx: &Context,
-    key: &mut Key,
-    at: KeyRef,
+    opened: &mut Key,
+    key: KeyRef,
     token: &[u8],
     session: Option<Session>,
     ttl_ms: i64,
 ) -> Result<(), Error> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
-    let was = store::update_holder(ctx, key, token, expire_at, Some(session))?;
+    let was = store::update_holder(ctx, opened, token, expire_at, Some(session))?;
     if let Some(Some(old)) = was {
         // Other holders of the key bound to the same connection keep their grace.
-        let others = key.lock()?.is_some_and(|value| value.bound_to(old.client));
-        registry::unbind(at, &old, !others);
+        let others = opened
+            .lock()?
+            .is_some_and(|value| value.bound_to(old.client));
+        registry::unbind(key, &old, !others);
     }
     if let Some(new) = &session {
-        store::bind(at, new.client, new.grace_ms);
+        store::bind(key, new.client, new.grace_ms);
     }
     Ok(())
 }
@@ -131,41 +136,41 @@ fn renew_holder(
 /// is reset. The whole state replicates, binding and value included.
 fn rebind(
     ctx: &Context,
-    key: &mut Key,
-    at: KeyRef,
+    opened: &mut Key,
+    key: KeyRef,
     (was_bound, session): (Option<Session>, Option<Session>),
     new_value: Option<&[u8]>,
     ttl_ms: i64,
 ) -> Result<(), Error> {
     // The lock changes first: if the key cannot be written, the registry still tells
     // where the binding is.
-    if let Some(LockValue::Exclusive(lock)) = key.lock_mut()? {
+    if let Some(LockValue::Exclusive(lock)) = opened.lock_mut()? {
         lock.set_session(session);
         if new_value.is_some() {
             lock.set_value(new_value);
         }
     }
     if let Some(old) = &was_bound {
-        registry::unbind(at, old, true);
+        registry::unbind(key, old, true);
     }
     if let Some(new) = &session {
-        store::bind(at, new.client, new.grace_ms);
+        store::bind(key, new.client, new.grace_ms);
     }
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
-    key.set_expire_at(Some(expire_at))?;
-    let Some(LockValue::Exclusive(lock)) = key.lock()? else {
+    opened.set_expire_at(Some(expire_at))?;
+    let Some(LockValue::Exclusive(lock)) = opened.lock()? else {
         return Err(Error::VanishedWhileRenewing);
     };
-    store::replicate(ctx, key, lock, &lock.token(), expire_at);
+    store::replicate(ctx, opened, lock, &lock.token(), expire_at);
     Ok(())
 }
 
 /// Sets the lock's remaining time to `ttl_ms` from now and replicates the absolute
 /// expiry. (The caller moves the waiters' hand-over to the new deadline:
 /// `waiting::renewed`.)
-pub fn set_ttl(ctx: &Context, key: &Key, ttl_ms: i64) -> Result<(), Error> {
+pub fn set_ttl(ctx: &Context, opened: &Key, ttl_ms: i64) -> Result<(), Error> {
     let expire_at = ffi::now_ms().saturating_add(ttl_ms);
-    key.set_expire_at(Some(expire_at))?;
-    ffi::replicate_pexpireat(ctx, key.name(), expire_at);
+    opened.set_expire_at(Some(expire_at))?;
+    ffi::replicate_pexpireat(ctx, opened.name(), expire_at);
     Ok(())
 }

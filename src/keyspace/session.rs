@@ -77,14 +77,14 @@ pub fn serving(ctx: &Context) {
         return;
     }
     let mut starts = bindings::Starts::<Binding>::new();
-    for (key, binding) in registry::with(bindings::Bindings::take_pending) {
-        if slot_import::is_importing(&key.name) {
+    for (id, binding) in registry::with(bindings::Bindings::take_pending) {
+        if slot_import::is_importing(&id.name) {
             // Another import still brings this slot: its grace waits for that one.
-            registry::with(|b| b.pend(key, binding));
+            registry::with(|b| b.pend(id, binding));
         } else if ffi::client_connected(binding.client) {
-            store::bind(key.as_ref(), binding.client, binding.grace_ms);
+            store::bind(id.as_ref(), binding.client, binding.grace_ms);
         } else {
-            bindings::add_start(&mut starts, binding, key);
+            bindings::add_start(&mut starts, binding, id);
         }
     }
     for (binding, keys) in starts {
@@ -117,20 +117,24 @@ pub fn swapped(a: i32, b: i32) {
 /// the AOF, a slot import), loaded, restored, renamed, moved or copied. It is watched from
 /// now on: bound if its connection is open, else in grace, or pending if this server does
 /// not serve it (yet).
-pub fn arrived(at: KeyRef, session: Session) {
-    let KeyRef { db, name: key } = at;
+pub fn arrived(key: KeyRef, session: Session) {
     let binding = Binding {
         client: session.client,
         grace_ms: session.grace_ms,
     };
     let ctx = ffi::detached();
-    if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
-        registry::with(|b| b.pend(KeyId::new(db, key), binding));
+    if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key.name) {
+        registry::with(|b| b.pend(key.to_id(), binding));
     } else if ffi::client_connected(session.client) {
-        store::bind(at, session.client, session.grace_ms);
+        store::bind(key, session.client, session.grace_ms);
     } else {
-        let keys = vec![KeyId::new(db, key)];
-        start_grace(&ctx, binding, Start::Own, keys, session.grace_ms);
+        start_grace(
+            &ctx,
+            binding,
+            Start::Own,
+            vec![key.to_id()],
+            session.grace_ms,
+        );
     }
 }
 
@@ -143,11 +147,10 @@ thread_local! {
 /// A session-bound lock left `key`, by whatever means. The key may already hold its
 /// successor (`RESTORE` or `COPY` with `REPLACE` load the new value before the old one
 /// goes), so the registry is told once the command is over, with what the key holds then.
-pub fn gone(at: KeyRef, session: Session) {
-    let KeyRef { db, name: key } = at;
+pub fn gone(key: KeyRef, session: Session) {
     let first = LEFT.with(|left| {
         let mut left = left.borrow_mut();
-        left.push((KeyId::new(db, key), session.client));
+        left.push((key.to_id(), session.client));
         left.len() == 1
     });
     if first {
@@ -158,9 +161,9 @@ pub fn gone(at: KeyRef, session: Session) {
 /// Tells the registry what the keys that session-bound locks left hold now.
 fn reconcile_left(ctx: &Context) {
     let mut clients = Vec::new();
-    for (key, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
-        let still_bound = bound_at(ctx, &key, client);
-        registry::with(|b| b.left(&key, client, still_bound));
+    for (id, client) in LEFT.with(|left| std::mem::take(&mut *left.borrow_mut())) {
+        let still_bound = bound_at(ctx, &id, client);
+        registry::with(|b| b.left(&id, client, still_bound));
         if !clients.contains(&client) {
             clients.push(client);
         }
@@ -173,7 +176,7 @@ fn reconcile_left(ctx: &Context) {
         };
         let still_bound: Vec<KeyId> = keys
             .into_iter()
-            .filter(|key| bound_at(ctx, key, client))
+            .filter(|id| bound_at(ctx, id, client))
             .collect();
         registry::with(|b| b.compact(client, &still_bound));
     }
@@ -190,7 +193,7 @@ pub fn in_grace(ctx: &Context) -> usize {
     let db = ffi::selected_db(ctx);
     let count = listed
         .iter()
-        .filter(|(key, client)| !ffi::client_connected(*client) && bound_at(ctx, key, *client))
+        .filter(|(id, client)| !ffi::client_connected(*client) && bound_at(ctx, id, *client))
         .count();
     if ffi::selected_db(ctx) != db {
         ffi::select_db(ctx, db);
@@ -199,11 +202,11 @@ pub fn in_grace(ctx: &Context) -> usize {
 }
 
 /// Whether some holder of `key` is bound to connection `client`.
-fn bound_at(ctx: &Context, key: &KeyId, client: u64) -> bool {
-    if ffi::selected_db(ctx) != key.db && !ffi::select_db(ctx, key.db) {
+fn bound_at(ctx: &Context, id: &KeyId, client: u64) -> bool {
+    if ffi::selected_db(ctx) != id.db && !ffi::select_db(ctx, id.db) {
         return false;
     }
-    let name = ctx.create_string(key.name.as_slice());
+    let name = ctx.create_string(id.name.as_slice());
     Key::open_read(ctx, &name)
         .lock()
         .ok()
@@ -215,21 +218,21 @@ fn bound_at(ctx: &Context, key: &KeyId, client: u64) -> bool {
 /// destination: their notification of it is where a session-bound lock (or shared
 /// holders, whose expiries are watched) that left another key is found again (`COPY`
 /// has its type callback). Any other event costs a flag check.
-pub fn key_moved(ctx: &Context, event: &[u8], key: &[u8]) {
+pub fn key_moved(ctx: &Context, event: &[u8], name: &[u8]) {
     guard::callback((), || {
         if !events::is_session_in_flight() || !matches!(event, b"rename_to" | b"move_to") {
             return;
         }
         events::take_session_in_flight();
-        let name = ctx.create_string(key);
-        let opened = Key::open_read(ctx, &name);
-        let db = ffi::selected_db(ctx);
+        let key_name = ctx.create_string(name);
+        let opened = Key::open_read(ctx, &key_name);
+        let key = KeyRef::new(ffi::selected_db(ctx), name);
         if let Ok(Some(value)) = opened.lock() {
             for session in value.sessions() {
-                arrived(KeyRef::new(db, key), session);
+                arrived(key, session);
             }
             if matches!(value, LockValue::Shared(_)) {
-                waiting::shared_arrived(KeyRef::new(db, key));
+                waiting::shared_arrived(key);
             }
         }
     })
@@ -254,24 +257,24 @@ fn stop_grace_timer(ctx: &Context, timer: u64) {
     ffi::stop_timer_with::<u64>(ctx, timer);
 }
 
-fn on_grace_end(ctx: &Context, id: u64) {
-    let Some(binding) = registry::with(|b| b.running(id)) else {
+fn on_grace_end(ctx: &Context, grace: u64) {
+    let Some(binding) = registry::with(|b| b.running(grace)) else {
         return;
     };
     if ffi::is_replica(ctx) {
-        let (keys, _) = registry::with(|b| b.take_due(id, usize::MAX));
-        registry::with(|b| keys.into_iter().for_each(|key| b.pend(key, binding)));
+        let (due, _) = registry::with(|b| b.take_due(grace, usize::MAX));
+        registry::with(|b| due.into_iter().for_each(|id| b.pend(id, binding)));
     } else if ffi::writes_paused() {
-        rearm(ctx, id, PAUSED_RETRY_MS);
+        rearm(ctx, grace, PAUSED_RETRY_MS);
     } else {
         // A timer made now with no delay fires at the event loop's next turn, not in
         // this one: the server serves its clients in between.
-        let (keys, more) = registry::with(|b| b.take_due(id, SLICE));
-        for key in &keys {
-            release(ctx, key, binding);
+        let (due, more) = registry::with(|b| b.take_due(grace, SLICE));
+        for id in &due {
+            release(ctx, id, binding);
         }
         if more {
-            rearm(ctx, id, 0);
+            rearm(ctx, grace, 0);
         }
     }
 }
@@ -281,8 +284,8 @@ fn on_grace_end(ctx: &Context, id: u64) {
 /// connection with a grace no longer than that, if the connection is still gone. A
 /// holder bound with a longer grace gets the rest of it. (Linear in the key's holders:
 /// once per grace, never on a command's path.)
-fn release(ctx: &Context, key: &KeyId, binding: Binding) {
-    let (db, name) = (key.db, key.name.as_slice());
+fn release(ctx: &Context, id: &KeyId, binding: Binding) {
+    let (db, name) = (id.db, id.name.as_slice());
     if ffi::client_connected(binding.client)
         || (ffi::selected_db(ctx) != db && !ffi::select_db(ctx, db))
     {
@@ -327,7 +330,7 @@ fn release(ctx: &Context, key: &KeyId, binding: Binding) {
             client: binding.client,
             grace_ms,
         };
-        let keys = vec![key.clone()];
+        let keys = vec![id.clone()];
         start_grace(ctx, rest, Start::Own, keys, grace_ms - binding.grace_ms);
     }
     if released > 0 {

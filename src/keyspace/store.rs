@@ -41,7 +41,7 @@ pub const EVENT_EXPIRED: &CStr = c"lock.expired";
 /// and the fence; its result is returned with the fence.
 pub fn grant<R>(
     ctx: &Context,
-    key: &mut Key,
+    opened: &mut Key,
     request: GrantRequest,
     reply: impl FnOnce(&[u8], u64) -> R,
 ) -> Result<(u64, R), Error> {
@@ -54,14 +54,14 @@ pub fn grant<R>(
         session,
         value,
     } = request;
-    let now = ffi::now_ms();
-    let fence = fence::clock().next(now).ok_or(Error::FenceExhausted)?;
-    let expire_at = now.saturating_add(ttl_ms);
+    let now_ms = ffi::now_ms();
+    let fence = fence::clock().next(now_ms).ok_or(Error::FenceExhausted)?;
+    let expire_at = now_ms.saturating_add(ttl_ms);
     // What replicates: the grant's state, whatever form the lock takes.
     let granted = |token| LockSet {
         token,
         fence,
-        acquired_ms: now,
+        acquired_ms: now_ms,
         expire_at,
         grace_ms: session.map(|s| s.grace_ms),
         value,
@@ -73,26 +73,26 @@ pub fn grant<R>(
             let text = token.text();
             // A session-bound lock that a cell can keep is written straight into one (a
             // cell keeps no published value, and names its binding's connection).
-            match BoundLock::of(&token, fence, now, session)
+            match BoundLock::of(&token, fence, now_ms, session)
                 .filter(|bound| value.is_none() && bound.session.client == client)
             {
-                Some(bound) => key.set_bound_lock(bound, Some(expire_at))?,
+                Some(bound) => opened.set_bound_lock(bound, Some(expire_at))?,
                 None => {
-                    let lock = LockState::granted(token, (fence, now), session, value, client);
-                    key.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
+                    let lock = LockState::granted(token, (fence, now_ms), session, value, client);
+                    opened.set_lock(LockValue::Exclusive(lock), Some(expire_at))?;
                 }
             }
-            ffi::replicate_lock_set(ctx, key.name(), &granted(&text));
+            ffi::replicate_lock_set(ctx, opened.name(), &granted(&text));
             reply(&text, fence)
         }
         Kind::Shared { limit } => {
-            let lock = LockState::granted(token, (fence, now), session, None, client);
+            let lock = LockState::granted(token, (fence, now_ms), session, None, client);
             // The reply comes after every write: a failed write must not follow a sent
             // grant. (A copy of the token, on the shared path only.)
             let token: Box<[u8]> = (*lock.token()).into();
             let holder = Holder { lock, expire_at };
             let taken = || Error::AlreadyHeldByToken;
-            let last = match key.lock_mut()? {
+            let last_at = match opened.lock_mut()? {
                 Some(LockValue::Shared(holders)) if holders.limit() == limit => {
                     holders.insert(holder).map_err(|_| taken())?;
                     stats::holder_joined();
@@ -101,20 +101,20 @@ pub fn grant<R>(
                 None => {
                     let mut holders = Holders::new(limit);
                     holders.insert(holder).map_err(|_| taken())?;
-                    key.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
+                    opened.set_lock(LockValue::Shared(Box::new(holders)), Some(expire_at))?;
                     expire_at
                 }
                 Some(_) => return Err(Error::HeldInAnotherMode),
             };
-            key.set_expire_at(Some(last))?;
-            ffi::replicate_hold(ctx, key.name(), &granted(&token), limit);
+            opened.set_expire_at(Some(last_at))?;
+            ffi::replicate_hold(ctx, opened.name(), &granted(&token), limit);
             reply(&token, fence)
         }
     };
     if let Some(session) = session {
         bind(KeyRef::new(db, name), session.client, session.grace_ms);
     }
-    ffi::notify(ctx, EVENT_ACQUIRE, key.name());
+    ffi::notify(ctx, EVENT_ACQUIRE, opened.name());
     watching::touched(KeyRef::new(db, name));
     stats::GRANTS.bump();
     Ok((fence, replied))
@@ -134,8 +134,8 @@ fn lock_set<'t>(lock: &'t LockState, token: &'t [u8], expire_at: i64) -> LockSet
 }
 
 /// The shared holders of `key`, if it holds shared holders.
-fn holders_mut<'k>(key: &'k mut Key) -> Result<Option<&'k mut Holders>, Error> {
-    Ok(match key.lock_mut()? {
+fn holders_mut<'k>(opened: &'k mut Key) -> Result<Option<&'k mut Holders>, Error> {
+    Ok(match opened.lock_mut()? {
         Some(LockValue::Shared(holders)) => Some(holders),
         _ => None,
     })
@@ -147,13 +147,13 @@ fn holders_mut<'k>(key: &'k mut Key) -> Result<Option<&'k mut Holders>, Error> {
 /// had; `None` if `token` holds no shared place here.
 pub fn update_holder(
     ctx: &Context,
-    key: &mut Key,
+    opened: &mut Key,
     token: &[u8],
     expire_at: i64,
     session: Option<Option<Session>>,
 ) -> Result<Option<Option<Session>>, Error> {
-    let name = key.name();
-    let Some(holders) = holders_mut(key)? else {
+    let name = opened.name();
+    let Some(holders) = holders_mut(opened)? else {
         return Ok(None);
     };
     let Some(lock) = holders.lock_mut(token) else {
@@ -165,21 +165,21 @@ pub fn update_holder(
     }
     holders.set_expire_at(token, expire_at);
     let limit = holders.limit();
-    let last = holders.last_expiry();
+    let last_at = holders.last_expiry();
     let holder = holders
         .get(token)
         .ok_or(Error::HolderVanishedWhileRenewing)?;
     let token = holder.lock.token();
     ffi::replicate_hold(ctx, name, &lock_set(&holder.lock, &token, expire_at), limit);
-    key.set_expire_at(last)?;
+    opened.set_expire_at(last_at)?;
     Ok(Some(was))
 }
 
 /// Takes `token`'s shared holder out of `key`: the key goes with its last holder
 /// (`DEL` replicated), else its expiry follows the longest-lived holder left (`LOCK._DROP`
 /// replicated). Returns the holder taken out.
-pub fn drop_holder(ctx: &Context, key: &mut Key, token: &[u8]) -> Result<Option<Holder>, Error> {
-    let Some(holders) = holders_mut(key)? else {
+pub fn drop_holder(ctx: &Context, opened: &mut Key, token: &[u8]) -> Result<Option<Holder>, Error> {
+    let Some(holders) = holders_mut(opened)? else {
         return Ok(None);
     };
     let Some(holder) = holders.remove(token) else {
@@ -188,27 +188,30 @@ pub fn drop_holder(ctx: &Context, key: &mut Key, token: &[u8]) -> Result<Option<
     stats::holder_left(holder.lock.acquired_ms(), ffi::now_us());
     match holders.last_expiry() {
         None => {
-            events::releasing(|| key.delete());
-            ffi::replicate_del(ctx, key.name());
+            events::releasing(|| opened.delete());
+            ffi::replicate_del(ctx, opened.name());
         }
-        Some(last) => {
-            ffi::replicate_drop(ctx, key.name(), token);
-            key.set_expire_at(Some(last))?;
+        Some(last_at) => {
+            ffi::replicate_drop(ctx, opened.name(), token);
+            opened.set_expire_at(Some(last_at))?;
         }
     }
-    watching::touched(KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()));
+    watching::touched(KeyRef::new(ffi::selected_db(ctx), opened.name().as_slice()));
     Ok(Some(holder))
 }
 
 /// Takes out every shared holder of `key` whose expiry has passed (on the master, which
 /// replicates each removal): each is counted in `expired` and notified as
 /// `lock.expired`. Returns how many went.
-pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, Error> {
+pub fn expire_holders(ctx: &Context, opened: &mut Key) -> Result<usize, Error> {
     // An exclusive lock (most keys) needs no clock reading: the server expires it.
-    let (due, now) = match key.lock()? {
+    let (due, now_ms) = match opened.lock()? {
         Some(LockValue::Shared(holders)) => {
-            let now = ffi::now_ms();
-            (holders.next_expiry().is_some_and(|at| at < now), now)
+            let now_ms = ffi::now_ms();
+            (
+                holders.next_expiry().is_some_and(|expiry| expiry < now_ms),
+                now_ms,
+            )
         }
         _ => (false, 0),
     };
@@ -216,28 +219,28 @@ pub fn expire_holders(ctx: &Context, key: &mut Key) -> Result<usize, Error> {
     if !due || ffi::is_replica(ctx) {
         return Ok(0);
     }
-    let Some(holders) = holders_mut(key)? else {
+    let Some(holders) = holders_mut(opened)? else {
         return Ok(0);
     };
     // As the server expires a key: once its time is strictly past, so that a holder
     // never leaves before its whole TTL has run, whatever the millisecond clock rounds.
-    let gone = holders.expire(now - 1);
-    let last = holders.last_expiry();
+    let gone = holders.expire(now_ms - 1);
+    let last_at = holders.last_expiry();
     let now_us = ffi::now_us();
     for holder in &gone {
         stats::holder_left(holder.lock.acquired_ms(), now_us);
-        ffi::replicate_drop(ctx, key.name(), &holder.lock.token());
-        ffi::notify(ctx, EVENT_EXPIRED, key.name());
+        ffi::replicate_drop(ctx, opened.name(), &holder.lock.token());
+        ffi::notify(ctx, EVENT_EXPIRED, opened.name());
         stats::EXPIRED.bump();
     }
-    match last {
+    match last_at {
         None => {
-            events::releasing(|| key.delete());
-            ffi::replicate_del(ctx, key.name());
+            events::releasing(|| opened.delete());
+            ffi::replicate_del(ctx, opened.name());
         }
-        Some(last) => key.set_expire_at(Some(last))?,
+        Some(last_at) => opened.set_expire_at(Some(last_at))?,
     }
-    watching::touched(KeyRef::new(ffi::selected_db(ctx), key.name().as_slice()));
+    watching::touched(KeyRef::new(ffi::selected_db(ctx), opened.name().as_slice()));
     Ok(gone.len())
 }
 
@@ -251,6 +254,6 @@ pub fn bind(key: KeyRef, client: u64, grace_ms: i64) {
 
 /// Replicates `lock` (held by `token`, as read from it), expiring at `expire_at`, as the
 /// absolute state `LOCK._SET` sets.
-pub fn replicate(ctx: &Context, key: &Key, lock: &LockState, token: &[u8], expire_at: i64) {
-    ffi::replicate_lock_set(ctx, key.name(), &lock_set(lock, token, expire_at));
+pub fn replicate(ctx: &Context, opened: &Key, lock: &LockState, token: &[u8], expire_at: i64) {
+    ffi::replicate_lock_set(ctx, opened.name(), &lock_set(lock, token, expire_at));
 }

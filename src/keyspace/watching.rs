@@ -123,8 +123,8 @@ fn with<T>(f: impl FnOnce(&mut Watchers) -> T) -> T {
 
 /// Reads the state of `key` (opened for reading: a key whose time has passed reads as
 /// free). `WRONGTYPE` for a key of another type.
-pub fn view(key: &Key) -> Result<View, Error> {
-    Ok(match key.lock()? {
+pub fn view(opened: &Key) -> Result<View, Error> {
+    Ok(match opened.lock()? {
         None => View::Free,
         Some(LockValue::Exclusive(lock)) => View::Held {
             fence: lock.fence(),
@@ -147,8 +147,8 @@ pub fn watch(
     fence: u64,
     timeout_ms: i64,
 ) -> Reply {
-    let key = Key::open_read(ctx, name);
-    let now = view(&key)?;
+    let opened = Key::open_read(ctx, name);
+    let now = view(&opened)?;
     if now.fence() != fence {
         stats::WATCH_REPLIES.bump();
         return Ok(now.reply());
@@ -159,8 +159,8 @@ pub fn watch(
     if ctx.get_flags().contains(ContextFlags::DENY_BLOCKING) {
         return Ok(RedisValue::Null);
     }
-    let expire_at = key.expire_at();
-    drop(key);
+    let expire_at = opened.expire_at();
+    drop(opened);
     let Some(handle) = blocked::block::<LockWatches>(ctx, queues::admin_unblock()) else {
         return Err(Error::ClientNotBlocked);
     };
@@ -182,12 +182,12 @@ pub fn watch(
 }
 
 /// Watchers of `key` in database `db`.
-pub fn count(at: KeyRef) -> usize {
+pub fn count(key: KeyRef) -> usize {
     with(|w| {
         if w.is_empty() {
             0
         } else {
-            w.count(&at.to_id())
+            w.count(&key.to_id())
         }
     })
 }
@@ -200,12 +200,12 @@ pub fn total() -> usize {
 /// Key `key` of database `db` may have changed: its watchers are looked at once the
 /// change is complete (by the next `settle`, at the latest from a job or timer asked for
 /// here). Costs a check of an empty map while nobody watches.
-pub fn touched(at: KeyRef) {
+pub fn touched(key: KeyRef) {
     // Checked first, without building the key's id: most servers watch nothing.
     if WATCHING.load(Ordering::Relaxed) == 0 {
         return;
     }
-    let id = at.to_id();
+    let id = key.to_id();
     if !with(|w| w.watched(&id)) {
         return;
     }
@@ -276,9 +276,9 @@ fn look_at(ctx: &Context, id: &KeyId) {
         return;
     }
     let name = ctx.create_string(id.name.as_slice());
-    let key = Key::open_read(ctx, &name);
-    let (state, expire_at) = (view(&key), key.expire_at());
-    drop(key);
+    let opened = Key::open_read(ctx, &name);
+    let (state, expire_at) = (view(&opened), opened.expire_at());
+    drop(opened);
     let (taken, answer) = match state {
         Ok(state) => {
             let taken = with(|w| w.take_changed(id, state.fence()));
@@ -325,7 +325,7 @@ fn on_timeout(ctx: &Context, id: u64) {
 /// the server expires keys: when it is strictly past). A replica follows its master's
 /// stream instead, where the key's removal arrives.
 fn arm_deadline(ctx: &Context, id: &KeyId, expire_at: Option<i64>) {
-    let Some(at) = expire_at.map(|at| at.saturating_add(1)) else {
+    let Some(due_at) = expire_at.map(|expire_at| expire_at.saturating_add(1)) else {
         return;
     };
     if ffi::is_replica(ctx) {
@@ -333,18 +333,18 @@ fn arm_deadline(ctx: &Context, id: &KeyId, expire_at: Option<i64>) {
     }
     let existing = DEADLINES.with(|d| d.borrow().get(id).copied());
     if let Some((timer, fires_at)) = existing {
-        if fires_at <= at {
+        if fires_at <= due_at {
             return;
         }
         ffi::stop_timer_with::<KeyId>(ctx, timer);
     }
     let timer = ffi::start_timer_with(
         ctx,
-        at.saturating_sub(ffi::now_ms()),
+        due_at.saturating_sub(ffi::now_ms()),
         on_deadline,
         id.clone(),
     );
-    DEADLINES.with(|d| d.borrow_mut().insert(id.clone(), (timer, at)));
+    DEADLINES.with(|d| d.borrow_mut().insert(id.clone(), (timer, due_at)));
 }
 
 fn on_deadline(ctx: &Context, id: KeyId) {
@@ -370,9 +370,9 @@ pub fn demoted(ctx: &Context) {
 /// A lock key left the keyspace or arrived in it (the type's callbacks, through
 /// `changes.rs`). Where the module cannot follow `RENAME`/`MOVE` onto a key, a lock key
 /// that leaves may be arriving at any watched key: every one is looked at.
-pub fn lock_changed(at: KeyRef) {
+pub fn lock_changed(key: KeyRef) {
     if KEY_EVENTS.with(Cell::get) || events::is_releasing() {
-        touched(at);
+        touched(key);
     } else {
         everything_changed();
     }

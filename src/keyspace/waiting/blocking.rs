@@ -65,8 +65,8 @@ pub fn wait(
 /// still wait, are looked at again.
 fn leave(id: u64) -> Option<Waiter> {
     let (waiter, heads) = queues::leave(id)?;
-    for key in heads {
-        handoff::head_left(key.as_ref());
+    for id in heads {
+        handoff::head_left(id.as_ref());
     }
     Some(waiter)
 }

@@ -87,19 +87,19 @@ pub fn handoff(ctx: &Context, key: KeyRef) {
 /// before the newcomer is considered.
 pub fn open_for_newcomer<'c>(
     ctx: &'c Context,
-    at: KeyRef,
+    key: KeyRef,
     name: &'c RedisString,
 ) -> Result<(Key<'c>, bool), Error> {
-    let mut key = Key::open_write(ctx, name);
-    let mut queued = queues::queued(at);
-    if queued && !matches!(key.lock()?, Some(LockValue::Exclusive(_))) {
-        drop(key);
-        handoff(ctx, at);
-        queued = queues::queued(at);
-        key = Key::open_write(ctx, name);
+    let mut opened = Key::open_write(ctx, name);
+    let mut queued = queues::queued(key);
+    if queued && !matches!(opened.lock()?, Some(LockValue::Exclusive(_))) {
+        drop(opened);
+        handoff(ctx, key);
+        queued = queues::queued(key);
+        opened = Key::open_write(ctx, name);
     }
-    let _ = store::expire_holders(ctx, &mut key)?;
-    Ok((key, queued))
+    let _ = store::expire_holders(ctx, &mut opened)?;
+    Ok((opened, queued))
 }
 
 /// Brings key `id` up to date on a master: its shared holders whose time has come leave,
@@ -122,20 +122,20 @@ fn settle(ctx: &Context, id: &KeyId) {
     let key_name = ctx.create_string(id.name.as_slice());
     loop {
         // Opened for writing: a key whose time has passed is deleted here, on any server.
-        let mut key = Key::open_write(ctx, &key_name);
-        let held = all_keys::holding(ctx, &mut key);
-        let (expire_at, next_holder) = (key.expire_at(), next_holder_expiry(&key));
+        let mut opened = Key::open_write(ctx, &key_name);
+        let held = all_keys::holding(ctx, &mut opened);
+        let (expire_at, next_holder_at) = (opened.expire_at(), next_holder_expiry(&opened));
         // Deciding may open keys (this one among them, for a waiter for several keys).
-        drop(key);
+        drop(opened);
         // Who is granted next is the core's decision; carrying it out is this loop's.
         match queues::next_handoff(id, held, |other, waiter| fits(ctx, other, waiter)) {
             Handoff::Heads(count) => {
-                let mut key = Key::open_write(ctx, &key_name);
+                let mut opened = Key::open_write(ctx, &key_name);
                 for _ in 0..count {
                     let Some(waiter) = queues::take_head(id) else {
                         break;
                     };
-                    let (waiter, answer) = grant_to(ctx, &mut key, waiter);
+                    let (waiter, answer) = grant_to(ctx, &mut opened, waiter);
                     queues::answer(ctx, waiter, answer);
                 }
             }
@@ -150,8 +150,8 @@ fn settle(ctx: &Context, id: &KeyId) {
                     }
                 }
                 rearm(ctx, id, expire_at);
-                if let Some(at) = next_holder {
-                    arm_timer(ctx, id, at);
+                if let Some(due_at) = next_holder_at {
+                    arm_timer(ctx, id, due_at);
                 }
                 return;
             }
@@ -163,9 +163,9 @@ fn settle(ctx: &Context, id: &KeyId) {
 /// token in the kind it asks, or shared with room for it).
 fn fits(ctx: &Context, id: &KeyId, waiter: &Waiter) -> bool {
     let name = ctx.create_string(id.name.as_slice());
-    let mut key = Key::open_write(ctx, &name);
-    let held = all_keys::holding(ctx, &mut key);
-    let mine = match key.lock() {
+    let mut opened = Key::open_write(ctx, &name);
+    let held = all_keys::holding(ctx, &mut opened);
+    let mine = match opened.lock() {
         Ok(Some(value)) => value.kind_of(&waiter.token),
         _ => None,
     };
@@ -180,7 +180,11 @@ fn grant_all(ctx: &Context, id: &KeyId, waiter: u64) {
         return;
     };
     let answer = all_granted(ctx, &waiter);
-    let others: Vec<KeyId> = waiter.keys().filter(|key| *key != id).cloned().collect();
+    let others: Vec<KeyId> = waiter
+        .keys()
+        .filter(|other| *other != id)
+        .cloned()
+        .collect();
     queues::answer(ctx, waiter, answer);
     for other in others {
         if queues::busy(&other) {
@@ -195,7 +199,7 @@ fn all_granted(ctx: &Context, waiter: &Waiter) -> Answer {
         return Answer::Error(redirect);
     }
     let keys: Vec<KeyRef> = waiter.keys().map(KeyId::as_ref).collect();
-    let strings: Vec<RedisString> = keys.iter().map(|at| ctx.create_string(at.name)).collect();
+    let strings: Vec<RedisString> = keys.iter().map(|key| ctx.create_string(key.name)).collect();
     let names: Vec<&RedisString> = strings.iter().collect();
     let request = AllRequest {
         token: NewToken::Given(&waiter.token),
@@ -226,28 +230,30 @@ fn all_granted(ctx: &Context, waiter: &Waiter) -> Answer {
 /// When the next shared holder of `key` is to be taken out, if it holds shared holders:
 /// the millisecond after its expiry (holders leave once their time is strictly past, as
 /// keys do).
-fn next_holder_expiry(key: &Key) -> Option<i64> {
-    match key.lock() {
-        Ok(Some(LockValue::Shared(holders))) => holders.next_expiry().map(|at| at + 1),
+fn next_holder_expiry(opened: &Key) -> Option<i64> {
+    match opened.lock() {
+        Ok(Some(LockValue::Shared(holders))) => {
+            holders.next_expiry().map(|expires_at| expires_at + 1)
+        }
         _ => None,
     }
 }
 
 /// The shared holders of `key` (`name` in database `db`) changed: a timer takes each out
 /// at its own time, within a few milliseconds, on a master.
-pub fn watch_holders(ctx: &Context, lock: KeyRef, key: &Key) {
-    if let Some(at) = next_holder_expiry(key) {
-        arm_timer(ctx, &lock.to_id(), at);
+pub fn watch_holders(ctx: &Context, key: KeyRef, opened: &Key) {
+    if let Some(due_at) = next_holder_expiry(opened) {
+        arm_timer(ctx, &key.to_id(), due_at);
     }
 }
 
 /// Shared holders arrived at `key` (loaded, restored, copied, moved, replicated): their
 /// expiries are watched now, or once this server serves its keys.
-pub fn shared_arrived(at: KeyRef) {
-    let key = at.name;
+pub fn shared_arrived(key: KeyRef) {
+    let name = key.name;
     let ctx = ffi::detached();
-    let id = at.to_id();
-    if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(key) {
+    let id = key.to_id();
+    if ffi::is_loading() || ffi::is_replica(&ctx) || slot_import::is_importing(name) {
         PENDING.with(|p| p.borrow_mut().insert(id));
     } else {
         arm_timer(&ctx, &id, ffi::now_ms());
@@ -261,14 +267,14 @@ pub fn serving(ctx: &Context) {
         return;
     }
     let pending = PENDING.with(|p| std::mem::take(&mut *p.borrow_mut()));
-    let now = ffi::now_ms();
+    let now_ms = ffi::now_ms();
     for id in pending {
-        arm_timer(ctx, &id, now);
+        arm_timer(ctx, &id, now_ms);
     }
 }
 
 /// Writes the grant of `key` to `waiter`, and returns what it is told.
-fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer) {
+fn grant_to(ctx: &Context, opened: &mut Key, mut waiter: Waiter) -> (Waiter, Answer) {
     if let Some(redirect) = routing::route(ctx, &waiter.key.name).redirect() {
         return (waiter, Answer::Error(redirect));
     }
@@ -283,7 +289,7 @@ fn grant_to(ctx: &Context, key: &mut Key, mut waiter: Waiter) -> (Waiter, Answer
         value: waiter.value.as_deref(),
     };
     let all_keys = waiter.all_keys;
-    let answer = match store::grant(ctx, key, request, |token, fence| {
+    let answer = match store::grant(ctx, opened, request, |token, fence| {
         // LOCK.ACQUIREALL of one key: a fence per key, still.
         if all_keys {
             Answer::GrantedAll {
@@ -330,22 +336,22 @@ pub fn all_renewed(
 
 /// The lock on `key` was given a new deadline (`LOCK.EXTEND`, a renewing acquire): if
 /// clients wait for it, the handoff must not come later than that.
-pub fn deadline_moved(ctx: &Context, at: KeyRef, expire_at: Option<i64>) {
-    if queues::queued(at) {
-        rearm(ctx, &at.to_id(), expire_at);
+pub fn deadline_moved(ctx: &Context, key: KeyRef, expire_at: Option<i64>) {
+    if queues::queued(key) {
+        rearm(ctx, &key.to_id(), expire_at);
     }
 }
 
 /// A waiter has just queued for the lock on `key`, which expires at `expire_at`.
-pub fn waiting_for(ctx: &Context, at: KeyRef, expire_at: Option<i64>) {
-    rearm(ctx, &at.to_id(), expire_at);
+pub fn waiting_for(ctx: &Context, key: KeyRef, expire_at: Option<i64>) {
+    rearm(ctx, &key.to_id(), expire_at);
 }
 
 /// A lock key left the keyspace other than by a release (the type's unlink callback,
 /// through `changes.rs`): if clients wait for it, hand it over as soon as writes are
 /// allowed.
-pub fn lock_gone(at: KeyRef) {
-    let id = at.to_id();
+pub fn lock_gone(key: KeyRef) {
+    let id = key.to_id();
     PENDING.with(|p| {
         let mut pending = p.borrow_mut();
         if !pending.is_empty() {
@@ -358,8 +364,8 @@ pub fn lock_gone(at: KeyRef) {
 }
 
 /// The oldest waiter of `key` left without it: the next ones may fit now.
-pub fn head_left(at: KeyRef) {
-    run_soon(at.to_id());
+pub fn head_left(key: KeyRef) {
+    run_soon(key.to_id());
 }
 
 /// Runs the handoff of `id` right after the current command or cycle: as a
@@ -381,8 +387,12 @@ fn on_job(ctx: &Context, id: KeyId) {
 /// and looks again every `RECHECK_MS` meanwhile.
 fn rearm(ctx: &Context, id: &KeyId, expire_at: Option<i64>) {
     if queues::busy(id) {
-        let soon = ffi::now_ms().saturating_add(RECHECK_MS);
-        arm_timer(ctx, id, expire_at.map_or(soon, |at| at.min(soon)));
+        let soon_at = ffi::now_ms().saturating_add(RECHECK_MS);
+        arm_timer(
+            ctx,
+            id,
+            expire_at.map_or(soon_at, |expire_at| expire_at.min(soon_at)),
+        );
     }
 }
 

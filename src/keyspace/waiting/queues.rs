@@ -77,8 +77,8 @@ pub fn admin_unblock() -> bool {
 
 /// Whether clients wait for `key`: a newcomer must stand back for them. (The common
 /// case, nobody waiting anywhere, costs no allocation.)
-pub fn queued(at: KeyRef) -> bool {
-    with_queues(|q| !q.is_empty() && q.busy(&at.to_id()))
+pub fn queued(key: KeyRef) -> bool {
+    with_queues(|q| !q.is_empty() && q.busy(&key.to_id()))
 }
 
 /// Whether clients wait for the key `id`.
@@ -87,12 +87,12 @@ pub fn busy(id: &KeyId) -> bool {
 }
 
 /// Clients blocked on `key`.
-pub fn count(at: KeyRef) -> usize {
+pub fn count(key: KeyRef) -> usize {
     with_queues(|q| {
         if q.is_empty() {
             0
         } else {
-            q.waiting(&at.to_id())
+            q.waiting(&key.to_id())
         }
     })
 }
