@@ -14,7 +14,9 @@
 //!   now, and an iterator of every new leader ([`Election::observe`], on `LOCK.WATCH`).
 //! - [`Redlock`], the Redlock algorithm across independent masters, built on
 //!   `LOCK.ACQUIRE ... TOKEN` and `LOCK.RELEASE`.
-//! - Async (tokio) versions of all of it in [`aio`] (feature `tokio`, on by default).
+//! - Async (tokio) versions of all of it in [`aio`] (feature `tokio`, on by default): the
+//!   blocking types (`src/blocking/`, re-exported here) and [`aio`] are mirrors, file for
+//!   file and method for method, over logic they share that does no I/O.
 //! - [`commands`]: the four commands as typed [`redis::Cmd`] builders, for any connection
 //!   of the `redis` crate (sync, async, cluster, pooled).
 //!
@@ -81,26 +83,22 @@
 
 #[cfg(feature = "tokio")]
 pub mod aio;
-#[cfg(feature = "tokio")]
-mod aio_election;
-#[cfg(feature = "tokio")]
-mod async_link;
+mod blocking;
 pub mod commands;
 mod election;
 mod guard;
-mod link;
 mod lost;
+#[cfg(test)]
+mod mirrors;
 mod multi;
 mod options;
 pub mod redlock;
-mod sync;
 mod token;
 
+pub use blocking::{Leadership, Lock, Locker, MultiLock, Observer};
 pub use commands::{Grant, GrantAll, LockInfo, Mode};
-pub use election::{Election, Leader, Leadership, Observer};
+pub use election::{Election, Leader};
 pub use lost::{LockLost, LostReason};
-pub use multi::MultiLock;
 pub use options::LockOptions;
 pub use redlock::{Redlock, RedlockError, RedlockGuard, RedlockOptions};
-pub use sync::{Lock, Locker};
 pub use token::new_token;

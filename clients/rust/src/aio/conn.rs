@@ -1,8 +1,136 @@
 //! The locker's connection: one multiplexed connection, opened lazily, shared by its
 //! locks, and reopened after it breaks, with a generation number a session-bound lock
 //! follows.
+//!
+//! Where an async locker's connections go: one server ([`redis::Client`], a
+//! [`MultiplexedConnection`]), the master a Sentinel names (feature `sentinel`) or a Redis
+//! Cluster ([`redis::cluster::ClusterClient`], the
+//! `redis` crate's async cluster connection, which routes each command to the node of its
+//! key and follows `MOVED`/`ASK`; feature `cluster-async`).
 
-use super::*;
+use super::within;
+use redis::FromRedisValue;
+use std::fmt;
+#[cfg(feature = "sentinel")]
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+/// A server or a cluster, to open async connections to.
+#[derive(Clone)]
+pub(crate) enum AsyncSource {
+    Server(redis::Client),
+    /// Asked for the master at every connect, so a locker follows a failover.
+    #[cfg(feature = "sentinel")]
+    Sentinel(Arc<tokio::sync::Mutex<redis::sentinel::SentinelClient>>),
+    #[cfg(feature = "cluster-async")]
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+impl fmt::Debug for AsyncSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AsyncSource::Server(client) => client.fmt(f),
+            #[cfg(feature = "sentinel")]
+            AsyncSource::Sentinel(_) => f.write_str("Sentinel"),
+            #[cfg(feature = "cluster-async")]
+            AsyncSource::Cluster(_) => f.write_str("Cluster"),
+        }
+    }
+}
+
+/// How long a reply may take on a connection whose commands are bounded by their
+/// callers (a wait may last as long as its caller asked, without limit for `0`).
+#[cfg(feature = "cluster-async")]
+const UNBOUNDED_REPLY: Duration = Duration::from_secs(10 * 365 * 24 * 3600);
+
+impl AsyncSource {
+    /// Whether this is a cluster (where a locker's shared connection is many, one per
+    /// node, each reconnecting on its own).
+    pub(crate) fn is_cluster(&self) -> bool {
+        match self {
+            #[cfg(feature = "cluster-async")]
+            AsyncSource::Cluster(_) => true,
+            _ => false,
+        }
+    }
+
+    /// A new connection, connecting within `connect_timeout`, whose replies the callers
+    /// bound themselves.
+    pub(crate) async fn open(&self, connect_timeout: Duration) -> RedisResult<AsyncLink> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(connect_timeout))
+            .set_response_timeout(None);
+        match self {
+            AsyncSource::Server(client) => {
+                let con = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                Ok(AsyncLink::Server(con))
+            }
+            #[cfg(feature = "sentinel")]
+            AsyncSource::Sentinel(client) => {
+                let con = client
+                    .lock()
+                    .await
+                    .get_async_connection_with_config(&config)
+                    .await?;
+                Ok(AsyncLink::Server(con))
+            }
+            #[cfg(feature = "cluster-async")]
+            AsyncSource::Cluster(client) => {
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(connect_timeout)
+                    .set_response_timeout(UNBOUNDED_REPLY);
+                let con = client.get_async_connection_with_config(config).await?;
+                Ok(AsyncLink::Cluster(con))
+            }
+        }
+    }
+}
+
+/// An async connection to a server or a cluster. Cheap to clone: clones share it.
+#[derive(Clone)]
+pub(crate) enum AsyncLink {
+    Server(MultiplexedConnection),
+    #[cfg(feature = "cluster-async")]
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl ConnectionLike for AsyncLink {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            AsyncLink::Server(con) => con.req_packed_command(cmd),
+            #[cfg(feature = "cluster-async")]
+            AsyncLink::Cluster(con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            AsyncLink::Server(con) => con.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "cluster-async")]
+            AsyncLink::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            AsyncLink::Server(con) => con.get_db(),
+            #[cfg(feature = "cluster-async")]
+            AsyncLink::Cluster(con) => con.get_db(),
+        }
+    }
+}
 
 /// A lazily opened, shared multiplexed connection that is reopened after it breaks.
 pub(super) struct Conn {

@@ -1,6 +1,21 @@
 //! `Lock`: a held lock on an async connection, released when dropped.
 
-use super::*;
+use super::shared::Shared;
+use crate::commands::Grant;
+use crate::commands::LockInfo;
+use crate::commands::acquire_mode_cmd;
+use crate::commands::do_cmd;
+use crate::commands::info_cmd;
+use crate::guard::debug_lock;
+use crate::guard::lock_accessors;
+use crate::lost::LockLost;
+use crate::lost::LostReason;
+use redis::FromRedisValue;
+use redis::RedisResult;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
 
 /// A held lock on an async connection. Released when dropped (by a task spawned on the
 /// current tokio runtime; outside a runtime the TTL frees it); see

@@ -1,6 +1,31 @@
 //! `Locker`: acquires locks (waiting, retrying, re-acquiring) on the shared connection.
 
-use super::*;
+use super::conn::AsyncLink;
+use super::shared::Shared;
+
+use super::conn::AsyncSource;
+use super::conn::Conn;
+use super::lock::Lock;
+use super::shared::UNBOUND;
+use super::shared::watchdog;
+use super::within;
+use crate::commands::Grant;
+use crate::commands::LockInfo;
+use crate::commands::Mode;
+use crate::commands::info_cmd;
+use crate::commands::release_cmd;
+use crate::guard::DEFAULT_COMMAND_TIMEOUT;
+use crate::guard::outcome_unknown;
+use crate::options::LockOptions;
+use redis::ErrorKind;
+use redis::RedisError;
+use redis::RedisResult;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::watch;
 
 /// Takes locks on one Redis server, or a Redis Cluster, through async connections. Cheap
 /// to clone (shared).

@@ -23,31 +23,10 @@
 //! # }
 //! ```
 
-use std::fmt;
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult};
-use tokio::sync::watch;
-use tokio::task::{JoinHandle, JoinSet};
-
-pub use crate::aio_election::{Election, Leadership, Observer};
-use crate::async_link::{AsyncLink, AsyncSource};
-use crate::commands::{
-    Grant, LockInfo, Mode, acquire_cmd, acquire_mode_cmd, do_cmd, extend_cmd, info_cmd, release_cmd,
-};
-use crate::guard::{
-    DEFAULT_COMMAND_TIMEOUT, Next, Schedule, debug_lock, lock_accessors, outcome_unknown,
-};
-use crate::lost::{LockLost, LostReason};
-use crate::options::LockOptions;
-use crate::redlock::{
-    Attempts, Held, RedlockError, RedlockOptions, clients, confirmed, debug_redlock, instances,
-    redlock_guard_accessors,
-};
-use crate::token::new_token;
+use redis::{RedisError, RedisResult};
 
 fn timed_out(what: &str) -> RedisError {
     std::io::Error::new(std::io::ErrorKind::TimedOut, format!("{what} timed out")).into()
@@ -67,15 +46,15 @@ async fn within<T>(
 }
 
 mod conn;
+mod election;
 mod lock;
 mod locker;
 mod multi;
 mod redlock;
 mod shared;
 
-use conn::Conn;
+pub use election::{Election, Leadership, Observer};
 pub use lock::Lock;
 pub use locker::Locker;
 pub use multi::MultiLock;
 pub use redlock::{Redlock, RedlockGuard};
-use shared::{Shared, UNBOUND, watchdog};

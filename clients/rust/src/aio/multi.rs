@@ -1,7 +1,14 @@
 //! Several keys at once, all or none, on async connections (`LOCK.ACQUIREALL`): the
 //! async [`MultiLock`](super::MultiLock).
 
-use super::*;
+use super::conn::AsyncLink;
+use super::locker::Locker;
+use super::within;
+use crate::guard::outcome_unknown;
+use crate::options::LockOptions;
+use redis::RedisResult;
+use std::time::Duration;
+
 use crate::commands::GrantAll;
 use crate::multi::{debug_multi, multi_lock_accessors, on_every_key};
 

@@ -1,6 +1,29 @@
 //! The async Redlock: one lock across independent masters, and its guard.
 
-use super::*;
+use super::conn::Conn;
+use super::timed_out;
+use crate::commands::Grant;
+use crate::commands::acquire_cmd;
+use crate::commands::extend_cmd;
+use crate::commands::release_cmd;
+use crate::guard::DEFAULT_COMMAND_TIMEOUT;
+use crate::redlock::Attempts;
+use crate::redlock::Held;
+use crate::redlock::RedlockError;
+use crate::redlock::RedlockOptions;
+use crate::redlock::clients;
+use crate::redlock::confirmed;
+use crate::redlock::debug_redlock;
+use crate::redlock::instances;
+use crate::redlock::redlock_guard_accessors;
+use crate::token::new_token;
+use redis::FromRedisValue;
+use redis::RedisResult;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
+use tokio::task::JoinSet;
 
 /// Redlock over async connections, one shared connection per master; see
 /// [`crate::redlock`] for the algorithm. Cheap to clone (shared).

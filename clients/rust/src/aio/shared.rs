@@ -1,7 +1,23 @@
 //! What a held lock and its watchdog task share: renewal, release, reclaim after the
 //! connection changed, and the watchdog itself.
 
-use super::*;
+use super::conn::Conn;
+use crate::commands::Grant;
+use crate::commands::Mode;
+use crate::commands::acquire_mode_cmd;
+use crate::commands::extend_cmd;
+use crate::commands::release_cmd;
+use crate::guard::Next;
+use crate::guard::Schedule;
+use crate::lost::LockLost;
+use crate::lost::LostReason;
+use redis::RedisResult;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use std::time::Instant;
+use tokio::sync::watch;
 
 /// What a guard and its watchdog task share.
 pub(super) struct Shared {

@@ -1,7 +1,17 @@
 //! One acquire across the masters, shared by the blocking and the async Redlock: the
 //! attempts, their quorum, and the lock held once it is won.
 
-use super::*;
+use crate::commands::Grant;
+use crate::redlock::RedlockError;
+use crate::redlock::RedlockOptions;
+use crate::redlock::jittered;
+use crate::redlock::quorum;
+use crate::redlock::validity;
+use redis::RedisResult;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use std::time::Instant;
 
 /// How many of the replies confirm (`Ok(true)`): masters that released or extended.
 pub(crate) fn confirmed(replies: &[RedisResult<bool>]) -> usize {
@@ -231,8 +241,7 @@ macro_rules! redlock_guard_accessors {
     };
 }
 
-// The sync guard uses the macro by its textual scope; the async one imports it.
-#[cfg(feature = "tokio")]
+// Both guards import it (`blocking/redlock.rs`, `aio/redlock.rs`).
 pub(crate) use redlock_guard_accessors;
 
 /// The masters' clients from their URLs.

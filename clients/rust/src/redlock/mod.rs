@@ -40,28 +40,13 @@
 //! # }
 //! ```
 
-use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::thread;
-use std::time::{Duration, Instant};
-
-use redis::{Connection, FromRedisValue, RedisResult};
-
-use crate::commands::{Grant, acquire_cmd, extend_cmd, release_cmd};
-use crate::guard::outcome_unknown;
-use crate::link::connect;
-use crate::token::new_token;
-
 mod attempts;
-mod instance;
 mod options;
-mod sync;
 #[cfg(test)]
 mod tests;
 
+pub use crate::blocking::{Redlock, RedlockGuard};
 pub(crate) use attempts::{
     Attempts, Held, clients, confirmed, debug_redlock, instances, redlock_guard_accessors,
 };
-use instance::Instance;
 pub use options::{RedlockError, RedlockOptions, jittered, quorum, validity};
-pub use sync::{Redlock, RedlockGuard};

@@ -1,7 +1,8 @@
 //! What a Redlock attempt is given (`RedlockOptions`), the arithmetic of a quorum and
 //! its validity, and how a failed attempt is reported (`RedlockError`).
 
-use super::*;
+use std::fmt;
+use std::time::Duration;
 
 /// How a Redlock acquire is tried.
 #[derive(Clone, Debug)]

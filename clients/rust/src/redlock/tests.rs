@@ -1,5 +1,10 @@
 use super::attempts::{Won, quorum_validity};
-use super::*;
+use std::time::{Duration, Instant};
+
+use redis::RedisResult;
+
+use super::{Attempts, Held, RedlockOptions, confirmed, jittered, quorum, validity};
+use crate::commands::Grant;
 
 #[test]
 fn quorum_is_a_strict_majority() {

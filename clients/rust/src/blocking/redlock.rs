@@ -1,6 +1,32 @@
-//! The blocking Redlock: `Redlock` and the guard it hands out.
+//! Redlock on blocking connections: `Redlock` and its guard, and each master's
+//! connection (`Instance`).
 
-use super::*;
+use redis::Connection;
+use redis::FromRedisValue;
+use redis::RedisResult;
+
+use crate::blocking::connect;
+use crate::commands::Grant;
+use crate::commands::acquire_cmd;
+use crate::commands::extend_cmd;
+use crate::commands::release_cmd;
+use crate::guard::outcome_unknown;
+use crate::new_token;
+use crate::redlock::Attempts;
+use crate::redlock::Held;
+use crate::redlock::RedlockError;
+use crate::redlock::RedlockOptions;
+use crate::redlock::clients;
+use crate::redlock::confirmed;
+use crate::redlock::debug_redlock;
+use crate::redlock::instances;
+use crate::redlock::redlock_guard_accessors;
+use std::fmt;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::thread;
+use std::time::Duration;
+use std::time::Instant;
 
 /// Redlock over blocking connections, one per master. Cheap to clone (shared).
 #[derive(Clone)]
@@ -160,5 +186,66 @@ impl Drop for RedlockGuard {
         if !self.released {
             self.release_now();
         }
+    }
+}
+
+/// One master of the blocking Redlock: its connection, opened lazily and again after it
+/// breaks, with the per-master timeout.
+struct Instance {
+    client: redis::Client,
+    /// Kept open between calls; `None` after an error, reopened on next use.
+    con: Mutex<Option<Connection>>,
+}
+
+impl Instance {
+    /// The kept connection with `timeout` for reads and writes, opened if there is none.
+    fn open<'a>(
+        &self,
+        slot: &'a mut Option<Connection>,
+        timeout: Duration,
+    ) -> RedisResult<&'a mut Connection> {
+        match slot {
+            Some(con) => {
+                con.set_read_timeout(Some(timeout))?;
+                con.set_write_timeout(Some(timeout))?;
+                Ok(con)
+            }
+            None => Ok(slot.insert(connect(&self.client, timeout)?)),
+        }
+    }
+
+    fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd, timeout: Duration) -> RedisResult<T> {
+        let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        let con = self.open(&mut slot, timeout)?;
+        let result = cmd.query(con);
+        if result.is_err() {
+            // A late reply must never be read as the answer to the next command.
+            *slot = None;
+        }
+        result
+    }
+
+    /// Sends the acquire `cmd`; if its reply is lost (the master is slow or gone), also
+    /// writes `undo` (the release) on the same connection before dropping it, without
+    /// waiting for an answer. A slow master may still run the acquire late; it then runs
+    /// the release right after it, from the same connection, so a late grant never
+    /// outlives the failed call. A release sent later on a new connection could not
+    /// promise that: the master may be too busy to accept it before the caller gives up.
+    fn acquire(
+        &self,
+        cmd: &redis::Cmd,
+        undo: &redis::Cmd,
+        timeout: Duration,
+    ) -> RedisResult<Option<Grant>> {
+        let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        let con = self.open(&mut slot, timeout)?;
+        let result = cmd.query(con);
+        if let Err(err) = &result {
+            if outcome_unknown(err) {
+                let _ = con.send_packed_command(&undo.get_packed_command());
+            }
+            *slot = None;
+        }
+        result
     }
 }

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redis::RedisResult;
 
+use super::conn::AsyncLink;
 use crate::aio::{Lock, Locker};
-use crate::async_link::AsyncLink;
 use crate::commands::watch_cmd;
 use crate::election::{Leader, OBSERVE_ROUND, next_backoff, ridden_out};
 
