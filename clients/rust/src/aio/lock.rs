@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 /// current tokio runtime; outside a runtime the TTL frees it); see
 /// [`release`](Self::release) to learn whether it was still held.
 ///
-/// With a watchdog ([`LockOptions::watchdog`]) a task extends the lock until the guard
+/// With a watchdog ([`LockOptions::watchdog`](crate::LockOptions::watchdog)) a task extends the lock until the guard
 /// is released or dropped; [`lost`](Self::lost) resolves if the lock is lost meanwhile.
 pub struct Lock {
     pub(super) shared: Arc<Shared>,

@@ -1,7 +1,7 @@
 //! Lock guards, leader election and Redlock on async (tokio) connections.
 //!
 //! The same model as the blocking types at the crate root, on the `redis` crate's
-//! [`MultiplexedConnection`]: one shared connection per server for acquires, releases
+//! [`MultiplexedConnection`](redis::aio::MultiplexedConnection): one shared connection per server for acquires, releases
 //! and the watchdogs' extends, and a connection of its own for each waiting acquire (a
 //! blocked command would hold up every other command on a shared connection).
 //!

@@ -46,7 +46,7 @@ impl Locker {
     /// and a fence per key: `Some(lock)` when granted, `None` when a key is busy (at
     /// once, or after the wait timed out). With a wait, the request queues on every key
     /// and holds none of them meanwhile, so two callers that take the same keys in
-    /// different orders never deadlock. [`Mode::Shared`] reads every key. On a cluster
+    /// different orders never deadlock. [`Mode::Shared`](crate::Mode::Shared) reads every key. On a cluster
     /// the keys must share a slot (a hash tag).
     pub async fn lock_all(
         &self,

@@ -15,7 +15,7 @@ use crate::lost::{LockLost, LostReason};
 /// A held lock. Released when dropped; see [`release`](Self::release) to learn whether
 /// it was still held.
 ///
-/// With a watchdog ([`LockOptions::watchdog`]), a background thread extends the lock
+/// With a watchdog ([`LockOptions::watchdog`](crate::LockOptions::watchdog)), a background thread extends the lock
 /// until the guard is released or dropped. If an extend finds the lock gone, or the
 /// server stays unreachable until the TTL runs out, the guard reports it: poll
 /// [`check`](Self::check) before each step of your work, or block on
