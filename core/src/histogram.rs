@@ -126,8 +126,12 @@ fn rank(percentile: f64, total: u64) -> u64 {
 }
 
 /// `p50=..,p99=..,p99.9=..` of `histogram`, three decimals each, as the server prints
-/// `INFO latencystats`.
+/// `INFO latencystats`; `p50=0,p99=0,p99.9=0` while it holds no value (the contract's
+/// words for a distribution without a sample).
 pub fn latency_line(histogram: &Histogram) -> String {
+    if histogram.count() == 0 {
+        return "p50=0,p99=0,p99.9=0".to_string();
+    }
     let [p50, p99, p999] = histogram.percentiles([50.0, 99.0, 99.9]);
     format!("p50={p50:.3},p99={p99:.3},p99.9={p999:.3}")
 }
@@ -139,7 +143,7 @@ mod tests {
     #[test]
     fn an_empty_distribution_prints_zeroes() {
         let h = Histogram::new();
-        assert_eq!(latency_line(&h), "p50=0.000,p99=0.000,p99.9=0.000");
+        assert_eq!(latency_line(&h), "p50=0,p99=0,p99.9=0");
         assert_eq!(h.count(), 0);
     }
 
@@ -201,7 +205,9 @@ mod tests {
         h.record(7);
         h.reset();
         assert_eq!(h.count(), 0);
-        assert_eq!(latency_line(&h), "p50=0.000,p99=0.000,p99.9=0.000");
+        assert_eq!(latency_line(&h), "p50=0,p99=0,p99.9=0");
+        h.record(1);
+        assert_eq!(latency_line(&h), "p50=1.000,p99=1.000,p99.9=1.000");
     }
 
     #[test]
