@@ -72,20 +72,7 @@ mod tests {
     }
 
     fn waiter(handle: usize, keys: &[&str], kind: Kind) -> Waiter {
-        Waiter {
-            handle,
-            key: key(keys[0]),
-            more: keys[1..].iter().map(|k| key(k)).collect(),
-            all_keys: keys.len() > 1,
-            token: Vec::new(),
-            wake_timer: None,
-            ttl_ms: 1,
-            session: None,
-            client: 0,
-            kind,
-            value: None,
-            arrived_us: handle as u64,
-        }
+        Waiter::for_keys(handle, keys.iter().map(|k| key(k)).collect(), kind)
     }
 
     #[test]

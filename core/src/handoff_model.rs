@@ -117,22 +117,7 @@ impl World {
                 Decision::Grant
             )
         });
-        let mut keys = keys.into_iter();
-        let first = keys.next().expect("a key");
-        let waiter = Waiter {
-            handle,
-            key: first,
-            more: keys.collect(),
-            all_keys: true,
-            token: Vec::new(),
-            wake_timer: None,
-            ttl_ms: 1,
-            session: None,
-            client: 0,
-            kind,
-            value: None,
-            arrived_us: 0,
-        };
+        let waiter = Waiter::for_keys(handle, keys, kind);
         if now {
             return self.grant(u64::MAX, &waiter);
         }

@@ -54,6 +54,30 @@ impl Waiter {
     pub fn is_multi(&self) -> bool {
         !self.more.is_empty()
     }
+
+    /// A waiter for `keys` (the first, then the others; several: `LOCK.ACQUIREALL`) in
+    /// `kind`, with nothing else that the queues and the handoff decision look at (the
+    /// tests' and the model's waiter).
+    #[cfg(test)]
+    pub(crate) fn for_keys(handle: usize, keys: Vec<KeyId>, kind: Kind) -> Waiter {
+        let mut keys = keys.into_iter();
+        let key = keys.next().expect("a key");
+        let more: Vec<KeyId> = keys.collect();
+        Waiter {
+            handle,
+            key,
+            all_keys: !more.is_empty(),
+            more,
+            token: Vec::new(),
+            wake_timer: None,
+            ttl_ms: 1,
+            session: None,
+            client: 0,
+            kind,
+            value: None,
+            arrived_us: handle as u64,
+        }
+    }
 }
 
 /// Whether the oldest waiter of a key, one that waits for several keys, is granted them
