@@ -5,7 +5,9 @@ with the module; it removes them whatever happens here):
 - REDIS_LOCK_REDLOCK_PORTS: independent masters for Redlock, comma-separated;
 - REDIS_LOCK_DEAD_PORT: a port where no server listens;
 - REDIS_LOCK_SENTINEL_PORT: a Sentinel watching the master as `mymaster`;
-- REDIS_LOCK_CLUSTER_PORT: a node of a cluster of three masters.
+- REDIS_LOCK_CLUSTER_PORT: a node of a cluster of three masters;
+- REDIS_LOCK_FAILOVER_PORTS: a Sentinel, its master and the master's replica, for the
+  failover test alone.
 
 Every test gets a key of its own; the master's data is flushed before each test.
 """
@@ -48,6 +50,21 @@ def sentinel_port():
 @pytest.fixture(scope="session")
 def cluster_port():
     return _port("REDIS_LOCK_CLUSTER_PORT")
+
+
+@pytest.fixture(scope="session")
+def failover():
+    """A master, its replica and a Sentinel of their own, for the one test that fails
+    them over."""
+    sentinel, master, replica = (int(p) for p in _port_list("REDIS_LOCK_FAILOVER_PORTS"))
+    return {"sentinel": sentinel, "master": master, "replica": replica, "name": "mymaster"}
+
+
+def _port_list(name):
+    value = os.environ.get(name)
+    if not value:
+        _port(name)
+    return value.split(",")
 
 
 @pytest.fixture(scope="session")

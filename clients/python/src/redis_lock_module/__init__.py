@@ -26,10 +26,11 @@ from ._helpers import (
 from ._lock import Lock, read_lock, semaphore, write_lock
 from ._multi import MultiLock
 from ._redlock import Redlock
-from .exceptions import LockError, LockLostError, LockNotOwnedError
+from .exceptions import LockError, LockLostError, LockNotOwnedError, LockNotReplicatedError
 
 __all__ = [
     "Lock", "read_lock", "write_lock", "semaphore", "Redlock", "LockError", "LockNotOwnedError", "LockLostError",
+    "LockNotReplicatedError",
     "Held", "LockNotAcquired", "LockNotReplicated", "acquire", "release", "extend", "info",
     "lock", "Election", "Leadership", "Leader", "MultiLock",
 ]

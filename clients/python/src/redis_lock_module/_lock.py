@@ -12,15 +12,15 @@ lock goes with the connection), `watchdog=True` (renewal while held, `on_lost`),
 from __future__ import annotations
 
 from types import TracebackType
-from typing import Any, Literal, Optional, Tuple, Type
+from typing import Any, List, Literal, Optional, Tuple, Type
 
 from redis.exceptions import ResponseError
 
-from . import _protocol
+from . import _protocol, _replicas
 from ._protocol import Number, Token
 from ._state import LockState
 from ._watchdog import ThreadWatchdog
-from .exceptions import LockError, LockNotOwnedError
+from .exceptions import LockError, LockNotOwnedError, LockNotReplicatedError
 
 
 class Lock(LockState):
@@ -42,6 +42,15 @@ class Lock(LockState):
     most `n` holders, a counting semaphore. `read_lock`, `write_lock` and `semaphore`
     make them. For a shared holder `owned()` extends it to `timeout` (the server's
     `LOCK.INFO` shows the newest holder's fence, not this one's).
+
+    `replicas="auto"` (the default): a grant counts once a replica of the master has it,
+    so that a failover keeps it. Each acquire and extend goes with `WAIT 1 t` in the same
+    round trip when the master has a replica online (learned per connection with
+    `ROLE`), and alone when it has none. `replicas=n` asks for `n` (a master with fewer
+    online refuses at once); `replicas=0` turns it off. `replicas_timeout` (seconds)
+    bounds the `WAIT`: by default a tenth of `timeout`, at most 1 s. A grant too few
+    replicas acknowledged is released at once: `acquire` tries again while its wait
+    lasts, then raises LockNotReplicatedError (False when not blocking).
     """
 
     def __enter__(self) -> "Lock":
@@ -61,9 +70,21 @@ class Lock(LockState):
                 blocking_timeout: Optional[Number] = None,
                 token: Optional[Token] = None) -> bool:
         """Takes the lock: True once held, False when `blocking` is false and the lock
-        is busy, or the wait ended first. Waiters are served in arrival order."""
+        is busy, or the wait ended first. Waiters are served in arrival order.
+
+        A grant too few replicas acknowledged (`replicas`) is released at once and
+        counts as a failed attempt: False without `blocking`, tried again while the wait
+        lasts, then LockNotReplicatedError."""
         encoded = self._new_token(token)
-        granted = self.do_acquire(encoded, self._wait_ms(blocking, blocking_timeout))
+        waiting = _protocol.Waiting(self._wait_ms(blocking, blocking_timeout))
+        while True:
+            try:
+                granted = self.do_acquire(encoded, waiting.left_ms())
+            except LockNotReplicatedError as error:
+                if waiting.again(error):
+                    continue
+                return False
+            break
         if granted is None:
             return False
         self._start_watchdog(self._hold(*granted), ThreadWatchdog)
@@ -88,7 +109,8 @@ class Lock(LockState):
             connection = self._waiting_connection(waiting.left_ms(), waiting.address)
             args = self._acquire_args(token, waiting.left_ms())
             if connection is None:
-                return _protocol.grant(self.redis.execute_command(*args))
+                return self._granted_on_master(args, token)
+            rebind = self._session_ms is not None
             try:
                 # connect() itself, not the one send_command would make: a
                 # Sentinel-managed connection finds the master's address only there.
@@ -96,8 +118,12 @@ class Lock(LockState):
                 if waiting.asking:
                     connection.send_command("ASKING")
                     connection.read_response()
-                connection.send_command(*args)
-                granted = _protocol.grant(connection.read_response())
+                if rebind:  # the grant's replicas are waited for where it is bound
+                    granted = _protocol.grant(_replicas.Outcome(
+                        _replicas.exchange(connection, [args]), 0).reply)
+                else:
+                    granted = _protocol.grant(_replicas.granted(
+                        connection, args, self._replicas, self.name, self._releases(token)))
             except ResponseError as error:
                 if not waiting.redirected(error):
                     raise
@@ -106,9 +132,23 @@ class Lock(LockState):
                 continue
             finally:
                 connection.disconnect()
-            if granted is not None and self._session_ms is not None:
-                granted = _protocol.grant(self.redis.execute_command(*self._acquire_args(token)))
+            if granted is not None and rebind:
+                granted = self._granted_on_master(self._acquire_args(token), token)
             return granted
+
+    def _granted_on_master(self, args: List[Any], token: bytes) -> Optional[Tuple[bytes, int]]:
+        """Sends the acquire `args` with the `WAIT` its replicas need on a connection to
+        the key's master, following a cluster's `MOVED`."""
+        for _ in range(_protocol.Waiting.REDIRECTIONS):
+            try:
+                return _protocol.grant(_replicas.on_master(
+                    self.redis, self.name, lambda connection: _replicas.granted(
+                        connection, args, self._replicas, self.name, self._releases(token))))
+            except ResponseError as error:
+                if not str(error).startswith(("MOVED ", "ASK ")):
+                    raise
+                self._cluster_moved()
+        return _protocol.grant(self.redis.execute_command(*args))
 
     def locked(self) -> bool:
         """True if anyone holds the lock."""
@@ -186,12 +226,22 @@ class Lock(LockState):
         return True
 
     def _extend_to(self, token: Any, ttl_ms: int) -> bool:
+        """`LOCK.EXTEND` with the `WAIT` its replicas need; LockNotReplicatedError when
+        extended but too few replicas acknowledged it (the lock stays held: the watchdog
+        tries again)."""
+        args = ["LOCK.EXTEND", self.name, token, ttl_ms]
         try:
-            return bool(self.redis.execute_command("LOCK.EXTEND", self.name, token, ttl_ms) == 1)
+            outcome = _replicas.on_master(self.redis, self.name, lambda connection: _replicas.replicated(
+                connection, args, self._replicas, self.name))
+            extended = bool(outcome.reply == 1)
         except ResponseError as error:
             if self._wrong_type(error):
                 return False
             raise
+        missing = outcome.missing(self.name, "extended") if extended else None
+        if missing is not None:
+            raise missing
+        return extended
 
 
 def read_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:

@@ -18,9 +18,10 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, List, Literal, Optional, Sequence, Tuple, Type
 
-from . import _protocol
+from . import _protocol, _replicas
+from ._replicas import AUTO, Replicas
 from ._protocol import Number, Token
-from .exceptions import LockError, LockNotOwnedError, lock_error
+from .exceptions import LockError, LockNotOwnedError, LockNotReplicatedError, lock_error
 
 
 class MultiLockState:
@@ -30,7 +31,8 @@ class MultiLockState:
     def __init__(self, redis: Any, names: Sequence[Any], timeout: Number,
                  blocking: bool = True, blocking_timeout: Optional[Number] = None,
                  token: Optional[Token] = None, session: Optional[Number] = None,
-                 shared: bool = False):
+                 shared: bool = False, replicas: Any = AUTO,
+                 replicas_timeout: Optional[Number] = None):
         self.redis = redis
         self.names = list(names)
         _protocol.acquire_all_args(self.names, 1)  # 1 to 64 keys, checked now
@@ -41,18 +43,24 @@ class MultiLockState:
         self._own_token = token
         self._session_ms = None if session is None else _protocol.to_ms(session, "session", 0)
         self.shared = shared
+        self.replicas = replicas
+        self._replicas = Replicas(replicas, replicas_timeout, self._ttl_ms)
         self.token: Optional[bytes] = None
         self.fences: Optional[List[int]] = None
 
-    def _args(self, blocking: Optional[bool], blocking_timeout: Optional[Number],
-              token: Optional[Token]) -> Tuple[List[Any], bytes]:
-        wait_ms = _protocol.blocking_wait_ms(
+    def _waiting(self, blocking: Optional[bool],
+                 blocking_timeout: Optional[Number]) -> _protocol.Waiting:
+        return _protocol.Waiting(_protocol.blocking_wait_ms(
             self.blocking if blocking is None else blocking,
-            self.blocking_timeout if blocking_timeout is None else blocking_timeout)
+            self.blocking_timeout if blocking_timeout is None else blocking_timeout))
+
+    def _token_of(self, token: Optional[Token]) -> bytes:
         chosen = token if token is not None else self._own_token
-        encoded = _protocol.as_bytes(chosen) if chosen is not None else _new_token()
-        return _protocol.acquire_all_args(self.names, self._ttl_ms, encoded, wait_ms,
-                                          self._session_ms, self.shared), encoded
+        return _protocol.as_bytes(chosen) if chosen is not None else _new_token()
+
+    def _args(self, token: bytes, wait_ms: Optional[int]) -> List[Any]:
+        return _protocol.acquire_all_args(self.names, self._ttl_ms, token, wait_ms,
+                                          self._session_ms, self.shared)
 
     def _granted(self, reply: Any) -> bool:
         granted = _protocol.grant_all(reply)
@@ -111,9 +119,19 @@ class MultiLock(MultiLockState):
                 blocking_timeout: Optional[Number] = None,
                 token: Optional[Token] = None) -> bool:
         """Takes every key: True once held, False when a key is busy (at once, or when
-        the wait ended first)."""
-        args, _ = self._args(blocking, blocking_timeout, token)
-        return self._granted(self.redis.execute_command(*args))
+        the wait ended first). A grant too few replicas acknowledged (`replicas`, as
+        `Lock`'s) is released and tried again while the wait lasts."""
+        waiting, encoded = self._waiting(blocking, blocking_timeout), self._token_of(token)
+        while True:
+            args = self._args(encoded, waiting.left_ms())
+            try:
+                return self._granted(_replicas.on_master(
+                    self.redis, self.names[0], lambda connection: _replicas.granted(
+                        connection, args, self._replicas, self._label(),
+                        self._each("LOCK.RELEASE", encoded))))
+            except LockNotReplicatedError as error:
+                if not waiting.again(error):
+                    return False
 
     def _pipeline(self, commands: List[List[Any]]) -> List[Any]:
         pipe = self.redis.pipeline(transaction=False)
@@ -141,7 +159,7 @@ class MultiLock(MultiLockState):
         if any(pttl < 0 for pttl in left):
             raise lock_error(LockNotOwnedError,
                              "Cannot extend a lock that's no longer owned", self._label())
-        return self._all_held(self._pipeline(
+        return self._all_held(self._kept(
             [["LOCK.EXTEND", name, token, pttl + added]
              for name, pttl in zip(self.names, left)]), "extend")
 
@@ -149,7 +167,14 @@ class MultiLock(MultiLockState):
         """Resets every key's time to `timeout`."""
         token = self._held_token("reacquire")
         return self._all_held(
-            self._pipeline(self._each("LOCK.EXTEND", token, self._ttl_ms)), "reacquire")
+            self._kept(self._each("LOCK.EXTEND", token, self._ttl_ms)), "reacquire")
+
+    def _kept(self, extends: List[List[Any]]) -> List[Any]:
+        """The extends' replies, sent with the `WAIT` their replicas need."""
+        replies: List[Any] = _replicas.on_master(
+            self.redis, self.names[0],
+            lambda connection: _replicas.kept(connection, extends, self._replicas, self._label()))
+        return replies
 
 
 class AsyncMultiLock(MultiLockState):
@@ -170,8 +195,17 @@ class AsyncMultiLock(MultiLockState):
                       blocking_timeout: Optional[Number] = None,
                       token: Optional[Token] = None) -> bool:
         """Takes every key: True once held, False when a key is busy."""
-        args, _ = self._args(blocking, blocking_timeout, token)
-        return self._granted(await self.redis.execute_command(*args))
+        waiting, encoded = self._waiting(blocking, blocking_timeout), self._token_of(token)
+        while True:
+            args = self._args(encoded, waiting.left_ms())
+            try:
+                return self._granted(await _replicas.async_on_master(
+                    self.redis, self.names[0], lambda connection: _replicas.async_granted(
+                        connection, args, self._replicas, self._label(),
+                        self._each("LOCK.RELEASE", encoded))))
+            except LockNotReplicatedError as error:
+                if not waiting.again(error):
+                    return False
 
     async def _pipeline(self, commands: List[List[Any]]) -> List[Any]:
         pipe = self.redis.pipeline(transaction=False)
@@ -190,6 +224,8 @@ class AsyncMultiLock(MultiLockState):
     async def reacquire(self) -> Literal[True]:
         """Resets every key's time to `timeout`."""
         token = self._held_token("reacquire")
-        return self._all_held(
-            await self._pipeline(self._each("LOCK.EXTEND", token, self._ttl_ms)),
-            "reacquire")
+        replies: List[Any] = await _replicas.async_on_master(
+            self.redis, self.names[0], lambda connection: _replicas.async_kept(
+                connection, self._each("LOCK.EXTEND", token, self._ttl_ms), self._replicas,
+                self._label()))
+        return self._all_held(replies, "reacquire")

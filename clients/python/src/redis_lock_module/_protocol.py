@@ -191,6 +191,25 @@ class Waiting:
         spent = int((time.monotonic() - self._started) * 1000)
         return max(1, self._wait_ms - spent)
 
+    def over(self) -> bool:
+        """Whether no time is left to try again: no wait, or a limited one used up."""
+        if not self._wait_ms:
+            return self._wait_ms is None
+        return (time.monotonic() - self._started) * 1000 >= self._wait_ms
+
+    def again(self, error: Exception) -> bool:
+        """After a grant too few replicas acknowledged (`error`, released already):
+        True to try again while the wait lasts, False without a wait (not acquired);
+        raises `error` once the wait is over, or when the master has too few replicas
+        (`refused`: trying again would not help)."""
+        if getattr(error, "refused", False):
+            raise error
+        if self._wait_ms is None:
+            return False
+        if self.over():
+            raise error
+        return True
+
     def redirected(self, error: Exception) -> bool:
         """Whether `error` is a cluster's `MOVED`/`ASK` to follow (at most a few times);
         sets where to ask next."""

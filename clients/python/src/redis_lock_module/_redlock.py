@@ -28,8 +28,9 @@ from concurrent.futures import wait
 from types import TracebackType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Type
 
-from . import _protocol
+from . import _protocol, _replicas
 from ._protocol import Number
+from ._replicas import AUTO, Replicas
 from ._worker import Worker
 from .exceptions import LockError, lock_error
 
@@ -38,7 +39,8 @@ class _RedlockState:
     def __init__(self, masters: Sequence[Any], name: Any, timeout: Number, *,
                  blocking: bool = True, blocking_timeout: Optional[Number] = None,
                  retry_count: int = 10, retry_delay: Number = 0.2, retry_jitter: Number = 0.1,
-                 master_timeout: Optional[Number] = None):
+                 master_timeout: Optional[Number] = None, replicas: Any = AUTO,
+                 replicas_timeout: Optional[Number] = None):
         if not masters:
             raise ValueError("Redlock needs at least one master")
         self.masters = list(masters)
@@ -58,6 +60,10 @@ class _RedlockState:
         self._ttl_ms = _protocol.to_ms(timeout, "timeout")
         self.master_timeout = (min(self._ttl_ms / 10_000, 0.5) if master_timeout is None
                                else master_timeout)
+        # Each master's grant waits for its own replicas, within the master's timeout.
+        self.replicas = replicas
+        self._replicas = Replicas(replicas, replicas_timeout if replicas_timeout is not None
+                                  else max(0.001, self.master_timeout / 2), self._ttl_ms)
         self.token: Optional[bytes] = None
         self.fences: Dict[int, int] = {}
         self._valid_until = 0.0
@@ -89,6 +95,31 @@ class _RedlockState:
 
     def _acquire_args(self, token: bytes) -> List[Any]:
         return _protocol.acquire_args(self.name, self._ttl_ms, token)
+
+    def _grant_on(self, master: Any, token: bytes) -> Any:
+        """The master's grant, with the `WAIT` for its own replicas (a grant they did not
+        acknowledge is released there and counts as refused)."""
+        return _replicas.on_master(master, self.name, lambda connection: _replicas.granted(
+            connection, self._acquire_args(token), self._replicas, self.name,
+            [["LOCK.RELEASE", self.name, token]]))
+
+    def _extend_on(self, master: Any, token: bytes) -> Any:
+        return _replicas.on_master(master, self.name, lambda connection: _replicas.kept(
+            connection, [["LOCK.EXTEND", self.name, token, self._ttl_ms]], self._replicas,
+            self.name))[0]
+
+    async def _async_grant_on(self, master: Any, token: bytes) -> Any:
+        return await _replicas.async_on_master(
+            master, self.name, lambda connection: _replicas.async_granted(
+                connection, self._acquire_args(token), self._replicas, self.name,
+                [["LOCK.RELEASE", self.name, token]]))
+
+    async def _async_extend_on(self, master: Any, token: bytes) -> Any:
+        replies = await _replicas.async_on_master(
+            master, self.name, lambda connection: _replicas.async_kept(
+                connection, [["LOCK.EXTEND", self.name, token, self._ttl_ms]], self._replicas,
+                self.name))
+        return replies[0]
 
     def _deadline(self, blocking: Optional[bool],
                   blocking_timeout: Optional[Number]) -> Optional[float]:
@@ -147,7 +178,7 @@ class Redlock(_RedlockState):
             self.attempts += 1
             token = secrets.token_hex(16).encode()
             started = time.monotonic()
-            answers = self._on_all(lambda r: r.execute_command(*self._acquire_args(token)))
+            answers = self._on_all(lambda r: self._grant_on(r, token))
             if self._held(started, answers, self._grant_fence):
                 self._granted(token, answers)
                 return True
@@ -162,8 +193,7 @@ class Redlock(_RedlockState):
         if self.token is None:
             raise self._unheld("extend")
         token, started = self.token, time.monotonic()
-        answers = self._on_all(
-            lambda r: r.execute_command("LOCK.EXTEND", self.name, token, self._ttl_ms))
+        answers = self._on_all(lambda r: self._extend_on(r, token))
         return self._held(started, answers, lambda answer: answer == 1)
 
     def release(self) -> int:
@@ -233,8 +263,7 @@ class AsyncRedlock(_RedlockState):
             self.attempts += 1
             token = secrets.token_hex(16).encode()
             started = time.monotonic()
-            answers = await self._on_all(
-                lambda r: r.execute_command(*self._acquire_args(token)))
+            answers = await self._on_all(lambda r: self._async_grant_on(r, token))
             if self._held(started, answers, self._grant_fence):
                 self._granted(token, answers)
                 return True
@@ -248,8 +277,7 @@ class AsyncRedlock(_RedlockState):
         if self.token is None:
             raise self._unheld("extend")
         token, started = self.token, time.monotonic()
-        answers = await self._on_all(
-            lambda r: r.execute_command("LOCK.EXTEND", self.name, token, self._ttl_ms))
+        answers = await self._on_all(lambda r: self._async_extend_on(r, token))
         return self._held(started, answers, lambda answer: answer == 1)
 
     async def release(self) -> int:

@@ -14,6 +14,7 @@ from redis.exceptions import ResponseError
 
 from . import _protocol
 from ._protocol import Number, Token
+from ._replicas import AUTO, Replicas
 from .exceptions import LockError, LockLostError, LockNotOwnedError, lock_error
 
 logger = logging.getLogger("redis_lock_module")
@@ -36,6 +37,8 @@ class LockState:
         on_lost: Optional[Callable[[Any], None]] = None,
         shared: bool = False,
         limit: Optional[int] = None,
+        replicas: Any = AUTO,
+        replicas_timeout: Optional[Number] = None,
     ):
         self.redis = redis
         self.name = name
@@ -54,6 +57,8 @@ class LockState:
         self._session_ms = (None if session is None
                             else _protocol.to_ms(session, "session", minimum=0))
         self._mode = _protocol.mode_args(shared, limit)
+        self.replicas = replicas
+        self._replicas = Replicas(replicas, replicas_timeout, self._ttl_ms)
         if watchdog and timeout is None:
             raise ValueError("watchdog=True needs a timeout: a lock without one never expires")
         if blocking_timeout is not None:
@@ -250,6 +255,10 @@ class LockState:
             return node.connection_class, node.connection_kwargs
         pool = self.redis.get_redis_connection(node).connection_pool
         return pool.connection_class, pool.connection_kwargs
+
+    def _releases(self, token: bytes) -> List[List[Any]]:
+        """What gives back a grant too few replicas acknowledged."""
+        return [["LOCK.RELEASE", self.name, token]]
 
     def _cluster_moved(self) -> None:
         """The key's slot moved: the cluster client's map is looked at again."""

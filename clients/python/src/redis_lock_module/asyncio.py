@@ -15,13 +15,13 @@ from typing import Any, AsyncIterator, Awaitable, List, Optional, Tuple, Type
 
 from redis.exceptions import ResponseError
 
-from . import _election, _protocol
+from . import _election, _protocol, _replicas
 from ._protocol import Number, Token
 from ._multi import AsyncMultiLock as MultiLock
 from ._redlock import AsyncRedlock
 from ._state import LockState
 from ._watchdog import TaskWatchdog
-from .exceptions import LockError, LockNotOwnedError
+from .exceptions import LockError, LockNotOwnedError, LockNotReplicatedError
 
 __all__ = ["Lock", "Redlock", "read_lock", "write_lock", "semaphore", "Election", "Leadership", "MultiLock"]
 
@@ -47,8 +47,17 @@ class Lock(LockState):
     async def acquire(self, sleep: Optional[Number] = None, blocking: Optional[bool] = None,
                       blocking_timeout: Optional[Number] = None,
                       token: Optional[Token] = None) -> bool:
+        """See `redis_lock_module.Lock.acquire`."""
         encoded = self._new_token(token)
-        granted = await self.do_acquire(encoded, self._wait_ms(blocking, blocking_timeout))
+        waiting = _protocol.Waiting(self._wait_ms(blocking, blocking_timeout))
+        while True:
+            try:
+                granted = await self.do_acquire(encoded, waiting.left_ms())
+            except LockNotReplicatedError as error:
+                if waiting.again(error):
+                    continue
+                return False
+            break
         if granted is None:
             return False
         self._start_watchdog(self._hold(*granted), TaskWatchdog)
@@ -69,21 +78,26 @@ class Lock(LockState):
     async def _acquire_once(self, token: bytes,
                             wait_ms: Optional[int]) -> Optional[Tuple[bytes, int]]:
         waiting = _protocol.Waiting(wait_ms)
-        if wait_ms is not None and hasattr(self.redis, "nodes_manager"):
+        if hasattr(self.redis, "nodes_manager"):
             await self.redis.initialize()  # an asyncio cluster client maps its slots first
         while True:
             connection = self._waiting_connection(waiting.left_ms(), waiting.address)
             args = self._acquire_args(token, waiting.left_ms())
             if connection is None:
-                return _protocol.grant(await self.redis.execute_command(*args))
+                return await self._granted_on_master(args, token)
+            rebind = self._session_ms is not None
             # Cancelling the task closes the connection: the waiter leaves the queue.
             try:
                 await connection.connect()
                 if waiting.asking:
                     await connection.send_command("ASKING")
                     await connection.read_response()
-                await connection.send_command(*args)
-                granted = _protocol.grant(await connection.read_response())
+                if rebind:  # the grant's replicas are waited for where it is bound
+                    granted = _protocol.grant(_replicas.Outcome(
+                        await _replicas.async_exchange(connection, [args]), 0).reply)
+                else:
+                    granted = _protocol.grant(await _replicas.async_granted(
+                        connection, args, self._replicas, self.name, self._releases(token)))
             except ResponseError as error:
                 if not waiting.redirected(error):
                     raise
@@ -92,10 +106,23 @@ class Lock(LockState):
                 continue
             finally:
                 await connection.disconnect()
-            if granted is not None and self._session_ms is not None:
-                rebind = self._acquire_args(token)
-                granted = _protocol.grant(await self.redis.execute_command(*rebind))
+            if granted is not None and rebind:
+                granted = await self._granted_on_master(self._acquire_args(token), token)
             return granted
+
+    async def _granted_on_master(self, args: List[Any],
+                                 token: bytes) -> Optional[Tuple[bytes, int]]:
+        """See `redis_lock_module.Lock._granted_on_master`."""
+        for _ in range(_protocol.Waiting.REDIRECTIONS):
+            try:
+                return _protocol.grant(await _replicas.async_on_master(
+                    self.redis, self.name, lambda connection: _replicas.async_granted(
+                        connection, args, self._replicas, self.name, self._releases(token))))
+            except ResponseError as error:
+                if not str(error).startswith(("MOVED ", "ASK ")):
+                    raise
+                await self._async_cluster_moved()
+        return _protocol.grant(await self.redis.execute_command(*args))
 
     async def _async_cluster_moved(self) -> None:
         nodes_manager = getattr(self.redis, "nodes_manager", None)
@@ -171,14 +198,21 @@ class Lock(LockState):
         return True
 
     async def _extend_to(self, token: Any, ttl_ms: int) -> bool:
+        """See `redis_lock_module.Lock._extend_to`."""
+        args = ["LOCK.EXTEND", self.name, token, ttl_ms]
         try:
-            extended = await self.redis.execute_command("LOCK.EXTEND", self.name, token,
-                                                        ttl_ms)
+            outcome = await _replicas.async_on_master(
+                self.redis, self.name, lambda connection: _replicas.async_replicated(
+                connection, args, self._replicas, self.name))
+            extended = bool(outcome.reply == 1)
         except ResponseError as error:
             if self._wrong_type(error):
                 return False
             raise
-        return bool(extended == 1)
+        missing = outcome.missing(self.name, "extended") if extended else None
+        if missing is not None:
+            raise missing
+        return extended
 
 
 def read_lock(redis: Any, name: Any, **kwargs: Any) -> Lock:

@@ -7,7 +7,7 @@ from typing import Optional, Type, TypeVar
 
 from redis.exceptions import LockError, LockNotOwnedError
 
-__all__ = ["LockError", "LockNotOwnedError", "LockLostError", "lock_error"]
+__all__ = ["LockError", "LockNotOwnedError", "LockLostError", "LockNotReplicatedError", "lock_error"]
 
 E = TypeVar("E", bound=LockError)
 
@@ -27,3 +27,19 @@ def lock_error(cls: Type[E], message: str, lock_name: Optional[str]) -> E:
         error = cls(message)
         error.lock_name = lock_name
         return error
+
+
+class LockNotReplicatedError(LockError):
+    """Fewer replicas than the lock's `replicas` asks for acknowledged a grant (or an
+    extend) in time: an acquire's grant was released at once, and nothing is held.
+    `acked` of `required` did; `refused` is True when the master had too few replicas
+    online for an explicit `replicas=n`, so nothing was sent."""
+
+    acked = 0
+    required = 0
+    refused = False
+
+    def counted(self, acked: int, required: int,
+                refused: bool = False) -> "LockNotReplicatedError":
+        self.acked, self.required, self.refused = acked, required, refused
+        return self

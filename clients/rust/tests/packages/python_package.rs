@@ -18,6 +18,8 @@ struct Ports {
     redlock: Vec<u16>,
     sentinel: u16,
     cluster: u16,
+    /// A Sentinel, its master and the master's replica, for the failover test alone.
+    failover: [u16; 3],
 }
 
 /// `python -m pytest <target>` with the package importable from `package` (an installed
@@ -41,6 +43,10 @@ fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Outpu
         .env("REDIS_LOCK_REDLOCK_PORTS", redlock.join(","))
         .env("REDIS_LOCK_SENTINEL_PORT", ports.sentinel.to_string())
         .env("REDIS_LOCK_CLUSTER_PORT", ports.cluster.to_string())
+        .env(
+            "REDIS_LOCK_FAILOVER_PORTS",
+            ports.failover.map(|p| p.to_string()).join(","),
+        )
         .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
         .output()
         .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"))
@@ -56,12 +62,20 @@ fn the_python_package_installs_and_passes_its_pytest_suite() {
     let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
     let sentinel = Sentinel::watch(&master);
     let cluster = MiniCluster::start(3);
+    let failover_master = TestServer::start();
+    let failover_replica = start_replica(&failover_master, &[]);
+    let failover_sentinel = Sentinel::watch(&failover_master);
     let ports = Ports {
         master: master.port,
         replica: replica.port,
         redlock: redlock.iter().map(|s| s.port).collect(),
         sentinel: sentinel.port,
         cluster: cluster.nodes[0].port,
+        failover: [
+            failover_sentinel.port,
+            failover_master.port,
+            failover_replica.port,
+        ],
     };
 
     // the installed copy, not the source tree
@@ -106,6 +120,7 @@ fn the_python_tests_fail_without_the_module() {
         redlock: vec![server.port],
         sentinel: free_port(),
         cluster: free_port(),
+        failover: [free_port(), free_port(), free_port()],
     };
     let output = pytest(
         &package_dir().join("tests/test_lock.py"),

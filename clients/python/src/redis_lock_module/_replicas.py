@@ -1,0 +1,389 @@
+"""`replicas`: a grant counts once the master's replicas have it (docs/clients.md,
+"Failover-safe by default").
+
+Every write that makes or keeps a grant (an acquire, an extend, the watchdog's extends)
+goes with `WAIT n timeout` on the same connection, in the same round trip: the server
+runs the `WAIT` right after the grant, however long the grant waited in the queue. When
+fewer than `n` replicas acknowledge it in time, an acquire's grant is released at once
+by its token and reported as not replicated, never as granted.
+
+`replicas="auto"` (the default) asks for 1 when the master has a replica online, and for
+nothing on a master without one. What a connection learned of its master (`ROLE`, or
+`WAIT 0 0` for a user whose ACL denies `ROLE`) is forgotten when it connects again (a
+failover, a reconnect), after an error or a shortfall, and after `RELEARN_SECONDS`. An
+explicit `n` asks for `n`, and a master with fewer replicas online refuses at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
+
+from redis.exceptions import ResponseError
+
+from ._protocol import Number
+from .exceptions import LockError, LockNotReplicatedError, lock_error
+
+AUTO = "auto"
+# The longest default wait for the replicas: a tenth of the TTL, at most this (ms).
+MAX_DEFAULT_TIMEOUT_MS = 1000
+# How long what a connection learned of its master's replicas is trusted.
+RELEARN_SECONDS = 5.0
+_ATTRIBUTE = "_redis_lock_replicas"
+
+Setting = Union[str, int]
+
+
+def check_setting(replicas: Any) -> Setting:
+    """`"auto"` or a whole number of replicas from 0 (off)."""
+    if replicas == AUTO:
+        return AUTO
+    if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
+        raise ValueError(f'replicas must be "auto" or a number of replicas from 0, not {replicas!r}')
+    return replicas
+
+
+def timeout_ms(replicas_timeout: Optional[Number], ttl_ms: int) -> int:
+    """The `WAIT`'s timeout: `replicas_timeout` seconds, or a tenth of the TTL, at most
+    1 s; never 0 (which `WAIT` reads as no limit)."""
+    if replicas_timeout is None:
+        return max(1, min(ttl_ms // 10, MAX_DEFAULT_TIMEOUT_MS))
+    if isinstance(replicas_timeout, bool) or not isinstance(replicas_timeout, (int, float)) \
+            or not 0 < replicas_timeout <= 3600:
+        raise ValueError(f"replicas_timeout must be a number of seconds above 0, up to 3600, "
+                         f"not {replicas_timeout!r}")
+    return max(1, round(replicas_timeout * 1000))
+
+
+class Replicas:
+    """A lock's `replicas` and `replicas_timeout`: the `WAIT` after each grant, and what
+    its answer means."""
+
+    def __init__(self, replicas: Any, replicas_timeout: Optional[Number], ttl_ms: int):
+        self.setting = check_setting(replicas)
+        self.timeout_ms = timeout_ms(replicas_timeout, ttl_ms)
+
+    @property
+    def off(self) -> bool:
+        return self.setting == 0
+
+    def required(self, online: int, name: Any) -> int:
+        """How many acknowledgements a grant needs from a master with `online` replicas;
+        LockNotReplicatedError (nothing sent) when an explicit number is more than it has."""
+        if self.setting == AUTO:
+            return 1 if online > 0 else 0
+        assert isinstance(self.setting, int)
+        if online < self.setting:
+            raise lock_error(
+                LockNotReplicatedError,
+                f"The master has {online} replicas online and replicas={self.setting} asks "
+                f"for {self.setting}: not acquired", str(name)).counted(online, self.setting, refused=True)
+        return self.setting
+
+    def wait_command(self, required: int) -> List[List[Any]]:
+        return [["WAIT", required, self.timeout_ms]] if required else []
+
+    @staticmethod
+    def shortfall(name: Any, required: int, answer: Any,
+                  what: str = "granted") -> Optional[LockNotReplicatedError]:
+        """None when `answer` (the `WAIT`'s) counts `required` acknowledgements, else
+        the error that says how many of how many did."""
+        acked = answer if isinstance(answer, int) else 0
+        if required == 0 or acked >= required:
+            return None
+        why = "" if isinstance(answer, int) else f" (WAIT answered: {answer})"
+        return lock_error(
+            LockNotReplicatedError,
+            f"The lock was {what}, but only {acked} of {required} replicas acknowledged it "
+            f"in time{why}", str(name)).counted(acked, required)
+
+
+# What a connection learned of its master.
+
+class _Learned:
+    """How many replicas a connection's master had online, and when that was learned.
+    Its `forget` is the connection's connect callback: a new connection (a reconnect, a
+    failover's new master) learns again."""
+
+    def __init__(self, online: int):
+        self.online = online
+        self.at = time.monotonic()
+
+    def forget(self, connection: Any) -> None:
+        forget(connection)
+
+
+def known(connection: Any) -> Optional[int]:
+    learned: Optional[_Learned] = getattr(connection, _ATTRIBUTE, None)
+    if learned is None or time.monotonic() - learned.at > RELEARN_SECONDS:
+        return None
+    return learned.online
+
+
+def remember(connection: Any, online: int) -> None:
+    learned = _Learned(online)
+    setattr(connection, _ATTRIBUTE, learned)
+    register = getattr(connection, "register_connect_callback", None)
+    if register is not None:
+        register(learned.forget)
+
+
+def forget(connection: Any) -> None:
+    if getattr(connection, _ATTRIBUTE, None) is not None:
+        setattr(connection, _ATTRIBUTE, None)
+
+
+def online_from(reply: Any) -> int:
+    """The replicas online in a `ROLE` reply (a master's third element lists them; a
+    replica has none), or in a `WAIT 0 0` answer."""
+    if isinstance(reply, int):
+        return reply
+    role = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+    return len(reply[2]) if role == "master" and len(reply) > 2 else 0
+
+
+def refused_role(error: ResponseError) -> bool:
+    """`ROLE` denied by the user's ACL: `WAIT 0 0` (in `@connection`, as `WAIT`) counts the
+    replicas that have this connection's writes instead."""
+    return str(error).startswith("NOPERM")
+
+
+# One round trip on one connection.
+
+def pack(connection: Any, commands: Sequence[Sequence[Any]]) -> Any:
+    return connection.pack_commands([tuple(command) for command in commands])
+
+
+def read_all(connection: Any, count: int) -> List[Any]:
+    """`count` replies, an error reply as its ResponseError (the ones after it are still
+    read, so the connection stays in step)."""
+    replies: List[Any] = []
+    for _ in range(count):
+        try:
+            replies.append(connection.read_response())
+        except ResponseError as error:
+            replies.append(error)
+    return replies
+
+
+def exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
+    """Sends `commands` in one write and reads their replies: one round trip."""
+    connection.send_packed_command(pack(connection, commands))
+    return read_all(connection, len(commands))
+
+
+def online(connection: Any) -> int:
+    """The replicas the connection's master has online, learned now if not known."""
+    count = known(connection)
+    if count is not None:
+        return count
+    (reply,) = exchange(connection, [["ROLE"]])
+    if isinstance(reply, ResponseError):
+        if not refused_role(reply):
+            raise reply
+        (reply,) = exchange(connection, [["WAIT", 0, 0]])
+        if isinstance(reply, ResponseError):
+            raise reply
+    count = online_from(reply)
+    remember(connection, count)
+    return count
+
+
+def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
+               name: Any) -> "Outcome":
+    """Sends `args` (a write that makes or keeps a grant) and the `WAIT` it needs, in one
+    round trip on `connection`."""
+    required = 0 if replicas.off else replicas.required(online(connection), name)
+    replies = exchange(connection, [list(args), *replicas.wait_command(required)])
+    return Outcome(replies, required)
+
+
+async def async_exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
+    await connection.send_packed_command(pack(connection, commands))
+    replies: List[Any] = []
+    for _ in commands:
+        try:
+            replies.append(await connection.read_response())
+        except ResponseError as error:
+            replies.append(error)
+    return replies
+
+
+async def async_online(connection: Any) -> int:
+    count = known(connection)
+    if count is not None:
+        return count
+    (reply,) = await async_exchange(connection, [["ROLE"]])
+    if isinstance(reply, ResponseError):
+        if not refused_role(reply):
+            raise reply
+        (reply,) = await async_exchange(connection, [["WAIT", 0, 0]])
+        if isinstance(reply, ResponseError):
+            raise reply
+    count = online_from(reply)
+    remember(connection, count)
+    return count
+
+
+async def async_replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
+                           name: Any) -> "Outcome":
+    required = 0 if replicas.off else replicas.required(await async_online(connection), name)
+    replies = await async_exchange(connection, [list(args), *replicas.wait_command(required)])
+    return Outcome(replies, required)
+
+
+class Outcome:
+    """The replies of a write and its `WAIT`: `reply` (raised if it was an error), and
+    `missing(name)`, the shortfall's error or None."""
+
+    def __init__(self, replies: List[Any], required: int):
+        self.replies = replies
+        self.required = required
+
+    @property
+    def reply(self) -> Any:
+        reply = self.replies[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    def missing(self, name: Any, what: str = "granted") -> Optional[LockNotReplicatedError]:
+        if self.required == 0:
+            return None
+        return Replicas.shortfall(name, self.required, self.replies[1], what)
+
+
+# A grant: the write, its WAIT, and the release of a grant too few replicas have.
+
+def granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
+            releases: Sequence[Sequence[Any]]) -> Any:
+    """The reply of the acquire `args`, sent with the `WAIT` it needs; when too few
+    replicas acknowledged a grant, `releases` are sent at once (on the same connection)
+    and LockNotReplicatedError is raised."""
+    outcome = replicated(connection, args, replicas, name)
+    missing = outcome.missing(name) if outcome.reply is not None else None
+    if missing is None:
+        return outcome.reply
+    forget(connection)
+    try:
+        exchange(connection, releases)
+    except Exception:
+        pass  # the shortfall says more; the TTL frees the lock anyway
+    raise missing
+
+
+async def async_granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
+                        releases: Sequence[Sequence[Any]]) -> Any:
+    outcome = await async_replicated(connection, args, replicas, name)
+    missing = outcome.missing(name) if outcome.reply is not None else None
+    if missing is None:
+        return outcome.reply
+    forget(connection)
+    try:
+        await async_exchange(connection, releases)
+    except Exception:
+        pass  # the shortfall says more; the TTL frees the lock anyway
+    raise missing
+
+
+# A connection to a key's master, from the client's own pool.
+
+def pool_of(client: Any, key: Any) -> Any:
+    """Where the client's connections to `key`'s master come from: its pool (a plain or
+    Sentinel client), the pool of the cluster node that serves the key, or (asyncio
+    `RedisCluster`) that node itself."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return pool
+    node = client.get_node_from_key(key)
+    if hasattr(node, "acquire_connection"):
+        return node
+    return client.get_redis_connection(node).connection_pool
+
+
+def on_master(client: Any, key: Any, work: Callable[[Any], Any]) -> Any:
+    """`work(connection)` on a connection to `key`'s master from the client's pool,
+    tried again on a connection error as the client's retry policy says (the write is
+    idempotent: the same token re-acquires)."""
+    pool = pool_of(client, key)
+    try:
+        connection = pool.get_connection()
+    except TypeError:  # redis-py before 5 names the command
+        connection = pool.get_connection("LOCK.ACQUIRE")
+
+    def broken(error: Optional[BaseException] = None) -> None:
+        forget(connection)
+        connection.disconnect()
+
+    try:
+        retry = getattr(connection, "retry", None)
+        if retry is None:
+            return work(connection)
+        return retry.call_with_retry(lambda: work(connection), broken)
+    except LockError:
+        raise
+    except BaseException:
+        broken()  # a reply may be left unread
+        raise
+    finally:
+        pool.release(connection)
+
+
+async def async_on_master(client: Any, key: Any, work: Callable[[Any], Awaitable[Any]]) -> Any:
+    """`on_master` for `redis.asyncio` clients."""
+    pool = pool_of(client, key)
+    if hasattr(pool, "acquire_connection"):  # an asyncio cluster's node
+        connection = pool.acquire_connection()
+    else:
+        try:
+            connection = await pool.get_connection()
+        except TypeError:  # redis-py before 5 names the command
+            connection = await pool.get_connection("LOCK.ACQUIRE")
+
+    async def broken(error: Optional[BaseException] = None) -> None:
+        forget(connection)
+        await connection.disconnect()
+
+    try:
+        retry = getattr(connection, "retry", None)
+        if retry is None:
+            return await work(connection)
+        return await retry.call_with_retry(lambda: work(connection), broken)
+    except LockError:
+        raise
+    except BaseException:
+        await broken()  # a reply may be left unread
+        raise
+    finally:
+        released = pool.release(connection)
+        if inspect.isawaitable(released):
+            await released
+
+
+def kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
+         name: Any) -> List[Any]:
+    """The replies of `commands` (extends: 1 where still held), sent with the `WAIT` they
+    need; LockNotReplicatedError when all were kept but too few replicas acknowledged."""
+    required = 0 if replicas.off else replicas.required(online(connection), name)
+    return _kept(exchange(connection, [*commands, *replicas.wait_command(required)]),
+                 len(commands), required, name)
+
+
+async def async_kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
+                     name: Any) -> List[Any]:
+    required = 0 if replicas.off else replicas.required(await async_online(connection), name)
+    return _kept(await async_exchange(connection, [*commands, *replicas.wait_command(required)]),
+                 len(commands), required, name)
+
+
+def _kept(replies: List[Any], count: int, required: int, name: Any) -> List[Any]:
+    held = replies[:count]
+    for reply in held:
+        if isinstance(reply, BaseException):
+            raise reply
+    if required and all(reply == 1 for reply in held):
+        missing = Replicas.shortfall(name, required, replies[count], "extended")
+        if missing is not None:
+            raise missing
+    return held

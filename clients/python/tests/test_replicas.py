@@ -1,0 +1,234 @@
+"""`replicas`: a grant counts once a replica has it (docs/clients.md, "Failover-safe by
+default"). The master of these tests has one replica; the Redlock masters have none."""
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+
+import pytest
+import redis
+from redis.sentinel import Sentinel
+
+from redis_lock_module import Lock, LockError, LockNotReplicatedError, MultiLock, Redlock
+from redis_lock_module.asyncio import Lock as AsyncLock
+from helpers import wait_until
+
+
+def calls(client, command):
+    """How many times the server ran `command` (INFO commandstats)."""
+    stats = client.info("commandstats").get(f"cmdstat_{command}")
+    return 0 if stats is None else int(stats["calls"])
+
+
+def pid_of(port):
+    return int(redis.Redis(port=port).info("server")["process_id"])
+
+
+@contextmanager
+def frozen(port):
+    """The server on `port` stopped (SIGSTOP) for the block, continued whatever happens."""
+    pid = pid_of(port)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+@pytest.fixture
+def synced(r, replica_port):
+    """The replica online and caught up with the master."""
+    replica = redis.Redis(port=replica_port)
+    wait_until(lambda: len(r.execute_command("ROLE")[2]) == 1, "the replica online")
+    wait_until(lambda: r.execute_command("WAIT", 1, 100) == 1, "the replica in sync")
+    yield replica
+    replica.close()
+
+
+def test_a_grant_waits_for_one_replica_in_the_same_round_trip(r, key, synced):
+    lock = Lock(r, key, timeout=10)
+    assert lock.acquire(blocking=False)  # the connection learns its master's replicas
+    lock.release()
+    waits, roles = calls(r, "wait"), calls(r, "role")
+    for _ in range(3):
+        assert lock.acquire(blocking=False)
+        assert synced.exists(key) == 1  # the replica has it before acquire returns
+        lock.release()
+    assert calls(r, "wait") - waits == 3
+    assert calls(r, "role") == roles  # learned once per connection, not per grant
+
+
+def test_a_waiting_acquire_sends_its_wait_behind_the_grant(r, other, key, synced):
+    Lock(other, key, timeout=0.3).acquire(blocking=False)
+    waits = calls(r, "wait")
+    lock = Lock(r, key, timeout=10, blocking_timeout=5)
+    assert lock.acquire()
+    assert calls(r, "wait") - waits == 1
+    assert synced.exists(key) == 1
+
+
+def test_a_grant_no_replica_acknowledges_is_released_and_not_granted(r, key, synced,
+                                                                    replica_port):
+    lock = Lock(r, key, timeout=10, replicas_timeout=0.2)
+    assert lock.acquire(blocking=False)
+    lock.release()
+    with frozen(replica_port):
+        started = time.monotonic()
+        assert not lock.acquire(blocking=False)
+        assert time.monotonic() - started < 2  # the WAIT's timeout, not the TTL
+        assert r.exists(key) == 0  # released at once by its token
+        assert lock.token is None
+        with pytest.raises(LockNotReplicatedError) as raised:
+            lock.acquire(blocking_timeout=0.5)
+        assert (raised.value.acked, raised.value.required) == (0, 1)
+        assert isinstance(raised.value, LockError)
+        assert "0 of 1 replicas" in str(raised.value)
+        assert r.exists(key) == 0
+
+
+def test_with_the_replica_back_the_same_lock_is_granted(r, key, synced, replica_port):
+    lock = Lock(r, key, timeout=10, replicas_timeout=0.2)
+    with frozen(replica_port):
+        assert not lock.acquire(blocking=False)
+    wait_until(lambda: r.execute_command("WAIT", 1, 100) == 1, "the replica back")
+    assert lock.acquire(blocking_timeout=5)
+    lock.release()
+
+
+def test_replicas_zero_sends_no_wait(r, key, synced):
+    waits = calls(r, "wait")
+    lock = Lock(r, key, timeout=10, replicas=0)
+    assert lock.acquire(blocking=False)
+    lock.extend(5)
+    lock.release()
+    assert calls(r, "wait") == waits
+
+
+def test_more_replicas_than_the_master_has_are_refused_before_anything_changes(r, key,
+                                                                              synced):
+    lock = Lock(r, key, timeout=10, replicas=2)
+    with pytest.raises(LockNotReplicatedError) as raised:
+        lock.acquire(blocking=False)
+    assert raised.value.refused
+    assert "1 replicas online" in str(raised.value)
+    assert r.exists(key) == 0
+
+
+def test_a_master_without_replicas_grants_without_a_wait(redlock_ports, key):
+    master = redis.Redis(port=redlock_ports[0])
+    waits = calls(master, "wait")
+    lock = Lock(master, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    lock.extend(5)
+    lock.release()
+    assert calls(master, "wait") == waits
+    master.close()
+
+
+def test_extends_and_the_watchdog_wait_for_the_replica(r, key, synced, replica_port):
+    lock = Lock(r, key, timeout=0.6, watchdog=True)
+    assert lock.acquire(blocking=False)
+    waits = calls(r, "wait")
+    lock.extend(1)
+    assert calls(r, "wait") - waits == 1
+    wait_until(lambda: calls(r, "wait") - waits >= 3, "the watchdog's extends with WAIT")
+    with frozen(replica_port):
+        # not replicated extends are retried; the lock is lost once a whole TTL passed
+        wait_until(lambda: lock.lost, "the lock lost", limit=5)
+    lock.release()
+
+
+def test_an_extend_too_few_replicas_acknowledged_raises_and_keeps_the_lock(r, key, synced,
+                                                                          replica_port):
+    lock = Lock(r, key, timeout=10, replicas_timeout=0.2)
+    assert lock.acquire(blocking=False)
+    with frozen(replica_port):
+        with pytest.raises(LockNotReplicatedError):
+            lock.extend(20, replace_ttl=True)
+        assert r.exists(key) == 1
+    lock.release()
+
+
+def test_multilock_and_redlock_wait_for_their_masters_replicas(r, key, synced, replica_port,
+                                                               redlock_ports):
+    names = [key + ":a", key + ":b"]
+    waits = calls(r, "wait")
+    both = MultiLock(r, names, timeout=10)
+    assert both.acquire(blocking=False)
+    both.reacquire()
+    both.release()
+    assert calls(r, "wait") - waits == 2
+    with frozen(replica_port):
+        assert not MultiLock(r, names, timeout=10, replicas_timeout=0.1).acquire(blocking=False)
+        assert r.exists(*names) == 0
+    masters = [redis.Redis(port=p) for p in redlock_ports]
+    lock = Redlock(masters, key, timeout=10)
+    assert lock.acquire(blocking=False)  # masters without replicas: no wait
+    lock.release()
+    for master in masters:
+        master.close()
+
+
+def test_the_asyncio_lock_waits_and_releases_the_same_way(port, replica_port, key, r,
+                                                          synced):
+    import asyncio
+    import redis.asyncio as aioredis
+
+    async def scenario():
+        client = aioredis.Redis(port=port)
+        try:
+            waits = calls(r, "wait")
+            lock = AsyncLock(client, key, timeout=10, replicas_timeout=0.2)
+            assert await lock.acquire(blocking=False)
+            await lock.release()
+            assert calls(r, "wait") - waits == 1
+            with frozen(replica_port):
+                assert not await lock.acquire(blocking=False)
+                assert r.exists(key) == 0
+        finally:
+            await client.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_bad_settings_are_refused_before_anything_is_sent(r, key):
+    for replicas in (-1, "two", 1.5, True):
+        with pytest.raises(ValueError):
+            Lock(r, key, timeout=10, replicas=replicas)
+    for timeout in (0, -1, "1"):
+        with pytest.raises(ValueError):
+            Lock(r, key, timeout=10, replicas_timeout=timeout)
+
+
+def test_a_sentinel_failover_to_a_master_without_replicas_grants_at_once(failover, key):
+    """Sentinel promotes the replica of a stopped master: the client follows it, learns
+    that the new master has no replica, and grants at once instead of waiting for one."""
+    sentinel = Sentinel([("127.0.0.1", failover["sentinel"])], socket_timeout=1)
+    client = sentinel.master_for(failover["name"], socket_timeout=1)
+    lock = Lock(client, key, timeout=10, replicas_timeout=0.5)
+    old = redis.Redis(port=failover["master"])
+    waits = calls(old, "wait")
+    assert lock.acquire(blocking=False)
+    lock.release()
+    assert calls(old, "wait") - waits == 1
+    new = redis.Redis(port=failover["replica"])
+    with frozen(failover["master"]):
+        redis.Redis(port=failover["sentinel"]).execute_command(
+            "SENTINEL", "FAILOVER", failover["name"])
+        wait_until(lambda: new.execute_command("ROLE")[0] == b"master", "the promotion", 30)
+        wait_until(lambda: sentinel.discover_master(failover["name"])[1] == failover["replica"],
+                   "the sentinel naming the new master", 30)
+        started = time.monotonic()
+        assert lock.acquire(blocking_timeout=5)
+        took = time.monotonic() - started
+        assert new.exists(key) == 1
+        assert calls(new, "wait") == 0  # no replica: no wait
+        assert took < 3, took  # the stalled connection's timeout, not a wait per grant
+        lock.release()
+        again = time.monotonic()
+        assert lock.acquire(blocking=False)
+        assert time.monotonic() - again < 0.4  # at once
+        lock.release()
+    old.close()
+    new.close()
