@@ -75,16 +75,23 @@ class Connection {
     }
   }
 
-  /** A new connection like this one, without a command timeout; `close()` it after. */
+  /**
+   * A new connection like this one, without a command timeout; `close()` it after. Its
+   * connection errors reach the command that was sent on it (a refused connect rejects
+   * it), so the copy has an `error` listener of its own: without one, ioredis and
+   * node-redis report each refused connect as an unhandled error event besides.
+   */
   async duplicate() {
     const c = this.client;
     if (this.kind === 'ioredis') {
       const copy = c.isCluster
         ? c.duplicate([], { redisOptions: { ...(c.options.redisOptions || {}), commandTimeout: undefined } })
         : c.duplicate({ commandTimeout: undefined });
+      copy.on('error', quiet);
       return new Connection(copy);
     }
     const copy = c.duplicate();
+    copy.on('error', quiet);
     await copy.connect();
     return new Connection(copy);
   }
@@ -100,5 +107,8 @@ class Connection {
     }
   }
 }
+
+/** The `error` listener of a connection the package opened for itself (see `duplicate`). */
+function quiet() {}
 
 module.exports = { Connection };

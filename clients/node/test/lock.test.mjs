@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import IORedis from 'ioredis';
+import { createClient } from 'redis';
 import { Locker, ResourceLockedError, LockLostError } from '../index.mjs';
 import { port, libraries, close, sleep, until } from './support.mjs';
 
@@ -172,4 +173,29 @@ test('the CommonJS build exports the same classes', () => {
   const cjs = require('../index.cjs');
   assert.equal(cjs.Locker, Locker);
   assert.equal(require('redis-lock-module').Locker, Locker, 'the package resolves by its name');
+});
+
+test('a waiting acquire on an unreachable server rejects quietly: no unhandled error events', async () => {
+  const { createServer } = await import('node:net');
+  const probe = createServer();
+  await new Promise((resolve) => probe.listen(0, '127.0.0.1', resolve));
+  const deadPort = probe.address().port;
+  await new Promise((resolve) => probe.close(resolve));
+  const printed = [];
+  const original = console.error;
+  console.error = (...args) => printed.push(args.map(String).join(' '));
+  try {
+    for (const client of [
+      new IORedis({ host: '127.0.0.1', port: deadPort, lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null }),
+      createClient({ socket: { host: '127.0.0.1', port: deadPort, reconnectStrategy: false } }),
+    ]) {
+      client.on('error', () => {});
+      const locker = new Locker(client);
+      await assert.rejects(locker.acquire('unreachable', 1000, { wait: 200 }));
+      await sleep(100); // an error event emitted after the rejection would show here
+    }
+  } finally {
+    console.error = original;
+  }
+  assert.deepEqual(printed.filter((line) => /Unhandled error event/.test(line)), []);
 });
