@@ -10,7 +10,9 @@ by its token and reported as not replicated, never as granted.
 `replicas="auto"` (the default) asks for 1 when the master has a replica online, and for
 nothing on a master without one. What a connection learned of its master (`ROLE`, or
 `WAIT 0 0` for a user whose ACL denies `ROLE`) is forgotten when it connects again (a
-failover, a reconnect), after an error or a shortfall, and after `RELEARN_SECONDS`. An
+failover, a reconnect), after an error or a shortfall, and after `RELEARN_SECONDS`. A
+master that lists fewer replicas than before is taken at its former count for
+`HOLD_SECONDS` (a deposed master loses its replicas just before it is demoted). An
 explicit `n` asks for `n`, and a master with fewer replicas online refuses at once.
 """
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 
 from redis.exceptions import ResponseError
 
@@ -30,6 +32,10 @@ AUTO = "auto"
 MAX_DEFAULT_TIMEOUT_MS = 1000
 # How long what a connection learned of its master's replicas is trusted.
 RELEARN_SECONDS = 5.0
+# How long a master that lists fewer replicas than before is taken at its former count:
+# a deposed master whose partition healed drops its replicas just before Sentinel (or
+# the cluster) makes it a replica, and its grants in between must not count unwaited.
+HOLD_SECONDS = 5.0
 _ATTRIBUTE = "_redis_lock_replicas"
 
 Setting = Union[str, int]
@@ -121,12 +127,46 @@ def known(connection: Any) -> Optional[int]:
     return learned.online
 
 
-def remember(connection: Any, online: int) -> None:
-    learned = _Learned(online)
+def remember(connection: Any, online: int) -> int:
+    """Keeps what `connection` learned; returns the count to go by (`_held_count`)."""
+    learned = _Learned(_held_count(_address(connection), online))
     setattr(connection, _ATTRIBUTE, learned)
     register = getattr(connection, "register_connect_callback", None)
     if register is not None:
         register(learned.forget)
+    return learned.online
+
+
+class _Seen:
+    """The most replicas a server was seen with, and since when it has shown fewer."""
+
+    def __init__(self, online: int):
+        self.online = online
+        self.fewer_since: Optional[float] = None
+
+
+_SEEN: Dict[Any, _Seen] = {}
+
+
+def _address(connection: Any) -> Any:
+    return (getattr(connection, "host", None), getattr(connection, "port", None),
+            getattr(connection, "path", None))
+
+
+def _held_count(address: Any, online: int) -> int:
+    """`online`, unless the server at `address` had more replicas until less than
+    HOLD_SECONDS ago: then that many (a grant waits for one, as before the drop)."""
+    seen = _SEEN.get(address)
+    if seen is None or online >= seen.online:
+        _SEEN[address] = _Seen(online)
+        return online
+    now = time.monotonic()
+    if seen.fewer_since is None:
+        seen.fewer_since = now
+    if now - seen.fewer_since < HOLD_SECONDS:
+        return seen.online
+    _SEEN[address] = _Seen(online)
+    return online
 
 
 def forget(connection: Any) -> None:
@@ -185,9 +225,7 @@ def online(connection: Any) -> int:
         (reply,) = exchange(connection, [["WAIT", 0, 0]])
         if isinstance(reply, ResponseError):
             raise reply
-    count = online_from(reply)
-    remember(connection, count)
-    return count
+    return remember(connection, online_from(reply))
 
 
 def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
@@ -221,9 +259,7 @@ async def async_online(connection: Any) -> int:
         (reply,) = await async_exchange(connection, [["WAIT", 0, 0]])
         if isinstance(reply, ResponseError):
             raise reply
-    count = online_from(reply)
-    remember(connection, count)
-    return count
+    return remember(connection, online_from(reply))
 
 
 async def async_replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
