@@ -24,7 +24,8 @@ class Options:
     keys: int                    # locks per system
     counts: str                  # where to write the counts too, or ""
     min_replicas: int            # min-replicas-to-write on every node
-    wait_replicas: int           # a grant counts once WAIT n 100 says n replicas have it
+    wait_replicas: int           # the recipe's grant counts once WAIT n 100 says n replicas have it
+    replicas: str                # the Python package's `replicas` for the module's workers
     unchecked_store: bool        # mutation: the store takes every write
     out: str                     # where the report goes
     label: str                   # the report's name, or "" for the server's
@@ -55,7 +56,10 @@ def parser(description):
                    help="also write the counts here: one 'phase<TAB>system<TAB>what<TAB>n' a line")
     p.add_argument("--min-replicas", type=int, default=0, help="min-replicas-to-write on every node")
     p.add_argument("--wait-replicas", type=int, default=0,
-                   help="a grant counts once WAIT n 100 says n replicas have it (else it is released)")
+                   help="the recipe's grant counts once WAIT n 100 says n replicas have it (else it is released)")
+    p.add_argument("--replicas", default="auto",
+                   help="the package's replicas option for the module's workers: auto (its default), or n; "
+                        "0 turns it off (the mutation)")
     p.add_argument("--unchecked-store", action="store_true",
                    help="mutation: the store accepts every write (the checker must then fail)")
     p.add_argument("--out", default=os.path.join(ROOT, "target/faults"))
@@ -63,7 +67,7 @@ def parser(description):
     p.add_argument("--keep", action="store_true", help="keep the run's files (target/faults/run-<pid>)")
     p.add_argument("--short", action="store_true",
                    help="the run make test makes: faults of 1.5 s, one lock of 500 ms per system, and unless "
-                        "--nemeses says otherwise pause-client, clock-forward, pause-master")
+                        "--nemeses says otherwise pause-client, clock-forward, pause-master, partition-master")
     p.add_argument("--sweep", action="store_true", help="only clean up after runs that were killed")
     return p
 
@@ -73,6 +77,6 @@ def parse(argv, description=""):
     if o.short:
         o.fault_seconds, o.ttl, o.keys = 1.5, 500, 1
         if o.nemeses == "all":
-            o.nemeses = "pause-client,clock-forward,pause-master"
+            o.nemeses = "pause-client,clock-forward,pause-master,partition-master"
     o.server = shutil.which(o.server) or o.server
     return o

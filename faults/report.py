@@ -17,6 +17,7 @@ def markdown(rows, o, version, run, operations, seconds):
         + f" --ttl {o.ttl} --workers {o.workers} --keys {o.keys}"
         + (f" --min-replicas {o.min_replicas}" if o.min_replicas else "")
         + (f" --wait-replicas {o.wait_replicas}" if o.wait_replicas else "")
+        + (f" --replicas {o.replicas}" if o.replicas != "auto" else "")
         + (" --unchecked-store" if o.unchecked_store else "") + "`",
         "",
         f"{seconds:.0f} s, {operations} operations logged, {o.workers} workers and {o.keys} "

@@ -4,15 +4,18 @@ take a lock, write to the two resources it protects, release, and logs every ope
 to its history (JSON lines) with the times it was invoked and completed, on the
 machine's monotonic clock (the same in every process).
 
-  system "module": LOCK.ACQUIRE ... WAIT (plain, SESSION or SHARED), a write to the list
-    data:<key> through LOCK.DO, a write to the fenced store with the grant's fence,
-    LOCK.RELEASE. A SHARED holder only reads (LOCK.DO ... LLEN).
+  system "module": the project's Python package (`package_locks.py`), with its defaults
+    (`replicas="auto"`: a grant counts once a replica has it): a waiting acquire (plain,
+    session-bound or shared), a renewal (`reacquire`) in every other round, a write to the
+    list data:<key> through `Lock.do` (LOCK.DO), a write to the fenced store with the
+    grant's fence, the release. A shared holder only reads (LOCK.DO ... LLEN).
   system "recipe": SET key token NX PX ttl, polled every 50 ms while busy (the recipe's
     wait), a plain RPUSH to data:<key>, a write to the store carrying the grant's order
     (it has no fence, so the store cannot check it), and the compare-and-delete script.
 
-With --wait-replicas n, a grant counts only once `WAIT n 100` answers n or more (the
-clients' `replicas` option); otherwise it is released at once.
+With --wait-replicas n, the recipe's grant counts only once `WAIT n 100` answers n or
+more; otherwise it is released at once. --replicas sets the package's option for the
+module (`auto`; `0` turns it off).
 
 Before the protected writes the worker pauses (the work it does), and it keeps the file
 <state> saying whether it holds a lock it has not written under yet, so the harness can
@@ -24,6 +27,7 @@ import random
 import time
 from dataclasses import MISSING, dataclass, fields
 
+from . import package_locks
 from .resp import Client, Disconnected, ReplyError
 from .state import HOLDING, IDLE, WRITING, HolderState
 from .store import open_store, write as store_write
@@ -41,6 +45,7 @@ class Worker:
         self.o = opts
         self.rng = random.Random(opts.seed)
         self.client = None
+        self.locks = None  # the module's: the package on a redis-py client
         self.history = open(opts.history, "a", buffering=1)
         self.store = open_store(opts.store)
         self.name = f"{opts.system}-{opts.id}"
@@ -65,12 +70,24 @@ class Worker:
             except Disconnected:
                 continue
             if isinstance(reply, list):
+                host, port = reply[0].decode(), int(reply[1])
+                if self.o.system == "module":
+                    self.locks = package_locks.PackageLocks(
+                        package_locks.client(host, port, self.o.address, self.o.wait), self.o.ttl,
+                        self.o.wait, package_locks.replicas_setting(self.o.replicas))
+                    return True
                 try:
-                    self.client = Client(reply[0].decode(), int(reply[1]), self.o.address, timeout=1.0)
+                    self.client = Client(host, port, self.o.address, timeout=1.0)
                     return True
                 except Disconnected:
                     return False
         return False
+
+    def drop(self):
+        """Forgets the master: the next round asks the Sentinels again."""
+        if self.locks is not None:
+            self.locks.close()
+            self.locks = None
 
     def call(self, *args, timeout=None):
         """The reply, or Disconnected (the connection is dropped: the next call finds the
@@ -91,11 +108,11 @@ class Worker:
 
     def round(self):
         key = self.rng.choice(self.o.keys.split(","))
-        if self.o.system == "module":
-            mode = self.rng.choice(["plain", "plain", "session", "shared"])
-        else:
-            mode = "plain"
         token = "%016x" % self.rng.getrandbits(64)
+        if self.o.system == "module":
+            self.module_round(key, self.rng.choice(["plain", "plain", "session", "shared"]), token)
+            return
+        mode = "plain"
         t0 = now()
         try:
             order = self.acquire(key, mode, token)
@@ -114,10 +131,22 @@ class Worker:
                  ttl=self.o.ttl, token=token)
         if order is None:
             return
-        self.state(HolderState(HOLDING, key, t1, mode))  # and has not written yet
-        time.sleep(self.rng.uniform(0.1, 0.3) * self.o.ttl / 1000)
-        self.state(HolderState(WRITING, key, t1, mode))
-        self.data_write(key, mode, token, order)
+        self.work(key, mode, t1, order, lambda: self.data_write(key, mode, token, order))
+        self.release(key, token, order)
+
+    def work(self, key, mode, granted_at, order, write, renew=None):
+        """The holder's part: pause (renewing halfway when `renew` is given), `write()`
+        to the data list, write to the store, pause; the state file says where it is."""
+        self.state(HolderState(HOLDING, key, granted_at, mode))  # and has not written yet
+        pause = self.rng.uniform(0.1, 0.3) * self.o.ttl / 1000
+        if renew is not None:
+            time.sleep(pause / 2)
+            renew()
+            time.sleep(pause / 2)
+        else:
+            time.sleep(pause)
+        self.state(HolderState(WRITING, key, granted_at, mode))
+        write()
         if mode != "shared":
             t0 = now()
             checked = self.o.system == "module" and not self.o.unchecked_store
@@ -125,22 +154,57 @@ class Worker:
             self.log(op="store", key=key, fence=order, t0=t0, t1=now(), ok=accepted)
         time.sleep(self.rng.uniform(0.0, 0.1) * self.o.ttl / 1000)
         self.state(HolderState(IDLE))
-        self.release(key, token, order)
+
+    def module_round(self, key, mode, token):
+        """A round of the module's, through the package."""
+        if self.locks is None and not self.connect():
+            self.log(op="acquire", key=key, mode=mode, t0=now(), t1=now(), ok=None,
+                     err="no master reachable")
+            time.sleep(0.05)
+            return
+        locks = self.locks
+        t0 = now()
+        got = self.outcome(locks.acquire(key, mode, token))
+        t1 = now()
+        if not got.ok:
+            self.log(op="acquire", key=key, mode=mode, t0=t0, t1=t1, ok=got.ok, err=got.err)
+            if got.err:
+                time.sleep(0.05)
+            return
+        fence = got.value
+        self.log(op="acquire", key=key, mode=mode, t0=t0, t1=t1, ok=True, fence=fence,
+                 ttl=self.o.ttl, token=token, server=locks.host)
+
+        def renew():
+            r0 = now()
+            renewed = self.outcome(locks.renew())
+            self.log(op="extend", key=key, fence=fence, t0=r0, t1=now(), ok=renewed.ok,
+                     err=renewed.err)
+
+        def write():
+            w0 = now()
+            if mode == "shared":
+                done = self.outcome(locks.do("LLEN", f"data:{key}"))
+            else:
+                done = self.outcome(locks.do("RPUSH", f"data:{key}", f"{fence}:{self.name}"))
+            self.log(op="do", key=key, fence=fence, read=mode == "shared", t0=w0, t1=now(),
+                     ok=done.ok, err=done.err)
+
+        self.work(key, mode, t1, fence, write, renew if self.rng.random() < 0.5 else None)
+        r0 = now()
+        released = self.outcome(locks.release())
+        self.log(op="release", key=key, fence=fence, t0=r0, t1=now(), ok=released.ok is True,
+                 err=released.err if released.ok is None else None)
+
+    def outcome(self, got):
+        if got.drop:
+            self.drop()
+        return got
 
     def acquire(self, key, mode, token):
-        """The grant's fence (module) or order (recipe: the ns of its answer), None when
-        busy, or an error reply."""
+        """The recipe's grant: its order (the ns of its answer), None when busy, or an
+        error reply."""
         ttl = self.o.ttl
-        if self.o.system == "module":
-            args = ["LOCK.ACQUIRE", key, ttl, "TOKEN", token, "WAIT", self.o.wait]
-            if mode == "session":
-                args += ["SESSION", 200]
-            if mode == "shared":
-                args += ["SHARED"]
-            reply = self.call(*args, timeout=self.o.wait / 1000 + 1.0)
-            if isinstance(reply, list):
-                return int(reply[1])
-            return reply
         deadline = now() + self.o.wait / 1000
         while True:
             reply = self.call("SET", key, token, "NX", "PX", ttl)
@@ -163,12 +227,7 @@ class Worker:
         t0 = now()
         entry = f"{order}:{self.name}"
         try:
-            if self.o.system == "recipe":
-                reply = self.call("RPUSH", f"data:{key}", entry)
-            elif mode == "shared":
-                reply = self.call("LOCK.DO", key, token, "LLEN", f"data:{key}")
-            else:
-                reply = self.call("LOCK.DO", key, token, "RPUSH", f"data:{key}", entry)
+            reply = self.call("RPUSH", f"data:{key}", entry)
         except Disconnected as error:
             self.log(op="do", key=key, fence=order, read=mode == "shared", t0=t0, t1=now(), ok=None, err=str(error))
             return
@@ -179,10 +238,7 @@ class Worker:
     def release(self, key, token, order):
         t0 = now()
         try:
-            if self.o.system == "module":
-                reply = self.call("LOCK.RELEASE", key, token)
-            else:
-                reply = self.call("EVAL", RELEASE_SCRIPT, 1, key, token)
+            reply = self.call("EVAL", RELEASE_SCRIPT, 1, key, token)
         except Disconnected as error:
             self.log(op="release", key=key, fence=order, t0=t0, t1=now(), ok=None, err=str(error))
             return
@@ -215,6 +271,7 @@ class WorkerOptions:
     store: str             # path of the fenced store
     unchecked_store: bool = False
     wait_replicas: int = 0
+    replicas: str = "auto"
 
     def args(self):
         """The command line that starts this worker: `python3 -m faults.worker ...`."""

@@ -50,7 +50,8 @@ class Workers:
                     wait=self.o.ttl // 2, seed=self.rng.getrandbits(32), seconds=100000,
                     history=os.path.join(self.dir, f"{system}-{i}.jsonl"),
                     state=os.path.join(self.dir, f"{system}-{i}.state"), store=self.store_path,
-                    unchecked_store=self.o.unchecked_store, wait_replicas=self.o.wait_replicas)
+                    unchecked_store=self.o.unchecked_store, wait_replicas=self.o.wait_replicas,
+                    replicas=self.o.replicas)
                 proc = subprocess.Popen([sys.executable, "-m", "faults.worker", *worker.args()],
                                         stdin=subprocess.DEVNULL, cwd=ROOT)
                 self.all.append(WorkerProc(system, i, address, proc, worker.state))

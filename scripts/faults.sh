@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `make faults`: the fault harness's full run (`python3 -m faults`; docs/faults.md), on Debian's
-# Redis 7.0.15 and Valkey 9.1.2 (FAULT_SERVERS="name=path ..." for others): every nemesis
-# alone, then FAULT_MIXED (default 6) phases drawn at random with FAULT_SEED (default 1),
-# each of one nemesis or two at once; then the partition and the crash again with
-# min-replicas-to-write 1, and with WAIT 1 after every grant. Reports:
-# target/faults/<name>.md, <name>-min-replicas-1.md and <name>-wait-replicas-1.md.
+# Redis 7.0.15 and Valkey 9.1.2 (FAULT_SERVERS="name=path ..." for others): for each seed of
+# FAULT_SEEDS (default "1 2 3"), every nemesis alone, then FAULT_MIXED (default 6) phases
+# drawn at random with the seed, each of one nemesis or two at once, the module's workers
+# on the Python package's defaults; then the partition and the crash again with the
+# package's replicas off (the comparison: it overlaps), with min-replicas-to-write 1, and
+# with the recipe waiting WAIT 1 after every grant. Reports: target/faults/<name>-seed-<n>.md,
+# <name>-replicas-0.md, <name>-min-replicas-1.md and <name>-wait-replicas-1.md.
 # Installs what it needs (iptables, libfaketime, a C compiler for the clock shim), as
 # root. Exits non-zero if a checker found a violation of what the module promises or a
 # run failed; whatever happens, no process, packet filter rule or faked clock of a run
@@ -29,7 +31,7 @@ if [ -z "${FAULT_SERVERS:-}" ]; then
   FAULT_SERVERS="redis-7.0.15=$(awk '$1 == "redis-7.0" {print $2}' <<<"$listing") \
 valkey-9.1.2=$(awk '$1 == "valkey-9.1.2" {print $2}' <<<"$listing")"
 fi
-seed=${FAULT_SEED:-1}
+seeds=${FAULT_SEEDS:-1 2 3}
 mixed=${FAULT_MIXED:-6}
 
 # Whatever ends this script, clean up after every run it started (a run cleans up after
@@ -40,16 +42,23 @@ status=0
 started=$SECONDS
 for entry in $FAULT_SERVERS; do
   name=${entry%%=*} server=${entry#*=}
-  echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed)"
-  python3 -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
-    --label "$name" >/dev/null || status=1
-  echo "     target/faults/$name.md"
+  for seed in $seeds; do
+    echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed), the packages' defaults"
+    python3 -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
+      --label "$name-seed-$seed" >/dev/null || status=1
+    echo "     target/faults/$name-seed-$seed.md"
+  done
+  first=${seeds%% *}
+  echo "==== $name: the partition and the crash with the package's replicas off (expected to overlap)"
+  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
+    --replicas 0 --label "$name-replicas-0" >/dev/null
+  echo "     target/faults/$name-replicas-0.md (exit $?: 1 is the overlap it shows)"
   echo "==== $name: the partition and the crash with min-replicas-to-write 1"
-  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
+  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
     --min-replicas 1 --label "$name-min-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-min-replicas-1.md"
-  echo "==== $name: the partition and the crash with WAIT 1 after every grant"
-  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$seed" \
+  echo "==== $name: the partition and the crash, the recipe with WAIT 1 after every grant"
+  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
     --wait-replicas 1 --label "$name-wait-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-wait-replicas-1.md"
 done

@@ -70,7 +70,9 @@ fn the_checkers_own_tests_pass_on_recorded_histories() {
 }
 
 /// A paused holder's late writes: the module refuses them (LOCK.DO answers NOTHELD, the
-/// fenced store refuses the old fence) and keeps none; the recipe takes them.
+/// fenced store refuses the old fence) and keeps none; the recipe takes them. Through a
+/// partition and its failover, the module's workers (the Python package with its
+/// defaults: a grant counts once a replica has it) never hold a lock two at a time.
 #[test]
 fn the_short_fault_run_finds_no_violation_and_shows_the_late_writes_refused() {
     let (output, rows) = short_run("faults-short", &[]);
@@ -83,7 +85,10 @@ fn the_short_fault_run_finds_no_violation_and_shows_the_late_writes_refused() {
     assert_eq!(module("late kept") + module("store stale"), 0.0);
     assert!(recipe("late kept") >= 1.0, "{}", shown(&output));
     assert!(recipe("store stale") >= 1.0, "{}", shown(&output));
-    for phase in ["no fault", "clock-forward", "pause-master"] {
+    let partition = rows.phase("partition-master");
+    assert_eq!(partition.count("module", "overlapping"), 0.0, "{}", shown(&output));
+    assert_eq!(partition.count("module", "fence back"), 0.0, "{}", shown(&output));
+    for phase in ["no fault", "clock-forward", "pause-master", "partition-master"] {
         assert!(
             rows.phase(phase).count("module", "grants") >= 1.0,
             "{phase}: {}",
@@ -108,6 +113,25 @@ fn the_checker_fails_the_run_when_the_store_takes_a_late_write() {
         shown(&output)
     );
     assert!(rows.phase("pause-client").count("module", "store stale") >= 1.0);
+}
+
+/// The mutation of issue 53: the package's `replicas` turned off. Grants on the master
+/// cut off by the partition then overlap the new master's, and the run must fail
+/// naming them.
+#[test]
+fn the_checker_fails_the_run_when_the_package_does_not_wait_for_a_replica() {
+    let (output, rows) = short_run(
+        "faults-replicas-off",
+        &["--nemeses", "partition-master", "--replicas", "0"],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", shown(&output));
+    assert!(
+        String::from_utf8_lossy(&output.stdout)
+            .contains("VIOLATION: partition-master: module overlapping"),
+        "{}",
+        shown(&output)
+    );
+    assert!(rows.phase("partition-master").count("module", "overlapping") >= 1.0);
 }
 
 /// The counts `python3 -m faults` writes with `--counts`: `phase<TAB>system<TAB>what<TAB>n`.
