@@ -7,10 +7,13 @@ const { Locker, Lock } = require('./lib/locker.cjs');
 const { MultiLock } = require('./lib/multi.cjs');
 const { Redlock, RedlockLock } = require('./lib/redlock.cjs');
 const { Election, Leadership } = require('./lib/election.cjs');
-const { LockError, ResourceLockedError, LockLostError, ExecutionError } = require('./lib/errors.cjs');
+const {
+  LockError, ResourceLockedError, NotReplicatedError, LockLostError, ExecutionError,
+} = require('./lib/errors.cjs');
 
 const api = {
-  Locker, Lock, MultiLock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
+  Locker, Lock, MultiLock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError,
+  NotReplicatedError, LockLostError, ExecutionError,
 };
 module.exports = api;
 // The default export is Redlock, as node-redlock's; it also carries every other export,

@@ -31,6 +31,14 @@ export interface AcquireSettings {
   limit?: number;
   /** A public value published with the grant (0 to 4096 bytes): the leader's address. */
   value?: string;
+  /**
+   * How many replicas must acknowledge a grant (or an extend) before it counts: 'auto'
+   * (the default) is 1 when the master has a replica online, none without; 0 turns it off.
+   */
+  replicas?: 'auto' | number;
+  /** How long the replicas' acknowledgement is waited for, in ms (default: a tenth of
+   *  the duration, at most 1000). */
+  replicasTimeout?: number;
 }
 
 export interface UsingSettings extends AcquireSettings {
@@ -46,6 +54,13 @@ export interface LockSignal extends AbortSignal {
 export declare class LockError extends Error {}
 export declare class ResourceLockedError extends LockError {}
 export declare class LockLostError extends LockError {}
+/** Too few replicas acknowledged a grant in time: it was released, nothing is held. */
+export declare class NotReplicatedError extends ResourceLockedError {
+  acked: number;
+  required: number;
+  /** The master had too few replicas online for an explicit `replicas`: nothing was sent. */
+  refused: boolean;
+}
 /** One Redlock attempt's votes, as node-redlock reports them. */
 export interface ExecutionStats {
   readonly membershipSize: number;
@@ -145,6 +160,10 @@ export interface Settings {
   /** Ours (node-redlock has none): ms each master may take to answer before it counts
    *  as a vote against (default: a tenth of the duration, at most 500). */
   masterTimeout?: number;
+  /** Each master's grant waits for its own replicas (see AcquireSettings.replicas). */
+  replicas?: 'auto' | number;
+  /** Default: half the master timeout. */
+  replicasTimeout?: number;
 }
 
 export declare class RedlockLock {

@@ -3,6 +3,7 @@
 import cjs from './index.cjs';
 
 export const {
-  Locker, Lock, MultiLock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError, LockLostError, ExecutionError,
+  Locker, Lock, MultiLock, Redlock, RedlockLock, Election, Leadership, LockError, ResourceLockedError,
+  NotReplicatedError, LockLostError, ExecutionError,
 } = cjs;
 export default cjs.Redlock;

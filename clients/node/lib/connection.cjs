@@ -47,6 +47,78 @@ class Connection {
     }
   }
 
+  /** Whether the client spreads keys over nodes (a cluster). */
+  get isCluster() {
+    return this.kind === 'node-redis-cluster' || (this.kind === 'ioredis' && Boolean(this.client.isCluster));
+  }
+
+  /** The server's address as far as the client tells it, for what is learned of it. */
+  addressOf() {
+    const c = this.client;
+    const stream = c.stream;
+    if (stream && stream.remoteAddress) {
+      return `${stream.remoteAddress}:${stream.remotePort}`;
+    }
+    const options = c.options || {};
+    const socket = options.socket || options;
+    return `${socket.host ?? socket.path ?? '?'}:${socket.port ?? ''}`;
+  }
+
+  /**
+   * Sends `commands` in order on one connection, in one round trip (a pipeline), to the
+   * node of `key` on a cluster; resolves to their replies, each error as an Error.
+   */
+  async exchange(key, commands) {
+    const strings = commands.map((command) => command.map(String));
+    const settle = (results) => results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
+    switch (this.kind) {
+      case 'ioredis': {
+        const pipeline = this.client.pipeline();
+        // On a cluster, a command whose key ioredis knows routes the pipeline to the
+        // key's node (it does not know the module's commands' keys).
+        const routed = this.client.isCluster ? [['EXISTS', key], ...strings] : strings;
+        for (const command of routed) {
+          pipeline.call(...command);
+        }
+        const results = await pipeline.exec();
+        const replies = results.map(([error, value]) => error || value);
+        return this.client.isCluster ? replies.slice(1) : replies;
+      }
+      case 'node-redis-cluster':
+        return settle(await Promise.allSettled(strings.map((c) => this.client.sendCommand(key, false, c))));
+      case 'node-redis-sentinel': {
+        // One leased client of the master carries them all, in order.
+        const lease = await this.client.acquire();
+        try {
+          return settle(await Promise.allSettled(strings.map((c) => lease.sendCommand(false, c))));
+        } finally {
+          lease.release();
+        }
+      }
+      case 'node-redis-pool':
+        return this.client.execute(async (client) => settle(await Promise.allSettled(strings.map((c) => client.sendCommand(c)))));
+      default:
+        return settle(await Promise.allSettled(strings.map((c) => this.client.sendCommand(c))));
+    }
+  }
+
+  /**
+   * `work(connection)` for commands that may block for as long as a wait lasts: on a
+   * connection of its own (see `sendBlocking`; a pool's or a sentinel's client lends
+   * one), which learns its master's replicas itself.
+   */
+  async onOwnConnection(work) {
+    if (this.kind === 'node-redis-pool' || this.kind === 'node-redis-sentinel') {
+      return work(this);
+    }
+    const copy = await this.duplicate();
+    try {
+      return await work(copy);
+    } finally {
+      copy.close();
+    }
+  }
+
   /**
    * Sends `args`, which may block for as long as a wait lasts, on a connection of its
    * own (never the shared one, whose other commands would queue behind it) without a

@@ -12,6 +12,21 @@ class LockError extends Error {
 /** The lock is held by another token (after waiting, if a wait was asked for). */
 class ResourceLockedError extends LockError {}
 
+/**
+ * Too few replicas acknowledged a grant (or an extend) in time (`replicas`): an acquire's
+ * grant was released at once, and nothing is held. `acked` of `required` did; `refused`
+ * is true when the master had too few replicas online for an explicit `replicas: n`, so
+ * nothing was sent.
+ */
+class NotReplicatedError extends ResourceLockedError {
+  constructor(message, acked, required, refused) {
+    super(message);
+    this.acked = acked;
+    this.required = required;
+    this.refused = refused;
+  }
+}
+
 /** The lock was gone when it was released or extended, or when `using` renewed it. */
 class LockLostError extends LockError {}
 
@@ -31,4 +46,4 @@ function serverError(key, error) {
   return new LockError(`${key}: the server refused the command: ${error.message}`, { cause: error });
 }
 
-module.exports = { LockError, ResourceLockedError, LockLostError, ExecutionError, serverError };
+module.exports = { LockError, ResourceLockedError, NotReplicatedError, LockLostError, ExecutionError, serverError };

@@ -4,7 +4,10 @@
 // (read/write locks) and semaphores.
 
 const { Connection } = require('./connection.cjs');
-const { LockError, ResourceLockedError, LockLostError, serverError } = require('./errors.cjs');
+const {
+  LockError, ResourceLockedError, NotReplicatedError, LockLostError, serverError,
+} = require('./errors.cjs');
+const { Replicas, replicated, shortfall, short } = require('./replicas.cjs');
 
 const MAX_MS = Number.MAX_SAFE_INTEGER;
 const MAX_LIMIT = 1_000_000;
@@ -70,8 +73,92 @@ async function command(send, key, args, onWrongType) {
   }
 }
 
+/**
+ * A reply of `exchange` as `command` gives it: a server's error reply becomes a LockError
+ * naming the key (`WRONGTYPE` resolves to `onWrongType` when given); a connection's
+ * failure is thrown as the client library reports it.
+ */
+function replyOf(key, reply, onWrongType) {
+  if (!(reply instanceof Error)) {
+    return reply;
+  }
+  if (!isServerReply(reply)) {
+    throw reply;
+  }
+  if (onWrongType !== undefined && reply.message.startsWith('WRONGTYPE')) {
+    return onWrongType;
+  }
+  throw serverError(key, reply);
+}
+
+/**
+ * Sends the grant `args` with the WAIT its replicas need on `connection`: the reply (null
+ * when busy), or NotReplicatedError after `releases` gave back a grant too few replicas
+ * acknowledged.
+ */
+async function grantOn(connection, key, args, replicas, releases, label) {
+  const outcome = await replicated(connection, key, [args], replicas);
+  const reply = replyOf(key, outcome.replies[0], null);
+  if (reply === null || reply === undefined || !short(outcome)) {
+    return reply ?? null;
+  }
+  await connection.exchange(key, releases).catch(() => {});
+  throw shortfall(label, 'granted', outcome);
+}
+
+/**
+ * Takes a grant with `grant(waitLeft)`, again after a grant too few replicas acknowledged
+ * while the wait (`wait` ms, 0 without end, undefined: none) lasts.
+ */
+async function whileWaiting(wait, grant) {
+  const started = Date.now();
+  for (;;) {
+    const left = wait === undefined || wait === 0 ? wait : Math.max(1, wait - (Date.now() - started));
+    try {
+      return await grant(left);
+    } catch (error) {
+      const over = wait === undefined || (wait > 0 && Date.now() - started >= wait);
+      if (!(error instanceof NotReplicatedError) || error.refused || over) {
+        throw error;
+      }
+    }
+  }
+}
+
+/**
+ * The grant of `args` (`WAIT left` added when waiting) with its replicas: on the shared
+ * connection, or while waiting on one of its own; a session-bound grant is bound (and
+ * waited for) on the shared connection.
+ */
+function grantWithReplicas(locker, key, args, replicas, releases, label, session, left) {
+  const shared = locker.connection;
+  if (left === undefined) {
+    return grantOn(shared, key, args, replicas, releases, label);
+  }
+  const waiting = [...args, 'WAIT', left];
+  if (session === undefined) {
+    return shared.onOwnConnection((own) => grantOn(own, key, waiting, replicas, releases, label));
+  }
+  return shared.onOwnConnection(async (own) => replyOf(key, (await own.exchange(key, [waiting]))[0], null))
+    .then((reply) => (reply === null || reply === undefined
+      ? null
+      // The same acquire on the shared connection (same token: same grant, same fence)
+      // binds the lock there before the waiting one closes.
+      : grantOn(shared, key, args, replicas, releases, label)));
+}
+
+/** Extends with `commands` (1 each where held), with the WAIT they need; how many held. */
+async function keptOn(connection, key, commands, replicas, label) {
+  const outcome = await replicated(connection, key, commands, replicas);
+  const held = outcome.replies.map((reply) => replyOf(key, reply, 0)).filter((r) => Number(r) === 1).length;
+  if (held === commands.length && short(outcome)) {
+    throw shortfall(label, 'extended', outcome);
+  }
+  return held;
+}
+
 class Lock {
-  constructor(locker, resource, key, token, fence, duration, session) {
+  constructor(locker, resource, key, token, fence, duration, session, replicas) {
     this.locker = locker;
     /** The resource as named by the caller. */
     this.resource = resource;
@@ -83,6 +170,7 @@ class Lock {
     this.fence = fence;
     this.duration = duration;
     this.session = session;
+    this.replicas = replicas;
     /** When the lock expires (ms since the epoch), as far as the client knows. */
     this.expiration = Date.now() + duration;
   }
@@ -118,12 +206,16 @@ class Lock {
     }
   }
 
-  /** Sets what is left of the lock's time to `duration` ms; throws LockLostError if gone. */
+  /**
+   * Sets what is left of the lock's time to `duration` ms; throws LockLostError if gone,
+   * NotReplicatedError (the lock still held, its time not counted as extended) when too
+   * few replicas acknowledged it.
+   */
   async extend(duration) {
     checkMs(duration, 'duration', 1);
-    const send = (args) => this.locker.connection.send(args);
-    const extended = await command(send, this.key, ['LOCK.EXTEND', this.key, this.value, duration], 0);
-    if (Number(extended) !== 1) {
+    const extended = await keptOn(this.locker.connection, this.key,
+      [['LOCK.EXTEND', this.key, this.value, duration]], this.replicas, this.resource);
+    if (extended !== 1) {
       this.expiration = 0;
       throw new LockLostError(`${this.resource}: the lock was no longer held when extended`);
     }
@@ -219,6 +311,14 @@ class Locker {
    * semaphore), `value` (a public value published with the grant: `LOCK.INFO` and
    * `LOCK.WATCH` show it; see Election). Resolves to a Lock; rejects with
    * ResourceLockedError when busy.
+   *
+   * `replicas` ('auto', the default): the grant counts once a replica of the master has
+   * it, so that a failover keeps it: `WAIT 1 replicasTimeout` goes with the acquire in
+   * the same round trip when the master has a replica online, nothing when it has none.
+   * `replicas: n` asks for n (a master with fewer online refuses at once); 0 turns it off.
+   * `replicasTimeout` (ms) defaults to a tenth of `duration`, at most 1000. A grant too
+   * few replicas acknowledged is released at once and tried again while `wait` lasts,
+   * then rejects with NotReplicatedError (a ResourceLockedError: `acked`, `required`).
    */
   async acquire(resource, duration, settings = {}) {
     const name = resourceOf(resource);
@@ -242,21 +342,13 @@ class Locker {
       }
       args.push('VALUE', value);
     }
-    let granted;
-    if (wait === undefined) {
-      granted = grantOf(await command((a) => this.connection.send(a), key, args, null));
-    } else {
-      granted = grantOf(await command((a) => this.connection.sendBlocking(a), key, [...args, 'WAIT', wait], null));
-      if (granted !== null && session !== undefined) {
-        // The same acquire on the shared connection (same token: same grant, same
-        // fence) binds the lock there before the waiting one closes.
-        granted = grantOf(await command((a) => this.connection.send(a), key, args, null));
-      }
-    }
+    const replicas = new Replicas(options.replicas, options.replicasTimeout, duration);
+    const releases = [['LOCK.RELEASE', key, token]];
+    const granted = grantOf(await whileWaiting(wait, (left) => grantWithReplicas(this, key, args, replicas, releases, name, session, left)));
     if (granted === null) {
       throw new ResourceLockedError(`${name} is locked by another holder`);
     }
-    return new Lock(this, name, key, granted.token, granted.fence, duration, session);
+    return new Lock(this, name, key, granted.token, granted.fence, duration, session, replicas);
   }
 
   /**
@@ -339,4 +431,5 @@ class Locker {
 
 module.exports = {
   Locker, Lock, checkMs, resourceOf, randomToken, grantOf, command, isServerReply, holdWhile, within, LockError,
+  Replicas, whileWaiting, grantWithReplicas, keptOn,
 };

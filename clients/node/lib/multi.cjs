@@ -3,7 +3,9 @@
 // MultiLock. What node-redlock's multi-resource locks do from the client, the server does
 // in one step, first come first served on every key, without deadlock.
 
-const { checkMs, randomToken, command } = require('./locker.cjs');
+const {
+  checkMs, randomToken, command, Replicas, whileWaiting, grantWithReplicas, keptOn,
+} = require('./locker.cjs');
 const { ResourceLockedError, LockLostError } = require('./errors.cjs');
 
 const MAX_KEYS = 64;
@@ -21,7 +23,7 @@ function resourcesOf(resources) {
 
 /** Every key of one `lockAll`, held by one token (`value`) with a fence per key. */
 class MultiLock {
-  constructor(locker, resources, keys, token, fences, duration) {
+  constructor(locker, resources, keys, token, fences, duration, replicas) {
     this.locker = locker;
     /** The resources as named by the caller. */
     this.resources = resources;
@@ -32,6 +34,7 @@ class MultiLock {
     /** One fencing token per resource, in order. */
     this.fences = fences;
     this.duration = duration;
+    this.replicas = replicas;
     /** When the keys expire (ms since the epoch), as far as the client knows. */
     this.expiration = Date.now() + duration;
   }
@@ -55,7 +58,8 @@ class MultiLock {
   /** Sets what is left of every key's time to `duration` ms; LockLostError if a key was gone. */
   async extend(duration) {
     checkMs(duration, 'duration', 1);
-    const extended = await this.onEveryKey((key) => ['LOCK.EXTEND', key, this.value, duration]);
+    const extended = await keptOn(this.locker.connection, this.keys[0],
+      this.keys.map((key) => ['LOCK.EXTEND', key, this.value, duration]), this.replicas, this.resources.join(', '));
     if (extended !== this.keys.length) {
       this.expiration = 0;
       throw new LockLostError(`${this.resources.join(', ')}: a lock was no longer held when extended`);
@@ -92,23 +96,15 @@ async function lockAll(locker, resources, duration, settings = {}) {
   if (session !== undefined) {
     args.push('SESSION', session);
   }
-  const send = (a) => locker.connection.send(a);
-  let reply;
-  if (wait === undefined) {
-    reply = await command(send, keys[0], args, null);
-  } else {
-    reply = await command((a) => locker.connection.sendBlocking(a), keys[0], [...args, 'WAIT', wait], null);
-    if (reply !== null && reply !== undefined && session !== undefined) {
-      // The same request on the shared connection (same token: every key renewed, same
-      // fences) binds the keys there before the waiting connection closes.
-      reply = await command(send, keys[0], args, null);
-    }
-  }
+  const replicas = new Replicas(options.replicas, options.replicasTimeout, duration);
+  const releases = keys.map((key) => ['LOCK.RELEASE', key, token]);
+  const label = names.join(', ');
+  const reply = await whileWaiting(wait, (left) => grantWithReplicas(locker, keys[0], args, replicas, releases, label, session, left));
   if (reply === null || reply === undefined) {
     throw new ResourceLockedError(`${names.join(', ')}: a resource is locked by another holder`);
   }
   const fences = Array.from(reply[1], Number);
-  return new MultiLock(locker, names, keys, String(reply[0]), fences, duration);
+  return new MultiLock(locker, names, keys, String(reply[0]), fences, duration, replicas);
 }
 
 module.exports = { MultiLock, lockAll, resourcesOf };

@@ -12,6 +12,7 @@ const { performance } = require('node:perf_hooks');
 const { Locker, checkMs, randomToken, holdWhile, command, within } = require('./locker.cjs');
 const { resourcesOf } = require('./multi.cjs');
 const { ResourceLockedError, ExecutionError, LockLostError } = require('./errors.cjs');
+const { Replicas } = require('./replicas.cjs');
 
 /** node-redlock's defaults: 11 attempts in all, 200 ms +/- 100 ms apart. `masterTimeout`
  *  (ours; node-redlock has none, so one stopped master stalls it): how long each master
@@ -31,6 +32,7 @@ function checkSettings(settings) {
   if (masterTimeout !== undefined && !(Number.isInteger(masterTimeout) && masterTimeout > 0)) {
     throw new RangeError(`masterTimeout must be a whole number of ms above 0, not ${masterTimeout}`);
   }
+  new Replicas(settings.replicas, settings.replicasTimeout, 1000); // checks both now
   if (typeof driftFactor !== 'number' || !(driftFactor >= 0 && driftFactor < 1)) {
     throw new RangeError(`driftFactor must be a number from 0 to 1, not ${driftFactor}`);
   }
@@ -156,7 +158,8 @@ class Redlock extends EventEmitter {
    * `clients`: one client (a master with its replicas, or a cluster), or several
    * independent masters; each an ioredis or node-redis client (see Locker). `settings`:
    * node-redlock's `driftFactor`, `retryCount`, `retryDelay`, `retryJitter`,
-   * `automaticExtensionThreshold`, with its defaults.
+   * `automaticExtensionThreshold`, with its defaults; ours: `masterTimeout`, `replicas`
+   * and `replicasTimeout` (each master's grant waits for its own replicas; see Locker).
    */
   constructor(clients, settings = {}) {
     super();
@@ -212,7 +215,13 @@ class Redlock extends EventEmitter {
       const started = performance.now();
       const limit = masterTimeout + (wait ?? 0);
       const { results, stats } = await this.vote(resource, (locker) =>
-        within(take(locker, resource, duration, { token, wait }), limit, (late) => late.release().catch(() => {})));
+        within(take(locker, resource, duration, {
+          token,
+          wait,
+          replicas: options.replicas,
+          // each master's grant waits for its own replicas within the master's timeout
+          replicasTimeout: options.replicasTimeout ?? Math.max(1, Math.floor(masterTimeout / 2)),
+        }), limit, (late) => late.release().catch(() => {})));
       if (options.retryCount !== -1) {
         attempts.push(Promise.resolve(stats));
       }

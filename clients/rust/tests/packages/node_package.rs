@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{MiniCluster, Sentinel, TestServer, free_port};
+use crate::common::{MiniCluster, Sentinel, TestServer, free_port, start_replica};
 
 fn package_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../node")
@@ -23,9 +23,11 @@ fn output(command: &mut Command, what: &str) -> Output {
 
 /// Where the tests find their servers: `REDIS_LOCK_PORT` (the master),
 /// `REDIS_LOCK_REDLOCK_PORTS` (independent masters), `REDIS_LOCK_CLUSTER_PORT` (a node of
-/// a cluster), `REDIS_LOCK_SENTINEL_PORT` (a Sentinel watching the master).
+/// a cluster), `REDIS_LOCK_SENTINEL_PORT` (a Sentinel watching the master),
+/// `REDIS_LOCK_REPLICA_PORT` (the master's replica).
 struct Servers<'a> {
     master: &'a TestServer,
+    replica: u16,
     redlock: Vec<u16>,
     cluster: u16,
     sentinel: u16,
@@ -53,6 +55,7 @@ fn node_tests(servers: &Servers) -> Output {
         )
         .env("REDIS_LOCK_CLUSTER_PORT", servers.cluster.to_string())
         .env("REDIS_LOCK_SENTINEL_PORT", servers.sentinel.to_string())
+        .env("REDIS_LOCK_REPLICA_PORT", servers.replica.to_string())
         .current_dir(package_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -72,11 +75,13 @@ fn node_tests(servers: &Servers) -> Output {
 #[test]
 fn the_node_package_passes_its_tests_with_ioredis_and_node_redis() {
     let server = TestServer::start();
+    let replica = start_replica(&server, &[]);
     let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
     let cluster = MiniCluster::start(3);
     let sentinel = Sentinel::watch(&server);
     let result = node_tests(&Servers {
         master: &server,
+        replica: replica.port,
         redlock: redlock.iter().map(|s| s.port).collect(),
         cluster: cluster.nodes[0].port,
         sentinel: sentinel.port,
@@ -127,6 +132,7 @@ fn the_node_tests_fail_without_the_module() {
     let server = TestServer::without_module();
     let servers = Servers {
         master: &server,
+        replica: free_port(),
         redlock: vec![server.port],
         cluster: server.port,
         sentinel: free_port(),

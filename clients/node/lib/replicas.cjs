@@ -1,0 +1,162 @@
+'use strict';
+// `replicas`: a grant counts once the master's replicas have it (docs/clients.md,
+// "Failover-safe by default"). Every write that makes or keeps a grant (an acquire,
+// `lockAll`, an extend, `using`'s extends) goes with `WAIT n timeout` on the same
+// connection, in the same round trip. When fewer than `n` replicas acknowledge a grant in
+// time, it is released at once by its token and reported as NotReplicatedError.
+//
+// `'auto'` (the default) asks for 1 when the master has a replica online and for nothing
+// on a master without one. What a connection learned of its master (`ROLE`, or `WAIT 0 0`
+// for a user whose ACL denies `ROLE`) is forgotten when it connects again, after an error
+// or a shortfall, and after RELEARN_MS; a master that lists fewer replicas than before is
+// taken at its former count for HOLD_MS (a deposed master loses its replicas just before
+// it is demoted). An explicit `n` asks for `n`; a master with fewer online refuses at once.
+
+const { NotReplicatedError } = require('./errors.cjs');
+
+const AUTO = 'auto';
+const MAX_DEFAULT_TIMEOUT_MS = 1000;
+const RELEARN_MS = 5000;
+const HOLD_MS = 5000;
+
+/** A lock's `replicas` and `replicasTimeout` (ms), checked; the WAIT they ask. */
+class Replicas {
+  constructor(setting = AUTO, timeoutMs, ttlMs) {
+    if (setting !== AUTO && !(Number.isInteger(setting) && setting >= 0)) {
+      throw new RangeError(`replicas must be 'auto' or a number of replicas from 0, not ${setting}`);
+    }
+    if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs >= 1 && timeoutMs <= 3_600_000)) {
+      throw new RangeError(`replicasTimeout must be an integer number of ms from 1 to 3600000, not ${timeoutMs}`);
+    }
+    this.setting = setting;
+    this.timeoutMs = timeoutMs ?? Math.max(1, Math.min(Math.floor(ttlMs / 10), MAX_DEFAULT_TIMEOUT_MS));
+  }
+
+  get off() {
+    return this.setting === 0;
+  }
+
+  /** The acknowledgements a grant needs from a master with `online` replicas. */
+  required(online, label) {
+    if (this.setting === AUTO) {
+      return online > 0 ? 1 : 0;
+    }
+    if (online < this.setting) {
+      throw new NotReplicatedError(
+        `${label}: the master has ${online} replicas online and replicas: ${this.setting} asks for ${this.setting}: not acquired`,
+        online, this.setting, true,
+      );
+    }
+    return this.setting;
+  }
+
+  waitCommands(required) {
+    return required > 0 ? [['WAIT', required, this.timeoutMs]] : [];
+  }
+}
+
+// What each connection learned of its master, and the most replicas each server was
+// seen with.
+const learned = new WeakMap();
+const seen = new Map();
+
+function slotOf(key) {
+  try {
+    return require('cluster-key-slot')(key);
+  } catch {
+    return key;
+  }
+}
+
+/** Where what `connection` learned is kept: per client, and per slot on a cluster. */
+function placeOf(connection, key) {
+  const client = connection.client;
+  if (!learned.has(client)) {
+    learned.set(client, new Map());
+    if (typeof client.on === 'function') {
+      // a new connection (a reconnect, a failover's new master) learns again
+      for (const event of ['ready', 'connect']) {
+        client.on(event, () => learned.get(client)?.clear());
+      }
+    }
+  }
+  return { places: learned.get(client), slot: connection.isCluster ? slotOf(key) : '' };
+}
+
+/** The count to go by: `online`, or the server's former count within HOLD_MS of a drop. */
+function heldCount(address, online) {
+  const before = seen.get(address);
+  if (before === undefined || online >= before.online) {
+    seen.set(address, { online, fewerSince: undefined });
+    return online;
+  }
+  const now = Date.now();
+  before.fewerSince ??= now;
+  if (now - before.fewerSince < HOLD_MS) {
+    return before.online;
+  }
+  seen.set(address, { online, fewerSince: undefined });
+  return online;
+}
+
+function onlineFrom(reply) {
+  if (typeof reply === 'number') {
+    return reply;
+  }
+  return String(reply[0]) === 'master' && Array.isArray(reply[2]) ? reply[2].length : 0;
+}
+
+/** The replicas `key`'s master has online, learned now if not known. */
+async function online(connection, key) {
+  const { places, slot } = placeOf(connection, key);
+  const known = places.get(slot);
+  if (known !== undefined && Date.now() - known.at < RELEARN_MS) {
+    return known.online;
+  }
+  let [reply] = await connection.exchange(key, [['ROLE']]);
+  if (reply instanceof Error && /^NOPERM/.test(reply.message)) {
+    [reply] = await connection.exchange(key, [['WAIT', 0, 0]]);
+  }
+  if (reply instanceof Error) {
+    throw reply;
+  }
+  const count = heldCount(`${connection.addressOf()}#${slot}`, onlineFrom(reply));
+  places.set(slot, { online: count, at: Date.now() });
+  return count;
+}
+
+function forget(connection, key) {
+  const { places, slot } = placeOf(connection, key);
+  places.delete(slot);
+}
+
+/**
+ * Sends `commands` (writes that make or keep a grant) with the WAIT they need, in one
+ * round trip on `connection`; resolves to `{ replies, required, acked }` (the writes'
+ * replies, an error reply as its Error).
+ */
+async function replicated(connection, key, commands, replicas) {
+  const required = replicas.off ? 0 : replicas.required(await online(connection, key), key);
+  const replies = await connection.exchange(key, [...commands, ...replicas.waitCommands(required)]);
+  const answer = required > 0 ? replies[commands.length] : undefined;
+  const acked = typeof answer === 'number' ? answer : 0;
+  if (required > 0 && acked < required) {
+    forget(connection, key);
+  }
+  return { replies: replies.slice(0, commands.length), required, acked, answer };
+}
+
+/** The error a shortfall is reported with. */
+function shortfall(label, what, outcome) {
+  const why = outcome.answer instanceof Error ? ` (WAIT answered: ${outcome.answer.message})` : '';
+  return new NotReplicatedError(
+    `${label}: the lock was ${what}, but only ${outcome.acked} of ${outcome.required} replicas acknowledged it in time${why}`,
+    outcome.acked, outcome.required, false,
+  );
+}
+
+function short(outcome) {
+  return outcome.required > 0 && outcome.acked < outcome.required;
+}
+
+module.exports = { AUTO, Replicas, replicated, shortfall, short };

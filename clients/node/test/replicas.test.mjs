@@ -1,0 +1,124 @@
+// `replicas`: a grant counts once a replica has it (docs/clients.md, "Failover-safe by
+// default"). The master (REDIS_LOCK_PORT) has one replica (REDIS_LOCK_REPLICA_PORT); the
+// Redlock masters have none.
+import { test, describe } from 'node:test';
+import assert from 'node:assert/strict';
+import IORedis from 'ioredis';
+import { Locker, Redlock, NotReplicatedError, ResourceLockedError } from '../index.mjs';
+import { port, libraries, close, until } from './support.mjs';
+
+const replicaPort = Number(process.env.REDIS_LOCK_REPLICA_PORT);
+const redlockPorts = (process.env.REDIS_LOCK_REDLOCK_PORTS || '').split(',').map(Number);
+const admin = new IORedis({ host: '127.0.0.1', port });
+
+async function calls(client, command) {
+  const stats = await client.info('commandstats');
+  const line = stats.split('\n').find((l) => l.startsWith(`cmdstat_${command}:`));
+  return line ? Number(/calls=(\d+)/.exec(line)[1]) : 0;
+}
+
+/** The replica stopped (SIGSTOP) while `body` runs, continued whatever happens. */
+async function frozen(body) {
+  const replica = new IORedis({ host: '127.0.0.1', port: replicaPort });
+  const pid = Number(/process_id:(\d+)/.exec(await replica.info('server'))[1]);
+  replica.disconnect();
+  process.kill(pid, 'SIGSTOP');
+  try {
+    return await body();
+  } finally {
+    process.kill(pid, 'SIGCONT');
+  }
+}
+
+async function synced() {
+  await until(async () => (await admin.call('ROLE'))[2].length === 1, 'the replica online');
+  await until(async () => Number(await admin.call('WAIT', 1, 100)) === 1, 'the replica in sync');
+}
+
+for (const [library, connect] of Object.entries(libraries)) {
+  describe(library, { timeout: 60_000 }, () => {
+    test('a grant waits for one replica, in the same round trip', async () => {
+      await synced();
+      const client = await connect();
+      const locker = new Locker(client);
+      (await locker.acquire(`${library}:r1`, 10_000)).release(); // learns the master's replicas
+      const waits = await calls(admin, 'wait');
+      const roles = await calls(admin, 'role');
+      for (let i = 0; i < 3; i += 1) {
+        const lock = await locker.acquire(`${library}:r1`, 10_000);
+        await lock.extend(10_000);
+        await lock.release();
+      }
+      assert.equal(await calls(admin, 'wait') - waits, 6);
+      assert.equal(await calls(admin, 'role'), roles);
+      await close(client);
+    });
+
+    test('a grant no replica acknowledges is released and rejected as not replicated', async () => {
+      await synced();
+      const client = await connect();
+      const locker = new Locker(client, { replicasTimeout: 100 });
+      (await locker.acquire(`${library}:r2`, 10_000)).release();
+      await frozen(async () => {
+        const error = await locker.acquire(`${library}:r2`, 10_000).catch((e) => e);
+        assert.ok(error instanceof NotReplicatedError, String(error));
+        assert.ok(error instanceof ResourceLockedError);
+        assert.deepEqual([error.acked, error.required, error.refused], [0, 1, false]);
+        assert.match(error.message, /0 of 1 replicas/);
+        assert.equal(await admin.exists(`${library}:r2`), 0);
+        // with a wait, it is tried again until the wait ends
+        const started = Date.now();
+        const waited = await locker.acquire(`${library}:r2`, 10_000, { wait: 400 }).catch((e) => e);
+        assert.ok(waited instanceof NotReplicatedError);
+        assert.ok(Date.now() - started >= 350);
+        assert.equal(await admin.exists(`${library}:r2`), 0);
+        const all = await locker.lockAll([`{${library}}:a`, `{${library}}:b`], 10_000).catch((e) => e);
+        assert.ok(all instanceof NotReplicatedError);
+        assert.equal(await admin.exists(`{${library}}:a`, `{${library}}:b`), 0);
+      });
+      await close(client);
+    });
+
+    test('an extend too few replicas acknowledged rejects and keeps the lock', async () => {
+      await synced();
+      const client = await connect();
+      const locker = new Locker(client, { replicasTimeout: 100 });
+      const lock = await locker.acquire(`${library}:r3`, 10_000);
+      await frozen(async () => {
+        await assert.rejects(lock.extend(20_000), NotReplicatedError);
+        assert.equal(await admin.exists(`${library}:r3`), 1);
+      });
+      await lock.release();
+      await close(client);
+    });
+
+    test('replicas 0 sends no WAIT; more replicas than the master has are refused at once', async () => {
+      await synced();
+      const client = await connect();
+      const waits = await calls(admin, 'wait');
+      const lock = await new Locker(client, { replicas: 0 }).acquire(`${library}:r4`, 10_000);
+      await lock.extend(5_000);
+      await lock.release();
+      assert.equal(await calls(admin, 'wait'), waits);
+      const error = await new Locker(client, { replicas: 2 }).acquire(`${library}:r4`, 10_000).catch((e) => e);
+      assert.ok(error instanceof NotReplicatedError && error.refused, String(error));
+      assert.match(error.message, /1 replicas online/);
+      assert.equal(await admin.exists(`${library}:r4`), 0);
+      await assert.rejects(new Locker(client, { replicas: -1 }).acquire(`${library}:r4`, 10_000), RangeError);
+      await assert.rejects(new Locker(client, { replicasTimeout: 0 }).acquire(`${library}:r4`, 10_000), RangeError);
+      await close(client);
+    });
+
+    test('a master without replicas grants without a WAIT; Redlock asks each master', async () => {
+      const masters = redlockPorts.map((p) => new IORedis({ host: '127.0.0.1', port: p }));
+      const before = await calls(masters[0], 'wait');
+      const redlock = new Redlock(masters);
+      const lock = await redlock.acquire([`${library}:r5`], 10_000);
+      await lock.release();
+      assert.equal(await calls(masters[0], 'wait'), before);
+      masters.forEach((m) => m.disconnect());
+    });
+  });
+}
+
+test.after(() => admin.disconnect());
