@@ -1,18 +1,24 @@
 <?php
 /**
  * The helper process of RedisLock\Watchdog: reads one JSON line (host, port, auth, db,
- * key, token, ttl in ms, since: the
- * hrtime in ns at which the grant was asked for) from stdin, then extends the lock every third of its TTL until
- * stdin closes (stopped) or the lock is lost, which it reports by writing "lost".
+ * key, token, ttl in ms, since: the hrtime in ns at which the grant was asked for,
+ * replicas and replicasTimeout: the lock's RedisLock\Replicas) from stdin, then extends
+ * the lock every third of its TTL until stdin closes (stopped) or the lock is lost, which
+ * it reports by writing "lost". Each extend goes with the WAIT its replicas ask, in one
+ * round trip; one too few replicas acknowledged counts as not made, and is tried again.
  */
 
 declare(strict_types=1);
+
+require __DIR__ . '/../autoload.php';
 
 $job = json_decode((string) fgets(STDIN), true);
 if (!is_array($job)) {
     exit(2);
 }
 $ttl = (int) $job['ttl'];
+$replicas = new RedisLock\Replicas($job['replicas'] ?? 'auto', $job['replicasTimeout'] ?? null);
+$address = $job['host'] . ':' . $job['port'];
 $lost = function (): void {
     fwrite(STDOUT, "lost\n");
     exit(0);
@@ -64,7 +70,28 @@ while (true) {
     }
     try {
         $redis->setOption(Redis::OPT_READ_TIMEOUT, $left);
-        $extended = $redis->rawCommand('LOCK.EXTEND', $job['key'], $job['token'], (string) $ttl);
+        $required = 0;
+        if (!$replicas->off()) {
+            $online = $replicas->known('');
+            if ($online === null) {
+                $role = $redis->rawCommand('ROLE');
+                $online = $replicas->learn('', $address, RedisLock\Replicas::onlineFrom($role === false ? $redis->rawCommand('WAIT', '0', '0') : $role));
+            }
+            $required = $replicas->required($online, $job['key']);
+        }
+        $pipeline = $redis->multi(Redis::PIPELINE);
+        $pipeline->rawCommand('LOCK.EXTEND', $job['key'], $job['token'], (string) $ttl);
+        foreach ($replicas->waitCommands($required, $ttl) as $wait) {
+            $pipeline->rawCommand(...$wait);
+        }
+        $replies = $pipeline->exec();
+        $extended = $replies[0] ?? false;
+        if ($extended === 1 && $required > 0 && (int) ($replies[1] ?? 0) < $required) {
+            $replicas->forget('');
+            continue;   // not replicated: held as before, tried again sooner
+        }
+    } catch (RedisLock\LockException $e) {
+        continue;   // too few replicas online for an explicit number: tried again
     } catch (RedisException $e) {
         $redis = null;   // no answer in time, or the connection broke
         if ($heldUntil - $now() <= 0) {

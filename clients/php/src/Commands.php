@@ -45,7 +45,7 @@ final class Commands
      * @param list<string> $mode
      * @return array{0: string, 1: int}|null
      */
-    public function acquire(string $key, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, array $mode = [], ?string $value = null): ?array
+    public function acquire(string $key, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, array $mode = [], ?string $value = null, ?Replicas $replicas = null): ?array
     {
         $args = array_merge(['LOCK.ACQUIRE', $key, (string) $ttlMs], $mode);
         if ($value !== null) {
@@ -54,13 +54,10 @@ final class Commands
         if ($token !== null) {
             array_push($args, 'TOKEN', $token);
         }
-        if ($waitMs !== null) {
-            array_push($args, 'WAIT', (string) $waitMs);
-        }
         if ($sessionMs !== null) {
             array_push($args, 'SESSION', (string) $sessionMs);
         }
-        $reply = $waitMs === null ? $this->call($args) : $this->waiting($args, $waitMs);
+        $reply = $this->grant($args, $key, $ttlMs, $waitMs, $replicas, [['LOCK.RELEASE', $key, (string) $token]]);
         if (!is_array($reply)) {
             return null;
         }
@@ -75,7 +72,7 @@ final class Commands
      * @param list<string> $keys
      * @return array{0: string, 1: list<int>}|null
      */
-    public function acquireAll(array $keys, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, bool $shared = false): ?array
+    public function acquireAll(array $keys, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, bool $shared = false, ?Replicas $replicas = null): ?array
     {
         $args = array_merge(['LOCK.ACQUIREALL', (string) count($keys)], $keys, [(string) $ttlMs]);
         if ($token !== null) {
@@ -87,10 +84,10 @@ final class Commands
         if ($sessionMs !== null) {
             array_push($args, 'SESSION', (string) $sessionMs);
         }
-        if ($waitMs !== null) {
-            array_push($args, 'WAIT', (string) $waitMs);
-        }
-        $reply = $waitMs === null ? $this->call($args) : $this->waiting($args, $waitMs);
+        $releases = array_map(function (string $key) use ($token): array {
+            return ['LOCK.RELEASE', $key, (string) $token];
+        }, $keys);
+        $reply = $this->grant($args, $keys[0], $ttlMs, $waitMs, $replicas, $releases);
         if (!is_array($reply)) {
             return null;
         }
@@ -119,9 +116,135 @@ final class Commands
         return $this->call(['LOCK.RELEASE', $key, $token]) === 1;
     }
 
-    public function extend(string $key, string $token, int $ttlMs): bool
+    /**
+     * LOCK.EXTEND, with the WAIT `$replicas` asks (NotReplicatedException when extended
+     * but too few replicas acknowledged it: the lock stays held).
+     */
+    public function extend(string $key, string $token, int $ttlMs, ?Replicas $replicas = null): bool
     {
-        return $this->call(['LOCK.EXTEND', $key, $token, (string) $ttlMs]) === 1;
+        $args = ['LOCK.EXTEND', $key, $token, (string) $ttlMs];
+        if ($replicas === null) {
+            return $this->call($args) === 1;
+        }
+        [$replies, $required, $acked] = $this->replicated($this->redis, $key, [$args], $replicas, $ttlMs);
+        if ($replies[0] instanceof LockException) {
+            throw $replies[0];
+        }
+        if ($replies[0] === 1 && $acked < $required) {
+            throw new NotReplicatedException("$key: the lock was extended, but only $acked of $required replicas acknowledged it in time", $acked, $required, false);
+        }
+        return $replies[0] === 1;
+    }
+
+    /**
+     * An acquire's reply: sent (with `WAIT ms` when `$waitMs` is given, on a connection
+     * whose read timeout outlasts it) with the WAIT `$replicas` asks; a grant too few
+     * replicas acknowledged is given back by `$releases` at once, and
+     * NotReplicatedException thrown.
+     *
+     * @param list<string> $args
+     * @param list<list<string>> $releases
+     * @return mixed
+     */
+    private function grant(array $args, string $key, int $ttlMs, ?int $waitMs, ?Replicas $replicas, array $releases)
+    {
+        $send = function ($connection, array $args) use ($key, $ttlMs, $replicas, $releases) {
+            if ($replicas === null) {
+                $reply = $this->exchange($connection, $key, [$args])[0];
+                if ($reply instanceof LockException) {
+                    throw $reply;
+                }
+                return $reply;
+            }
+            [$replies, $required, $acked] = $this->replicated($connection, $key, [$args], $replicas, $ttlMs);
+            if ($replies[0] instanceof LockException) {
+                throw $replies[0];
+            }
+            if (!is_array($replies[0]) || $acked >= $required) {
+                return $replies[0];
+            }
+            $this->exchange($connection, $key, $releases);
+            throw new NotReplicatedException("$key: the lock was granted, but only $acked of $required replicas acknowledged it in time", $acked, $required, false);
+        };
+        if ($waitMs === null) {
+            return $send($this->redis, $args);
+        }
+        array_push($args, 'WAIT', (string) $waitMs);
+        return $this->waiting($args, $waitMs, $send);
+    }
+
+    /**
+     * `$commands` (writes that make or keep a grant) and the WAIT they need, in one round
+     * trip on `$connection`: [their replies, acknowledgements required, acknowledged].
+     *
+     * @param Redis|RedisCluster $connection
+     * @param list<list<string>> $commands
+     * @return array{0: list<mixed>, 1: int, 2: int}
+     */
+    private function replicated($connection, string $key, array $commands, Replicas $replicas, int $ttlMs): array
+    {
+        $place = $this->redis instanceof RedisCluster ? $key : '';
+        $required = $replicas->off() ? 0 : $replicas->required($this->online($place, $key, $replicas), $key);
+        $replies = $this->exchange($connection, $key, array_merge($commands, $replicas->waitCommands($required, $ttlMs)));
+        $answer = $replies[count($commands)] ?? null;
+        $acked = $required > 0 && is_int($answer) ? $answer : 0;
+        if ($required > 0 && $acked < $required) {
+            $replicas->forget($place);
+        }
+        return [array_slice($replies, 0, count($commands)), $required, $acked];
+    }
+
+    /** The replicas `$key`'s master has online, learned now (`ROLE`) if not known. */
+    private function online(string $place, string $key, Replicas $replicas): int
+    {
+        $known = $replicas->known($place);
+        if ($known !== null) {
+            return $known;
+        }
+        $reply = $this->exchange($this->redis, $key, [['ROLE']])[0];
+        if ($reply instanceof LockException && strpos($reply->getMessage(), 'NOPERM') !== false) {
+            $reply = $this->exchange($this->redis, $key, [['WAIT', '0', '0']])[0];
+        }
+        if ($reply instanceof LockException) {
+            throw $reply;
+        }
+        $address = $this->redis instanceof RedisCluster ? "cluster:$key" : $this->redis->getHost() . ':' . $this->redis->getPort();
+        return $replicas->learn($place, $address, Replicas::onlineFrom($reply));
+    }
+
+    /**
+     * `$commands` on `$connection` in one round trip (a pipeline; on a RedisCluster, which
+     * has none in phpredis, one after another on `$key`'s node); an error reply as its
+     * LockException.
+     *
+     * @param Redis|RedisCluster $connection
+     * @param list<list<string>> $commands
+     * @return list<mixed>
+     */
+    private function exchange($connection, string $key, array $commands): array
+    {
+        if ($connection instanceof RedisCluster) {
+            $replies = [];
+            foreach ($commands as $command) {
+                try {
+                    $replies[] = $this->call($command, $key);
+                } catch (LockException $e) {
+                    $replies[] = $e;
+                }
+            }
+            return $replies;
+        }
+        $connection->clearLastError();
+        $pipeline = $connection->multi(Redis::PIPELINE);
+        foreach ($commands as $command) {
+            $pipeline->rawCommand(...$command);
+        }
+        $replies = $pipeline->exec();
+        $error = $connection->getLastError();
+        $connection->clearLastError();
+        return array_map(function ($reply, array $command) use ($error) {
+            return $reply === false && $error !== null ? new LockException($command[0] . ': ' . $error) : $reply;
+        }, array_values((array) $replies), $commands);
     }
 
     /**
@@ -143,11 +266,21 @@ final class Commands
         return $fields;
     }
 
-    /** A blocking call: the socket's read timeout is raised above the wait for it. */
-    private function waiting(array $args, int $waitMs)
+    /**
+     * A blocking call: the socket's read timeout is raised above the wait for it.
+     * `$send($connection, $args)` sends it (by default, `rawCommand`).
+     */
+    private function waiting(array $args, int $waitMs, ?callable $send = null)
     {
+        $send = $send ?? function ($connection, array $args) {
+            $reply = $this->exchange($connection, (string) $args[1], [$args])[0];
+            if ($reply instanceof LockException) {
+                throw $reply;
+            }
+            return $reply;
+        };
         if ($this->redis instanceof RedisCluster) {
-            return $this->clusterWaiting($args, $waitMs);
+            return $this->clusterWaiting($args, $waitMs, $send);
         }
         $previous = $this->redis->getOption(Redis::OPT_READ_TIMEOUT);
         // 0 means "never set": the stream's default, which setting 0 would not restore.
@@ -156,7 +289,7 @@ final class Commands
         }
         $this->redis->setOption(Redis::OPT_READ_TIMEOUT, self::readTimeout($waitMs));
         try {
-            return $this->call($args);
+            return $send($this->redis, $args);
         } finally {
             $this->redis->setOption(Redis::OPT_READ_TIMEOUT, $previous);
         }
@@ -173,7 +306,7 @@ final class Commands
      * the wait, so the cluster's shared connections and their timeouts are untouched.
      * A session-bound grant is moved to the cluster's connection before this one closes.
      */
-    private function clusterWaiting(array $args, int $waitMs)
+    private function clusterWaiting(array $args, int $waitMs, callable $send)
     {
         [$host, $port] = $this->redis->_masters()[0];
         $asking = false;
@@ -181,30 +314,32 @@ final class Commands
             $node = new Redis();
             $node->connect((string) $host, (int) $port);
             $node->setOption(Redis::OPT_READ_TIMEOUT, self::readTimeout($waitMs));
+            $session = array_search('SESSION', $args, true);
             try {
                 if ($asking) {
                     $node->rawCommand('ASKING');
                 }
-                $node->clearLastError();
-                $reply = $node->rawCommand(...$args);
-                $error = $node->getLastError();
-            } catch (\RedisException $e) {
+                // A session-bound grant is waited for where it is bound, below.
+                $reply = $session === false ? $send($node, $args) : $this->exchange($node, self::routeKey($args), [$args])[0];
+                $error = $reply instanceof LockException ? $reply->getMessage() : null;
+            } catch (NotReplicatedException $e) {
+                throw $e;
+            } catch (LockException | \RedisException $e) {
                 // phpredis throws a redirection rather than answering it as an error.
                 [$reply, $error] = [false, $e->getMessage()];
             } finally {
                 $node->close();
             }
-            if ($reply !== false || $error === null) {
-                $session = array_search('SESSION', $args, true);
+            if ($error === null) {
                 if (is_array($reply) && $session !== false) {
                     $wait = array_search('WAIT', $args, true);
                     array_splice($args, (int) $wait, 2);
-                    return $this->call($args);
+                    return $send($this->redis, $args);
                 }
                 return $reply;
             }
-            if (!preg_match('/^(MOVED|ASK) \d+ (.+):(\d+)$/', $error, $m)) {
-                throw new LockException($args[0] . ': ' . $error);
+            if (!preg_match('/(MOVED|ASK) \d+ (.+):(\d+)$/', $error, $m)) {
+                throw new LockException($args[0] . ': ' . preg_replace('/^[A-Z.]+: /', '', $error));
             }
             [$asking, $host, $port] = [$m[1] === 'ASK', $m[2], (int) $m[3]];
         }
@@ -217,12 +352,15 @@ final class Commands
         return (string) ($args[0] === 'LOCK.ACQUIREALL' ? $args[2] : $args[1]);
     }
 
-    /** rawCommand, throwing on an error reply (WRONGTYPE, a bad argument). */
-    public function call(array $args)
+    /**
+     * rawCommand, throwing on an error reply (WRONGTYPE, a bad argument); on a cluster
+     * routed by `$route` (default: the command's key).
+     */
+    public function call(array $args, ?string $route = null)
     {
         $this->redis->clearLastError();
         $reply = $this->redis instanceof RedisCluster
-            ? $this->redis->rawCommand(self::routeKey($args), ...$args)
+            ? $this->redis->rawCommand($route ?? self::routeKey($args), ...$args)
             : $this->redis->rawCommand(...$args);
         $error = $this->redis->getLastError();
         if ($reply === false && $error !== null) {

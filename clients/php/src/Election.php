@@ -38,6 +38,8 @@ final class Election
     private $ttlMs;
     /** @var int */
     private $lockDelayMs;
+    /** @var Replicas */
+    private $replicas;
     /** @var Leadership|null the last campaign's term, while it lasts */
     private $leading;
 
@@ -45,8 +47,13 @@ final class Election
      * @param Redis|array<string, mixed>|null $param a connected `Redis`, or the config
      *        array of `Connection`
      */
-    public function __construct($param, string $name, float $ttl = 30.0, float $lockDelay = 5.0)
+    /**
+     * @param string|int $replicas a term counts once this many replicas have it ('auto':
+     *                             1 when the master has one online; see Replicas)
+     */
+    public function __construct($param, string $name, float $ttl = 30.0, float $lockDelay = 5.0, $replicas = Replicas::AUTO, ?float $replicasTimeout = null)
     {
+        $this->replicas = new Replicas($replicas, $replicasTimeout);
         $this->commands = new Commands(Connection::open($param));
         $this->key = $this->commands->key($name);
         $this->ttlMs = self::ms($ttl, 'ttl', 1);
@@ -65,11 +72,13 @@ final class Election
         }
         $token = bin2hex(random_bytes(16));
         $waitMs = self::ms($timeout, 'timeout', 0);
-        $granted = $this->commands->acquire($this->key, $this->ttlMs, $token, $waitMs, $this->lockDelayMs, [], $value);
+        $granted = Replicas::retrying($waitMs, function (?int $left) use ($token, $value) {
+            return $this->commands->acquire($this->key, $this->ttlMs, $token, $left, $this->lockDelayMs, [], $value, $this->replicas);
+        });
         if ($granted === null) {
             return null;
         }
-        $this->leading = new Leadership($this->commands, $this->key, $token, $granted[1], $this->ttlMs, $this->lockDelayMs);
+        $this->leading = new Leadership($this->commands, $this->key, $token, $granted[1], $this->ttlMs, $this->lockDelayMs, $this->replicas);
         return $this->leading;
     }
 

@@ -29,8 +29,12 @@ final class Leadership
     private $lost = false;
 
     /** @internal made by Election::campaign */
-    public function __construct(Commands $commands, string $key, string $token, int $term, int $ttlMs, int $lockDelayMs)
+    /** @var Replicas|null */
+    private $replicas;
+
+    public function __construct(Commands $commands, string $key, string $token, int $term, int $ttlMs, int $lockDelayMs, ?Replicas $replicas = null)
     {
+        $this->replicas = $replicas;
         $this->commands = $commands;
         $this->key = $key;
         $this->token = $token;
@@ -57,7 +61,7 @@ final class Leadership
         if ($this->lost) {
             return false;
         }
-        $granted = $this->commands->acquire($this->key, $this->ttlMs, $this->token, null, $this->lockDelayMs, [], $value);
+        $granted = $this->commands->acquire($this->key, $this->ttlMs, $this->token, null, $this->lockDelayMs, [], $value, $this->replicas);
         if ($granted !== null && $granted[1] === $this->term) {
             return true;
         }
@@ -75,7 +79,7 @@ final class Leadership
         if ($this->lost) {
             return false;
         }
-        if ($this->commands->extend($this->key, $this->token, $this->ttlMs)) {
+        if ($this->commands->extend($this->key, $this->token, $this->ttlMs, $this->replicas)) {
             return true;
         }
         $this->lost = true;

@@ -41,6 +41,10 @@ class RedisLock
     private $grants = [];
     /** @var array<string, Watchdog> name => the watchdog keeping it */
     private $watchdogs = [];
+    /** @var Replicas */
+    private $replicas;
+    /** @var array{replicas: string|int, replicasTimeout: ?float} as given, for the watchdog */
+    private $replicaSettings;
 
     /**
      * $param: a connected `Redis` or `RedisCluster`, or the articles' config array (see
@@ -48,11 +52,21 @@ class RedisLock
      * $sessionSeconds binds every lock to this connection: if the PHP process dies, the
      * server frees its locks that many seconds later (0: at once), whatever their
      * expiry. Not with `pconnect`: a persistent connection outlives the request.
+     * $replicas ('auto', the default): a grant counts once a replica of the master has it,
+     * so that a failover keeps it (see Replicas): `WAIT 1` goes with every grant and
+     * extend when the master has a replica online, nothing when it has none; a number asks
+     * for that many (a master with fewer online refuses: NotReplicatedException), 0 turns
+     * it off. $replicasTimeout (seconds) bounds the WAIT: by default a tenth of the expiry,
+     * at most 1 s. A grant too few replicas acknowledged is released at once and taken
+     * again while the `$timeout` of `lock` lasts, then NotReplicatedException is thrown.
      *
      * @param Redis|\RedisCluster|array<string, mixed>|null $param
+     * @param string|int $replicas
      */
-    public function __construct($param = null, string $prefix = 'Lock:', ?float $sessionSeconds = null)
+    public function __construct($param = null, string $prefix = 'Lock:', ?float $sessionSeconds = null, $replicas = Replicas::AUTO, ?float $replicasTimeout = null)
     {
+        $this->replicas = new Replicas($replicas, $replicasTimeout);
+        $this->replicaSettings = ['replicas' => $replicas, 'replicasTimeout' => $replicasTimeout];
         $this->commands = new Commands(Connection::open($param));
         $this->prefix = $prefix;
         $this->sessionMs = $sessionSeconds === null ? null : self::ms($sessionSeconds, 'sessionSeconds', 0);
@@ -125,7 +139,9 @@ class RedisLock
             return $this->key($name);
         }, $names);
         $askedAt = hrtime(true);
-        $granted = $this->commands->acquireAll($keys, $ttlMs, $token, $waitMs, $this->sessionMs, $shared);
+        $granted = Replicas::retrying($waitMs, function (?int $left) use ($keys, $ttlMs, $token, $shared) {
+            return $this->commands->acquireAll($keys, $ttlMs, $token, $left, $this->sessionMs, $shared, $this->replicas);
+        });
         if ($granted === null) {
             return false;
         }
@@ -151,7 +167,14 @@ class RedisLock
         $waitMs = $timeout > 0 ? self::ms($timeout, 'timeout', 1) : null;
         $token = isset($this->lockedNames[$name]) ? $this->lockedNames[$name][0] : bin2hex(random_bytes(16));
         $askedAt = hrtime(true);
-        $granted = $this->commands->acquire($this->key($name), $ttlMs, $token, $waitMs, $this->sessionMs, $mode);
+        try {
+            $granted = Replicas::retrying($waitMs, function (?int $left) use ($name, $ttlMs, $token, $mode) {
+                return $this->commands->acquire($this->key($name), $ttlMs, $token, $left, $this->sessionMs, $mode, null, $this->replicas);
+            });
+        } catch (NotReplicatedException $e) {
+            $this->forget($name);
+            throw $e;
+        }
         if ($granted === null) {
             $this->forget($name);
             return false;
@@ -228,7 +251,7 @@ class RedisLock
             'token' => $this->lockedNames[$name][0],
             'ttl' => $ttlMs,
             'since' => $askedAt,
-        ];
+        ] + $this->replicaSettings;
         return $this->watchdogs[$name] = new Watchdog($job);
     }
 
@@ -255,7 +278,7 @@ class RedisLock
         if (!isset($this->lockedNames[$name])) {
             return false;
         }
-        return $this->commands->extend($this->key($name), $this->lockedNames[$name][0], self::ms($expire, 'expire', 1));
+        return $this->commands->extend($this->key($name), $this->lockedNames[$name][0], self::ms($expire, 'expire', 1), $this->replicas);
     }
 
     /**

@@ -46,6 +46,12 @@ final class Redlock
     private $driftFactor;
     /** @var int|null */
     private $masterTimeout;
+    /** @var string|int */
+    private $replicaSetting;
+    /** @var int|null ms */
+    private $replicasTimeout;
+    /** @var list<Replicas> each master's */
+    private $replicas = [];
     /** @var int how many attempts the last `lock` made */
     private $attempts = 0;
 
@@ -65,7 +71,7 @@ final class Redlock
                 throw new \InvalidArgumentException('each master must be a connected Redis');
             }
         }
-        $unknown = array_diff(array_keys($settings), ['retryCount', 'retryDelay', 'retryJitter', 'driftFactor', 'masterTimeout']);
+        $unknown = array_diff(array_keys($settings), ['retryCount', 'retryDelay', 'retryJitter', 'driftFactor', 'masterTimeout', 'replicas', 'replicasTimeout']);
         if ($unknown !== []) {
             throw new \InvalidArgumentException('unknown setting ' . implode(', ', $unknown));
         }
@@ -74,6 +80,12 @@ final class Redlock
         $this->retryDelay = self::whole($settings['retryDelay'] ?? 200, 'retryDelay', 0);
         $this->retryJitter = self::whole($settings['retryJitter'] ?? 100, 'retryJitter', 0);
         $this->masterTimeout = isset($settings['masterTimeout']) ? self::whole($settings['masterTimeout'], 'masterTimeout', 1) : null;
+        // Each master's grant waits for its own replicas (Replicas), within its timeout.
+        $this->replicaSetting = $settings['replicas'] ?? Replicas::AUTO;
+        $this->replicasTimeout = isset($settings['replicasTimeout']) ? self::whole($settings['replicasTimeout'], 'replicasTimeout', 1) : null;
+        foreach ($this->masters as $i => $master) {
+            $this->replicas[$i] = new Replicas($this->replicaSetting, $this->replicasTimeout === null ? null : $this->replicasTimeout / 1000);
+        }
         $drift = $settings['driftFactor'] ?? 0.01;
         if (!is_float($drift) && !is_int($drift) || $drift < 0 || $drift >= 1) {
             throw new \InvalidArgumentException('driftFactor must be a number from 0 to 1');
@@ -102,8 +114,10 @@ final class Redlock
             $started = hrtime(true);
             $fences = [];
             foreach ($this->masters as $i => $master) {
-                $granted = $this->onMaster($master, $timeout, static function (Commands $commands) use ($resource, $ttl, $token) {
-                    return $commands->acquire($commands->key($resource), $ttl, $token);
+                $replicas = $this->replicas[$i];
+                $replicas->cap(intdiv($timeout, 2));
+                $granted = $this->onMaster($master, $timeout, static function (Commands $commands) use ($resource, $ttl, $token, $replicas) {
+                    return $commands->acquire($commands->key($resource), $ttl, $token, null, null, [], null, $replicas);
                 });
                 if (is_array($granted)) {
                     $fences[$i] = $granted[1];

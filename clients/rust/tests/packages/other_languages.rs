@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{MiniCluster, Sentinel, TestServer};
+use crate::common::{MiniCluster, Sentinel, TestServer, start_replica};
 
 fn script(relative: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -70,6 +70,33 @@ fn php_order_lock_helper_works_through_phpredis() {
         stdout.contains("ok - a string key left by the old helper is refused"),
         "{stdout}"
     );
+    assert!(stdout.trim_end().ends_with("checks passed"), "{stdout}");
+}
+
+/// `replicas` in the PHP package: a master with one replica (frozen with SIGSTOP where a
+/// check needs it), and one without.
+#[test]
+fn php_grants_count_once_a_replica_has_them() {
+    let server = TestServer::start();
+    let replica = start_replica(&server, &[]);
+    let lone = TestServer::start();
+    let stdout = run(
+        "PHP",
+        "php",
+        "clients/php/tests/replicas.php",
+        &server,
+        &[replica.port, lone.port],
+    );
+    for check in [
+        "ok - each grant and extend sent one WAIT with it",
+        "ok - a grant no replica acknowledged throws NotReplicatedException (0 of 1)",
+        "ok - ... and was released at once",
+        "ok - an extend not replicated throws, and the lock stays held",
+        "ok - more replicas than the master has are refused at once",
+        "ok - Redlock on a master without replicas grants without a WAIT",
+    ] {
+        assert!(stdout.contains(check), "missing {check:?}:\n{stdout}");
+    }
     assert!(stdout.trim_end().ends_with("checks passed"), "{stdout}");
 }
 
