@@ -17,7 +17,7 @@ const { NotReplicatedError } = require('./errors.cjs');
 const AUTO = 'auto';
 const MAX_DEFAULT_TIMEOUT_MS = 1000;
 const RELEARN_MS = 5000;
-const HOLD_MS = 5000;
+const HOLD_MS = 15000;
 
 /** A lock's `replicas` and `replicasTimeout` (ms), checked; the WAIT they ask. */
 class Replicas {

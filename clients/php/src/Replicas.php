@@ -24,7 +24,7 @@ final class Replicas
 {
     public const AUTO = 'auto';
     public const RELEARN_SECONDS = 5.0;
-    public const HOLD_SECONDS = 5.0;
+    public const HOLD_SECONDS = 15.0;
     private const MAX_DEFAULT_TIMEOUT_MS = 1000;
 
     /** @var string|int */

@@ -35,7 +35,7 @@ RELEARN_SECONDS = 5.0
 # How long a master that lists fewer replicas than before is taken at its former count:
 # a deposed master whose partition healed drops its replicas just before Sentinel (or
 # the cluster) makes it a replica, and its grants in between must not count unwaited.
-HOLD_SECONDS = 5.0
+HOLD_SECONDS = 15.0
 _ATTRIBUTE = "_redis_lock_replicas"
 
 Setting = Union[str, int]
