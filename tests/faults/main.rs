@@ -86,9 +86,24 @@ fn the_short_fault_run_finds_no_violation_and_shows_the_late_writes_refused() {
     assert!(recipe("late kept") >= 1.0, "{}", shown(&output));
     assert!(recipe("store stale") >= 1.0, "{}", shown(&output));
     let partition = rows.phase("partition-master");
-    assert_eq!(partition.count("module", "overlapping"), 0.0, "{}", shown(&output));
-    assert_eq!(partition.count("module", "fence back"), 0.0, "{}", shown(&output));
-    for phase in ["no fault", "clock-forward", "pause-master", "partition-master"] {
+    assert_eq!(
+        partition.count("module", "overlapping"),
+        0.0,
+        "{}",
+        shown(&output)
+    );
+    assert_eq!(
+        partition.count("module", "fence back"),
+        0.0,
+        "{}",
+        shown(&output)
+    );
+    for phase in [
+        "no fault",
+        "clock-forward",
+        "pause-master",
+        "partition-master",
+    ] {
         assert!(
             rows.phase(phase).count("module", "grants") >= 1.0,
             "{phase}: {}",
@@ -131,7 +146,11 @@ fn the_checker_fails_the_run_when_the_package_does_not_wait_for_a_replica() {
         "{}",
         shown(&output)
     );
-    assert!(rows.phase("partition-master").count("module", "overlapping") >= 1.0);
+    assert!(
+        rows.phase("partition-master")
+            .count("module", "overlapping")
+            >= 1.0
+    );
 }
 
 /// The counts `python3 -m faults` writes with `--counts`: `phase<TAB>system<TAB>what<TAB>n`.

@@ -93,6 +93,7 @@ mod mirrors;
 mod multi;
 mod options;
 pub mod redlock;
+mod replicas;
 mod token;
 
 pub use blocking::{Leadership, Lock, Locker, MultiLock, Observer};
@@ -101,4 +102,5 @@ pub use election::{Election, Leader};
 pub use lost::{LockLost, LostReason};
 pub use options::LockOptions;
 pub use redlock::{Redlock, RedlockError, RedlockGuard, RedlockOptions};
+pub use replicas::{HOLD, RELEARN, Replicas, is_not_replicated};
 pub use token::new_token;

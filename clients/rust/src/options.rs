@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::commands::{Mode, acquire_mode_cmd};
+use crate::replicas::{Policy, Replicas};
 use crate::token::new_token;
 
 /// The default share of the TTL after which the watchdog extends the lock.
@@ -28,6 +29,8 @@ pub struct LockOptions {
     session: Option<Duration>,
     mode: Mode,
     value: Option<Vec<u8>>,
+    replicas: Replicas,
+    replicas_timeout: Option<Duration>,
 }
 
 impl std::fmt::Debug for LockOptions {
@@ -39,6 +42,8 @@ impl std::fmt::Debug for LockOptions {
             .field("watchdog", &self.watchdog)
             .field("session", &self.session)
             .field("mode", &self.mode)
+            .field("replicas", &self.replicas)
+            .field("replicas_timeout", &self.replicas_timeout)
             .finish()
     }
 }
@@ -56,6 +61,41 @@ impl LockOptions {
             session: None,
             mode: Mode::Exclusive,
             value: None,
+            replicas: Replicas::Auto,
+            replicas_timeout: None,
+        }
+    }
+
+    /// How many replicas must acknowledge the grant (and each extend, the watchdog's
+    /// included) before it counts: [`Replicas::Auto`] (the default) is 1 when the
+    /// master has a replica online and none without; `Exactly(n)` asks for `n` (a master
+    /// with fewer online refuses at once), `Exactly(0)` turns it off. The `WAIT` goes
+    /// with the grant in the same round trip; a grant too few replicas acknowledged is
+    /// released at once and the acquire answers an error [`is_not_replicated`]
+    /// recognizes (tried again while its [`wait`](Self::wait) lasts).
+    ///
+    /// [`is_not_replicated`]: crate::is_not_replicated
+    pub fn replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// How long the replicas' acknowledgement is waited for (default: a tenth of the TTL,
+    /// at most 1 s; at least 1 ms).
+    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
+        self.replicas_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    /// The replicas a grant needs, as set with [`replicas`](Self::replicas).
+    pub fn replicas_setting(&self) -> Replicas {
+        self.replicas
+    }
+
+    pub(crate) fn policy(&self) -> Policy {
+        Policy {
+            replicas: self.replicas,
+            timeout: self.replicas_timeout,
         }
     }
 

@@ -101,6 +101,38 @@ pub(crate) enum AsyncLink {
     Cluster(redis::cluster_async::ClusterConnection),
 }
 
+impl AsyncLink {
+    /// Sends `cmds` in one round trip (a pipeline; on a cluster, to the master of
+    /// `key`'s slot): each reply, an error reply as its `Err`.
+    pub(crate) async fn exchange(
+        &mut self,
+        key: &[u8],
+        cmds: &[Cmd],
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for cmd in cmds {
+            pipe.add_command(cmd.clone());
+        }
+        let replies: Vec<Value> = match self {
+            AsyncLink::Server(con) => {
+                let _ = key;
+                pipe.query_async(con).await?
+            }
+            #[cfg(feature = "cluster-async")]
+            AsyncLink::Cluster(con) => {
+                use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
+                    crate::replicas::slot(key),
+                    SlotAddr::Master,
+                ));
+                con.route_pipeline(pipe, 0, cmds.len(), route).await?
+            }
+        };
+        Ok(replies.into_iter().map(Value::extract_error).collect())
+    }
+}
+
 impl ConnectionLike for AsyncLink {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
@@ -140,6 +172,8 @@ pub(super) struct Conn {
     /// How many connections the slot has held: session-bound locks know which one they
     /// are bound to.
     pub(super) generation: AtomicU64,
+    /// What was learned of the masters' replicas, per connection generation.
+    pub(super) learned: crate::replicas::Learned,
 }
 
 impl Conn {
@@ -153,6 +187,7 @@ impl Conn {
             connect_timeout,
             slot: Mutex::new(None),
             generation: AtomicU64::new(0),
+            learned: crate::replicas::Learned::default(),
         }
     }
 

@@ -6,6 +6,7 @@ use super::shared::Shared;
 use super::conn::AsyncSource;
 use super::conn::Conn;
 use super::lock::Lock;
+use super::replicated::{OWN, replicated, replicated_on};
 use super::shared::UNBOUND;
 use super::shared::watchdog;
 use super::within;
@@ -17,6 +18,7 @@ use crate::commands::release_cmd;
 use crate::guard::DEFAULT_COMMAND_TIMEOUT;
 use crate::guard::outcome_unknown;
 use crate::options::LockOptions;
+use crate::replicas::{is_not_replicated, refused, wait_left};
 use redis::ErrorKind;
 use redis::RedisError;
 use redis::RedisResult;
@@ -25,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use std::time::Instant;
 use tokio::sync::watch;
 
 /// Takes locks on one Redis server, or a Redis Cluster, through async connections. Cheap
@@ -152,34 +155,22 @@ impl Locker {
         }
         let key = key.as_ref().to_vec();
         let token = options.token_to_send();
-        let cmd = options.acquire_cmd(&key, &token);
+        let started = Instant::now();
+        let mut attempt = options.clone();
         // A wait takes a connection of its own, dropped (and so leaving the server's wait
         // queue) once this returns: after a session-bound grant has been bound to the
         // shared connection, for closing it first would release the lock.
-        let mut waited_on = None;
-        let reply: RedisResult<Option<Grant>> = match options.wait_timeout() {
-            None => self.conn.query(&cmd, self.command_timeout).await,
-            Some(_) => {
-                within(options.reply_limit(self.command_timeout), async {
-                    let mut con = self.conn.open().await?;
-                    let reply = cmd.query_async(&mut con).await;
-                    waited_on = Some(con);
-                    reply
-                })
-                .await
-            }
-        };
-        let grant = match reply {
-            Ok(Some(grant)) => grant,
-            Ok(None) => return Ok(None),
-            Err(err) => {
-                if outcome_unknown(&err) {
-                    let _: RedisResult<bool> = self
-                        .conn
-                        .query(&release_cmd(&key, &token), self.command_timeout)
-                        .await;
+        let (grant, waited_on) = loop {
+            match self.grant(&key, &token, &attempt).await {
+                Err(err) if is_not_replicated(&err) && !refused(&err) => {
+                    match wait_left(options.wait_timeout(), started.elapsed()) {
+                        Some(left) => attempt = attempt.wait(left),
+                        None => return Err(err),
+                    }
                 }
-                return Err(err);
+                Err(err) => return Err(err),
+                Ok(None) => return Ok(None),
+                Ok(Some(granted)) => break granted,
             }
         };
         let (lost, _) = watch::channel(None);
@@ -200,6 +191,7 @@ impl Locker {
             mode: options.lock_mode(),
             ttl: options.ttl(),
             bound_to: AtomicU64::new(bound_to),
+            policy: options.policy(),
         });
         shared.stay_bound().await?;
         drop(waited_on);
@@ -217,6 +209,71 @@ impl Locker {
 }
 
 impl Locker {
+    /// One acquire with the `WAIT` its replicas need, on the shared connection or (with a
+    /// wait) on one of its own: the grant and that connection, or `None` when busy; a
+    /// grant too few replicas acknowledged is released at once (an error
+    /// `is_not_replicated` recognizes).
+    async fn grant(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        options: &LockOptions,
+    ) -> RedisResult<Option<(Grant, Option<AsyncLink>)>> {
+        let cmd = options.acquire_cmd(key, token);
+        let (policy, ttl) = (options.policy(), options.ttl());
+        let mut waited_on = None;
+        let outcome = match options.wait_timeout() {
+            None => {
+                replicated(
+                    &self.conn,
+                    key,
+                    vec![cmd],
+                    policy,
+                    ttl,
+                    self.command_timeout,
+                )
+                .await
+            }
+            Some(_) => {
+                within(options.reply_limit(self.command_timeout), async {
+                    let mut con = self.conn.open().await?;
+                    let outcome =
+                        replicated_on(&self.conn, OWN, &mut con, key, vec![cmd], policy, ttl).await;
+                    waited_on = Some(con);
+                    outcome
+                })
+                .await
+            }
+        };
+        let reply = outcome.and_then(|mut outcome| {
+            Ok((
+                outcome.first::<Option<Grant>>()?,
+                outcome.missing(key, "granted"),
+            ))
+        });
+        match reply {
+            Ok((Some(grant), None)) => Ok(Some((grant, waited_on))),
+            Ok((Some(_), Some(missing))) => {
+                let release = release_cmd(key, token);
+                let _: RedisResult<bool> = match waited_on.as_mut() {
+                    Some(con) => within(Some(self.command_timeout), release.query_async(con)).await,
+                    None => self.conn.query(&release, self.command_timeout).await,
+                };
+                Err(missing)
+            }
+            Ok((None, _)) => Ok(None),
+            Err(err) => {
+                if outcome_unknown(&err) {
+                    let _: RedisResult<bool> = self
+                        .conn
+                        .query(&release_cmd(key, token), self.command_timeout)
+                        .await;
+                }
+                Err(err)
+            }
+        }
+    }
+
     /// `LOCK.INFO key` on the locker's shared connection.
     pub(crate) async fn info(&self, key: &[u8]) -> RedisResult<Option<LockInfo>> {
         self.conn.query(&info_cmd(key), self.command_timeout).await

@@ -51,6 +51,7 @@ mod lock;
 mod locker;
 mod multi;
 mod redlock;
+mod replicated;
 mod shared;
 
 pub use election::{Election, Leadership, Observer};

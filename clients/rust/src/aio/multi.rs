@@ -1,13 +1,18 @@
 //! Several keys at once, all or none, on async connections (`LOCK.ACQUIREALL`): the
 //! async [`MultiLock`](super::MultiLock).
 
-use super::conn::AsyncLink;
+use super::conn::{AsyncLink, Conn};
 use super::locker::Locker;
+use super::replicated::{OWN, replicated_on};
 use super::within;
+use crate::commands::extend_cmd;
 use crate::guard::outcome_unknown;
 use crate::options::LockOptions;
+use crate::replicas::{Policy, is_not_replicated, refused, wait_left};
 use redis::RedisResult;
+use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 
 use crate::commands::GrantAll;
 use crate::multi::{debug_multi, multi_lock_accessors, on_every_key};
@@ -22,6 +27,11 @@ pub struct MultiLock {
     keys: Vec<Vec<u8>>,
     grant: GrantAll,
     command_timeout: Duration,
+    /// The locker's connection state (what it learned of the replicas), the replicas
+    /// its extends wait for, and the keys' TTL.
+    conn: Arc<Conn>,
+    policy: Policy,
+    ttl: Duration,
 }
 
 impl std::fmt::Debug for MultiLock {
@@ -55,28 +65,72 @@ impl Locker {
     ) -> RedisResult<Option<MultiLock>> {
         let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.to_vec()).collect();
         let token = options.token_to_send();
-        let cmd = options.acquire_all_cmd(&keys, &token);
+        let started = Instant::now();
+        let mut attempt = options.clone();
+        let (con, grant) = loop {
+            match self.grant_all(&keys, &token, &attempt).await {
+                Err(err) if is_not_replicated(&err) && !refused(&err) => {
+                    match wait_left(options.wait_timeout(), started.elapsed()) {
+                        Some(left) => attempt = attempt.wait(left),
+                        None => return Err(err),
+                    }
+                }
+                Err(err) => return Err(err),
+                Ok(None) => return Ok(None),
+                Ok(Some(granted)) => break granted,
+            }
+        };
+        Ok(Some(MultiLock {
+            con,
+            keys,
+            grant,
+            command_timeout: self.command_timeout,
+            conn: self.conn.clone(),
+            policy: options.policy(),
+            ttl: options.ttl(),
+        }))
+    }
+
+    /// One `LOCK.ACQUIREALL` with the `WAIT` its replicas need, on a connection of its
+    /// own: the grant and that connection, or `None` when a key is busy; a grant too few
+    /// replicas acknowledged is released at once (an error `is_not_replicated`
+    /// recognizes).
+    async fn grant_all(
+        &self,
+        keys: &[Vec<u8>],
+        token: &[u8],
+        options: &LockOptions,
+    ) -> RedisResult<Option<(AsyncLink, GrantAll)>> {
+        let cmd = options.acquire_all_cmd(keys, token);
         let mut con = within(Some(self.command_timeout), self.conn.open()).await?;
-        let reply: RedisResult<Option<GrantAll>> =
-            within(options.reply_limit(self.command_timeout), async {
-                cmd.query_async(&mut con).await
-            })
-            .await;
+        let (policy, ttl) = (options.policy(), options.ttl());
+        let reply = within(options.reply_limit(self.command_timeout), async {
+            let mut outcome =
+                replicated_on(&self.conn, OWN, &mut con, &keys[0], vec![cmd], policy, ttl).await?;
+            Ok((
+                outcome.first::<Option<GrantAll>>()?,
+                outcome.missing(&keys[0], "granted"),
+            ))
+        })
+        .await;
         match reply {
-            Ok(Some(grant)) => Ok(Some(MultiLock {
-                con,
-                keys,
-                grant,
-                command_timeout: self.command_timeout,
-            })),
-            Ok(None) => Ok(None),
+            Ok((Some(grant), None)) => Ok(Some((con, grant))),
+            Ok((Some(_), Some(missing))) => {
+                let _ = within(
+                    Some(self.command_timeout),
+                    query_every_key(&mut con, keys, token, None),
+                )
+                .await;
+                Err(missing)
+            }
+            Ok((None, _)) => Ok(None),
             Err(err) => {
                 if outcome_unknown(&err) {
                     // The reply was lost: the keys may be ours. Give them back, best effort.
                     if let Ok(mut con) = self.conn.open().await {
                         let _ = within(
                             Some(self.command_timeout),
-                            query_every_key(&mut con, &keys, &token, None),
+                            query_every_key(&mut con, keys, token, None),
                         )
                         .await;
                     }
@@ -92,13 +146,34 @@ impl MultiLock {
 
     /// Sets every key's remaining time to `ttl`, in one round trip. `true` only if this
     /// token still held every key.
+    ///
+    /// With the `WAIT` its replicas need: an error `is_not_replicated` recognizes when
+    /// every key was extended but too few replicas acknowledged it.
     pub async fn extend(&mut self, ttl: Duration) -> RedisResult<bool> {
-        let held = within(
+        let cmds: Vec<redis::Cmd> = self
+            .keys
+            .iter()
+            .map(|key| extend_cmd(key, &self.grant.token, ttl))
+            .collect();
+        let first = self.keys[0].clone();
+        let outcome = within(
             Some(self.command_timeout),
-            query_every_key(&mut self.con, &self.keys, &self.grant.token, Some(ttl)),
+            replicated_on(
+                &self.conn,
+                OWN,
+                &mut self.con,
+                &first,
+                cmds,
+                self.policy,
+                self.ttl,
+            ),
         )
         .await?;
-        Ok(held.into_iter().all(|held| held))
+        let all = outcome.all_held()?;
+        if all && let Some(missing) = outcome.missing(&first, "extended") {
+            return Err(missing);
+        }
+        Ok(all)
     }
 
     /// Releases every key, in one round trip. `Ok(true)`: every key was still held;

@@ -1,6 +1,7 @@
 //! The async Redlock: one lock across independent masters, and its guard.
 
 use super::conn::Conn;
+use super::replicated::replicated;
 use super::timed_out;
 use crate::commands::Grant;
 use crate::commands::acquire_cmd;
@@ -73,9 +74,7 @@ impl Redlock {
         let mut attempts = Attempts::new(options, self.masters());
         for attempt in 1..=options.attempts {
             let started = Instant::now();
-            let results = self
-                .on_all::<Option<Grant>>(cmd.clone(), options.instance_timeout)
-                .await;
+            let results = self.grant_on_all(&key, &token, &cmd, options).await;
             if let Some(won) = attempts.judge(results, started.elapsed()) {
                 return Ok(RedlockGuard {
                     redlock: self.clone(),
@@ -105,6 +104,52 @@ impl Redlock {
             calls.spawn(async move { (index, instances[index].query::<T>(&cmd, timeout).await) });
         }
         let mut results: Vec<RedisResult<T>> = (0..self.instances.len())
+            .map(|_| Err(timed_out("Redlock call")))
+            .collect();
+        while let Some(done) = calls.join_next().await {
+            if let Ok((index, result)) = done {
+                results[index] = result;
+            }
+        }
+        results
+    }
+
+    /// The acquire `cmd` on every master at once, each within its timeout, with the
+    /// `WAIT` its own replicas need (`replicas`): a grant too few acknowledged is
+    /// released there and answers an error `is_not_replicated` recognizes (a vote
+    /// against).
+    async fn grant_on_all(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        cmd: &redis::Cmd,
+        options: &RedlockOptions,
+    ) -> Vec<RedisResult<Option<Grant>>> {
+        let mut calls = JoinSet::new();
+        for index in 0..self.instances.len() {
+            let instances = self.instances.clone();
+            let (key, token, cmd) = (key.to_vec(), token.to_vec(), cmd.clone());
+            let (policy, ttl, timeout) = (options.policy(), options.ttl, options.instance_timeout);
+            calls.spawn(async move {
+                let conn = &instances[index];
+                let result = async {
+                    let mut outcome =
+                        replicated(conn, &key, vec![cmd], policy, ttl, timeout).await?;
+                    let granted = outcome.first::<Option<Grant>>()?;
+                    if granted.is_some()
+                        && let Some(missing) = outcome.missing(&key, "granted")
+                    {
+                        let _: RedisResult<bool> =
+                            conn.query(&release_cmd(&key, &token), timeout).await;
+                        return Err(missing);
+                    }
+                    Ok(granted)
+                }
+                .await;
+                (index, result)
+            });
+        }
+        let mut results: Vec<RedisResult<Option<Grant>>> = (0..self.instances.len())
             .map(|_| Err(timed_out("Redlock call")))
             .collect();
         while let Some(done) = calls.join_next().await {

@@ -2,6 +2,7 @@
 //! connection changed, and the watchdog itself.
 
 use super::conn::Conn;
+use super::replicated::replicated;
 use crate::commands::Grant;
 use crate::commands::Mode;
 use crate::commands::acquire_mode_cmd;
@@ -11,6 +12,7 @@ use crate::guard::Next;
 use crate::guard::Schedule;
 use crate::lost::LockLost;
 use crate::lost::LostReason;
+use crate::replicas::Policy;
 use redis::RedisResult;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
@@ -36,6 +38,8 @@ pub(super) struct Shared {
     pub(super) ttl: Duration,
     /// The generation of the shared connection the lock is bound to.
     pub(super) bound_to: AtomicU64,
+    /// The replicas its extends wait for.
+    pub(super) policy: Policy,
 }
 
 /// `Shared::bound_to` of a session-bound lock not yet bound to the shared connection.
@@ -107,15 +111,24 @@ impl Shared {
     /// `extend`, its answer awaited for at most `limit` (and the command timeout).
     pub(super) async fn extend_within(&self, ttl: Duration, limit: Duration) -> RedisResult<bool> {
         self.stay_bound().await?;
-        let extended: bool = self
-            .conn
-            .query(
-                &extend_cmd(&self.key, &self.token, ttl),
-                limit.min(self.command_timeout),
-            )
-            .await?;
+        let cmd = extend_cmd(&self.key, &self.token, ttl);
+        let limit = limit.min(self.command_timeout);
+        let outcome = replicated(
+            &self.conn,
+            &self.key,
+            vec![cmd],
+            self.policy,
+            self.ttl,
+            limit,
+        )
+        .await?;
+        let extended = outcome.all_held()?;
         if !extended {
             self.set_lost(LostReason::NotHeld);
+        } else if let Some(missing) = outcome.missing(&self.key, "extended") {
+            // Held, but the longer deadline might not survive a failover: the watchdog
+            // tries again.
+            return Err(missing);
         }
         Ok(extended)
     }

@@ -105,6 +105,34 @@ impl Link {
         }
     }
 
+    /// Sends `cmds` in one round trip (a pipeline; on a cluster, each to the master of
+    /// `key`'s slot, one after another on that node's connection): each reply, an error
+    /// reply as its `Err`.
+    pub(crate) fn exchange(
+        &mut self,
+        key: &[u8],
+        cmds: &[redis::Cmd],
+    ) -> RedisResult<Vec<RedisResult<Value>>> {
+        #[cfg(feature = "cluster")]
+        if let Link::Cluster(con) = self {
+            use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+            let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                crate::replicas::slot(key),
+                SlotAddr::Master,
+            )));
+            let mut replies = Vec::with_capacity(cmds.len());
+            for cmd in cmds {
+                match con.route_command(cmd, route.clone()) {
+                    Err(err) if err.code().is_none() => return Err(err),
+                    reply => replies.push(reply),
+                }
+            }
+            return Ok(replies);
+        }
+        let _ = key;
+        super::replicated::exchange(self, cmds)
+    }
+
     fn inner(&mut self) -> &mut dyn ConnectionLike {
         match self {
             Link::Server(con) => con,
@@ -158,11 +186,14 @@ impl ConnectionLike for Link {
 /// How many idle connections a locker keeps for its next locks.
 const MAX_IDLE: usize = 16;
 
-/// A locker's source and the connections it keeps idle between locks.
+/// A locker's source, the connections it keeps idle between locks, and what it learned
+/// of its masters' replicas (forgotten when a new connection is made: a failover's new
+/// master, a reconnect).
 #[derive(Debug)]
 pub(crate) struct Links {
     pub(crate) source: Source,
     idle: Mutex<Vec<Link>>,
+    pub(crate) learned: crate::replicas::Learned,
 }
 
 impl std::fmt::Debug for Link {
@@ -182,6 +213,7 @@ impl Links {
         Links {
             source,
             idle: Mutex::new(Vec::new()),
+            learned: crate::replicas::Learned::default(),
         }
     }
 
@@ -192,13 +224,15 @@ impl Links {
             Some(link) if link.is_open() && link.set_read_timeout(Some(timeout)).is_ok() => {
                 Ok(link)
             }
-            _ => self.source.connect(timeout),
+            _ => self.fresh(timeout),
         }
     }
 
     /// A new connection, never an idle one (for a release after a lost reply).
     pub(crate) fn fresh(&self, timeout: Duration) -> RedisResult<Link> {
-        self.source.connect(timeout)
+        let link = self.source.connect(timeout)?;
+        self.learned.clear();
+        Ok(link)
     }
 
     /// Keeps `link`, whose last command answered in full, for a later lock (a pooled

@@ -3,17 +3,19 @@
 use super::shared::Watchdog;
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::RedisResult;
 
 use super::conn::{Link, Links, Source};
 use super::lock::Lock;
+use super::replicated::replicated;
 use super::shared::Shared;
 use crate::commands::{Grant, Mode, release_cmd};
 use crate::guard::{DEFAULT_COMMAND_TIMEOUT, outcome_unknown};
 use crate::lost::LostFlag;
 use crate::options::LockOptions;
+use crate::replicas::{is_not_replicated, refused, wait_left};
 
 /// Takes locks on one Redis server, or a Redis Cluster, through blocking connections.
 ///
@@ -155,25 +157,81 @@ impl Locker {
     ) -> RedisResult<Option<Lock>> {
         let key = key.as_ref().to_vec();
         let token = options.token_to_send();
+        let started = Instant::now();
+        let mut attempt = options.clone();
+        let (con, grant) = loop {
+            match self.grant(&key, &token, &attempt) {
+                Err(err) if is_not_replicated(&err) && !refused(&err) => {
+                    match wait_left(options.wait_timeout(), started.elapsed()) {
+                        Some(left) => attempt = attempt.wait(left),
+                        None => return Err(err),
+                    }
+                }
+                Err(err) => return Err(err),
+                Ok(None) => return Ok(None),
+                Ok(Some(granted)) => break granted,
+            }
+        };
+        self.hold(key, con, grant, options)
+    }
+
+    /// One acquire with the `WAIT` its replicas need: the grant and its connection, or
+    /// `None` when busy; a grant too few replicas acknowledged is released at once (an
+    /// error `is_not_replicated` recognizes).
+    fn grant(
+        &self,
+        key: &[u8],
+        token: &[u8],
+        options: &LockOptions,
+    ) -> RedisResult<Option<(Link, Grant)>> {
         let mut con = self.links.take(self.command_timeout)?;
         con.set_read_timeout(options.reply_limit(self.command_timeout))?;
-        let cmd = options.acquire_cmd(&key, &token);
-        let grant = match cmd.query::<Option<Grant>>(&mut con) {
-            Ok(Some(grant)) => grant,
-            Ok(None) => {
+        let cmd = options.acquire_cmd(key, token);
+        let outcome = replicated(
+            &self.links,
+            &mut con,
+            key,
+            vec![cmd],
+            options.policy(),
+            options.ttl(),
+        );
+        let reply = outcome.and_then(|mut outcome| {
+            Ok((
+                outcome.first::<Option<Grant>>()?,
+                outcome.missing(key, "granted"),
+            ))
+        });
+        match reply {
+            Ok((Some(grant), None)) => Ok(Some((con, grant))),
+            Ok((Some(_), Some(missing))) => {
+                let _: RedisResult<bool> = release_cmd(key, token).query(&mut con);
                 self.links.give_back(con);
-                return Ok(None);
+                Err(missing)
+            }
+            Ok((None, _)) => {
+                self.links.give_back(con);
+                Ok(None)
             }
             Err(err) => {
                 if outcome_unknown(&err) {
                     drop(con);
                     if let Ok(mut con) = self.links.fresh(self.command_timeout) {
-                        let _: RedisResult<bool> = release_cmd(&key, &token).query(&mut con);
+                        let _: RedisResult<bool> = release_cmd(key, token).query(&mut con);
                     }
                 }
-                return Err(err);
+                Err(err)
             }
-        };
+        }
+    }
+
+    /// The guard of `grant`, held on `con`.
+    fn hold(
+        &self,
+        key: Vec<u8>,
+        con: Link,
+        grant: Grant,
+        options: &LockOptions,
+    ) -> RedisResult<Option<Lock>> {
         con.set_read_timeout(Some(self.command_timeout))?;
         let shared = Arc::new(Shared {
             links: self.links.clone(),
@@ -186,6 +244,7 @@ impl Locker {
             session: options.session_grace(),
             mode: options.lock_mode(),
             ttl: options.ttl(),
+            policy: options.policy(),
         });
         let watchdog = options
             .watchdog_interval()

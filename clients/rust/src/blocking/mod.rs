@@ -13,6 +13,7 @@ mod lock;
 mod locker;
 mod multi;
 mod redlock;
+mod replicated;
 mod shared;
 
 pub(crate) use conn::{Link, connect};

@@ -3,17 +3,19 @@
 //! server in one step, first come first served on every key, without deadlock.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::RedisResult;
 
 use super::conn::{Link, Links};
-use crate::commands::GrantAll;
+use super::replicated::replicated;
+use crate::commands::{GrantAll, extend_cmd};
 use crate::guard::outcome_unknown;
 use crate::multi::debug_multi;
 use crate::multi::multi_lock_accessors;
 use crate::multi::on_every_key;
 use crate::options::LockOptions;
+use crate::replicas::{Policy, is_not_replicated, refused, wait_left};
 
 /// Every key of one [`Locker::lock_all`](crate::Locker::lock_all), held by one token
 /// with a fence per key; released together when dropped, or with
@@ -26,6 +28,9 @@ pub struct MultiLock {
     pub(super) keys: Vec<Vec<u8>>,
     pub(super) grant: GrantAll,
     pub(super) released: bool,
+    /// The replicas its extends wait for, and the keys' TTL.
+    pub(super) policy: Policy,
+    pub(super) ttl: Duration,
 }
 
 impl std::fmt::Debug for MultiLock {
@@ -43,27 +48,19 @@ pub(super) fn lock_all(
 ) -> RedisResult<Option<MultiLock>> {
     let keys: Vec<Vec<u8>> = keys.iter().map(|key| key.to_vec()).collect();
     let token = options.token_to_send();
-    let mut con = links.take(command_timeout)?;
-    con.set_read_timeout(options.reply_limit(command_timeout))?;
-    let grant = match options
-        .acquire_all_cmd(&keys, &token)
-        .query::<Option<GrantAll>>(&mut con)
-    {
-        Ok(Some(grant)) => grant,
-        Ok(None) => {
-            links.give_back(con);
-            return Ok(None);
-        }
-        Err(err) => {
-            // The reply was lost: the keys may be ours. Give them back, best effort; the
-            // TTL bounds the damage if even that fails.
-            if outcome_unknown(&err) {
-                drop(con);
-                if let Ok(mut con) = links.fresh(command_timeout) {
-                    let _ = release_all(&mut con, &keys, &token);
+    let started = Instant::now();
+    let mut attempt = options.clone();
+    let (con, grant) = loop {
+        match grant_all(links, command_timeout, &keys, &token, &attempt) {
+            Err(err) if is_not_replicated(&err) && !refused(&err) => {
+                match wait_left(options.wait_timeout(), started.elapsed()) {
+                    Some(left) => attempt = attempt.wait(left),
+                    None => return Err(err),
                 }
             }
-            return Err(err);
+            Err(err) => return Err(err),
+            Ok(None) => return Ok(None),
+            Ok(Some(granted)) => break granted,
         }
     };
     con.set_read_timeout(Some(command_timeout))?;
@@ -74,7 +71,61 @@ pub(super) fn lock_all(
         keys,
         grant,
         released: false,
+        policy: options.policy(),
+        ttl: options.ttl(),
     }))
+}
+
+/// One `LOCK.ACQUIREALL` with the `WAIT` its replicas need: the grant and its
+/// connection, or `None` when a key is busy; a grant too few replicas acknowledged is
+/// released at once (an error `is_not_replicated` recognizes).
+fn grant_all(
+    links: &Arc<Links>,
+    command_timeout: Duration,
+    keys: &[Vec<u8>],
+    token: &[u8],
+    options: &LockOptions,
+) -> RedisResult<Option<(Link, GrantAll)>> {
+    let mut con = links.take(command_timeout)?;
+    con.set_read_timeout(options.reply_limit(command_timeout))?;
+    let cmd = options.acquire_all_cmd(keys, token);
+    let reply = replicated(
+        links,
+        &mut con,
+        &keys[0],
+        vec![cmd],
+        options.policy(),
+        options.ttl(),
+    )
+    .and_then(|mut outcome| {
+        Ok((
+            outcome.first::<Option<GrantAll>>()?,
+            outcome.missing(&keys[0], "granted"),
+        ))
+    });
+    match reply {
+        Ok((Some(grant), None)) => Ok(Some((con, grant))),
+        Ok((Some(_), Some(missing))) => {
+            let _ = release_all(&mut con, keys, token);
+            links.give_back(con);
+            Err(missing)
+        }
+        Ok((None, _)) => {
+            links.give_back(con);
+            Ok(None)
+        }
+        Err(err) => {
+            // The reply was lost: the keys may be ours. Give them back, best effort; the
+            // TTL bounds the damage if even that fails.
+            if outcome_unknown(&err) {
+                drop(con);
+                if let Ok(mut con) = links.fresh(command_timeout) {
+                    let _ = release_all(&mut con, keys, token);
+                }
+            }
+            Err(err)
+        }
+    }
 }
 
 /// Releases every key of `keys` held by `token`, in one round trip: how many were.
@@ -95,10 +146,27 @@ impl MultiLock {
 
     /// Sets every key's remaining time to `ttl` (`LOCK.EXTEND` on each, one round trip).
     /// `true` only if this token still held every key.
+    ///
+    /// With the `WAIT` its replicas need: an error `is_not_replicated` recognizes when
+    /// every key was extended but too few replicas acknowledged it.
     pub fn extend(&mut self, ttl: Duration) -> RedisResult<bool> {
-        let pipe = on_every_key(&self.keys, &self.grant.token, Some(ttl));
-        let extended: Vec<bool> = pipe.query(self.con()?)?;
-        Ok(extended.into_iter().all(|held| held))
+        let cmds: Vec<redis::Cmd> = self
+            .keys
+            .iter()
+            .map(|key| extend_cmd(key, &self.grant.token, ttl))
+            .collect();
+        let (links, policy, lock_ttl, first) = (
+            self.links.clone(),
+            self.policy,
+            self.ttl,
+            self.keys[0].clone(),
+        );
+        let outcome = replicated(&links, self.con()?, &first, cmds, policy, lock_ttl)?;
+        let all = outcome.all_held()?;
+        if all && let Some(missing) = outcome.missing(&first, "extended") {
+            return Err(missing);
+        }
+        Ok(all)
     }
 
     /// Releases every key (`LOCK.RELEASE` on each, one round trip). `Ok(true)`: every key

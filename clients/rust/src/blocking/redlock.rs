@@ -5,6 +5,7 @@ use redis::Connection;
 use redis::FromRedisValue;
 use redis::RedisResult;
 
+use super::replicated::{exchange, online_with};
 use crate::blocking::connect;
 use crate::commands::Grant;
 use crate::commands::acquire_cmd;
@@ -21,6 +22,7 @@ use crate::redlock::confirmed;
 use crate::redlock::debug_redlock;
 use crate::redlock::instances;
 use crate::redlock::redlock_guard_accessors;
+use crate::replicas::{Learned, Outcome, Policy, is_not_replicated};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -51,6 +53,7 @@ impl Redlock {
             instances: instances(clients, |client| Instance {
                 client,
                 con: Mutex::new(None),
+                learned: Learned::default(),
             }),
         }
     }
@@ -73,12 +76,17 @@ impl Redlock {
     ) -> Result<RedlockGuard, RedlockError> {
         let key = key.as_ref().to_vec();
         let token = new_token();
-        let cmd = acquire_cmd(&key, options.ttl, Some(&token), None);
-        let undo = release_cmd(&key, &token);
+        let grant = GrantCmds {
+            key: &key,
+            cmd: acquire_cmd(&key, options.ttl, Some(&token), None),
+            undo: release_cmd(&key, &token),
+            policy: options.policy(),
+            ttl: options.ttl,
+        };
         let mut attempts = Attempts::new(options, self.masters());
         for attempt in 1..=options.attempts {
             let started = Instant::now();
-            let results = self.acquire_on_all(&cmd, &undo, options.instance_timeout);
+            let results = self.acquire_on_all(&grant, options.instance_timeout);
             if let Some(won) = attempts.judge(results, started.elapsed()) {
                 return Ok(RedlockGuard {
                     redlock: self.clone(),
@@ -113,20 +121,18 @@ impl Redlock {
         })
     }
 
-    /// Runs the acquire `cmd` on every master at once, each within `timeout`, with
-    /// `undo` (its release) sent behind it where the reply is lost
-    /// ([`Instance::acquire`]).
+    /// Runs the acquire on every master at once, each within `timeout`, with its undo
+    /// (the release) sent behind it where the reply is lost ([`Instance::acquire`]).
     fn acquire_on_all(
         &self,
-        cmd: &redis::Cmd,
-        undo: &redis::Cmd,
+        grant: &GrantCmds<'_>,
         timeout: Duration,
     ) -> Vec<RedisResult<Option<Grant>>> {
         thread::scope(|scope| {
             let calls: Vec<_> = self
                 .instances
                 .iter()
-                .map(|instance| scope.spawn(move || instance.acquire(cmd, undo, timeout)))
+                .map(|instance| scope.spawn(move || instance.acquire(grant, timeout)))
                 .collect();
             calls
                 .into_iter()
@@ -195,6 +201,18 @@ struct Instance {
     client: redis::Client,
     /// Kept open between calls; `None` after an error, reopened on next use.
     con: Mutex<Option<Connection>>,
+    /// What was learned of the master's replicas (forgotten when it reconnects).
+    learned: Learned,
+}
+
+/// What an acquire sends to each master: the acquire, its undo (the release), and the
+/// replicas it waits for.
+struct GrantCmds<'a> {
+    key: &'a [u8],
+    cmd: redis::Cmd,
+    undo: redis::Cmd,
+    policy: Policy,
+    ttl: Duration,
 }
 
 impl Instance {
@@ -231,21 +249,53 @@ impl Instance {
     /// the release right after it, from the same connection, so a late grant never
     /// outlives the failed call. A release sent later on a new connection could not
     /// promise that: the master may be too busy to accept it before the caller gives up.
-    fn acquire(
-        &self,
-        cmd: &redis::Cmd,
-        undo: &redis::Cmd,
-        timeout: Duration,
-    ) -> RedisResult<Option<Grant>> {
+    ///
+    /// The acquire goes with the `WAIT` the master's own replicas need (`replicas`): a
+    /// grant too few acknowledged is released at once and answers an error
+    /// `is_not_replicated` recognizes (a vote against).
+    fn acquire(&self, grant: &GrantCmds<'_>, timeout: Duration) -> RedisResult<Option<Grant>> {
         let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() {
+            self.learned.clear();
+        }
         let con = self.open(&mut slot, timeout)?;
-        let result = cmd.query(con);
+        let result = self.replicated_grant(con, grant);
         if let Err(err) = &result {
             if outcome_unknown(err) {
-                let _ = con.send_packed_command(&undo.get_packed_command());
+                let _ = con.send_packed_command(&grant.undo.get_packed_command());
             }
-            *slot = None;
+            if !is_not_replicated(err) {
+                *slot = None;
+            }
         }
         result
+    }
+
+    fn replicated_grant(
+        &self,
+        con: &mut Connection,
+        grant: &GrantCmds<'_>,
+    ) -> RedisResult<Option<Grant>> {
+        let policy = grant.policy;
+        let required = if policy.off() {
+            0
+        } else {
+            let online = online_with(&self.learned, 0, |cmds| exchange(con, cmds))?;
+            policy.required(online, grant.key)?
+        };
+        let mut cmds = vec![grant.cmd.clone()];
+        if required > 0 {
+            cmds.push(policy.wait_cmd(required, grant.ttl));
+        }
+        let mut outcome = Outcome::of(exchange(con, &cmds)?, 1, required);
+        let granted = outcome.first::<Option<Grant>>()?;
+        if granted.is_some()
+            && let Some(missing) = outcome.missing(grant.key, "granted")
+        {
+            self.learned.forget(0);
+            let _: RedisResult<bool> = grant.undo.query(con);
+            return Err(missing);
+        }
+        Ok(granted)
     }
 }

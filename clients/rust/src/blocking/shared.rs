@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 use redis::{FromRedisValue, RedisResult};
 
 use super::conn::{Link, Links};
+use super::replicated::replicated;
 use crate::commands::{Grant, Mode, acquire_mode_cmd, extend_cmd, release_cmd};
 use crate::guard::{Next, Schedule};
 use crate::lost::{LockLost, LostFlag, LostReason};
+use crate::replicas::Policy;
 
 /// What a guard and its watchdog thread share.
 pub(super) struct Shared {
@@ -30,6 +32,8 @@ pub(super) struct Shared {
     pub(super) mode: Mode,
     /// The lock's TTL, for a reclaim.
     pub(super) ttl: Duration,
+    /// The replicas its extends wait for.
+    pub(super) policy: Policy,
 }
 
 impl Shared {
@@ -42,6 +46,16 @@ impl Shared {
         &self,
         cmd: &redis::Cmd,
         limit: Duration,
+    ) -> RedisResult<T> {
+        self.on_con(limit, |con| cmd.query(con))
+    }
+
+    /// `work` on the guard's connection (reopened, and a session-bound lock reclaimed on
+    /// it, after an error), its answers awaited for at most `limit`.
+    fn on_con<T>(
+        &self,
+        limit: Duration,
+        work: impl FnOnce(&mut Link) -> RedisResult<T>,
     ) -> RedisResult<T> {
         let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
         let con = match slot.as_mut() {
@@ -56,7 +70,7 @@ impl Shared {
         if limited {
             con.set_read_timeout(Some(limit))?;
         }
-        let result = cmd.query(con);
+        let result = work(con);
         if limited && result.is_ok() {
             con.set_read_timeout(Some(self.command_timeout))?;
         }
@@ -99,11 +113,26 @@ impl Shared {
         self.extend_within(ttl, self.command_timeout)
     }
 
-    /// `extend`, its answer awaited for at most `limit`.
+    /// `extend`, its answer awaited for at most `limit`, with the `WAIT` its replicas
+    /// need: an error `is_not_replicated` recognizes when extended but too few replicas
+    /// acknowledged it (the lock stays held; the watchdog tries again).
     pub(super) fn extend_within(&self, ttl: Duration, limit: Duration) -> RedisResult<bool> {
-        let extended: bool = self.query_within(&extend_cmd(&self.key, &self.token, ttl), limit)?;
+        let cmd = extend_cmd(&self.key, &self.token, ttl);
+        let outcome = self.on_con(limit, |con| {
+            replicated(
+                &self.links,
+                con,
+                &self.key,
+                vec![cmd],
+                self.policy,
+                self.ttl,
+            )
+        })?;
+        let extended = outcome.all_held()?;
         if !extended {
             self.lost.set(LostReason::NotHeld);
+        } else if let Some(missing) = outcome.missing(&self.key, "extended") {
+            return Err(missing);
         }
         Ok(extended)
     }

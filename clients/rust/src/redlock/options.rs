@@ -4,6 +4,8 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::replicas::{Policy, Replicas};
+
 /// How a Redlock acquire is tried.
 #[derive(Clone, Debug)]
 pub struct RedlockOptions {
@@ -13,6 +15,8 @@ pub struct RedlockOptions {
     pub(crate) retry_jitter: Duration,
     pub(crate) drift_factor: f64,
     pub(crate) instance_timeout: Duration,
+    pub(crate) replicas: Replicas,
+    pub(crate) replicas_timeout: Option<Duration>,
 }
 
 impl RedlockOptions {
@@ -29,6 +33,35 @@ impl RedlockOptions {
             drift_factor: 0.01,
             instance_timeout: (ttl / 10)
                 .clamp(Duration::from_millis(1), Duration::from_millis(500)),
+            replicas: Replicas::Auto,
+            replicas_timeout: None,
+        }
+    }
+
+    /// How many of each master's own replicas must acknowledge its grant before it counts
+    /// as a vote for ([`Replicas::Auto`], the default: 1 on a master with a replica
+    /// online, none without; see [`LockOptions::replicas`](crate::LockOptions::replicas)).
+    /// A grant too few acknowledged is released there and counts as a vote against.
+    pub fn replicas(mut self, replicas: Replicas) -> Self {
+        self.replicas = replicas;
+        self
+    }
+
+    /// How long each master's replicas are waited for (default: half the instance
+    /// timeout, and at most a tenth of the TTL).
+    pub fn replicas_timeout(mut self, timeout: Duration) -> Self {
+        self.replicas_timeout = Some(timeout.max(Duration::from_millis(1)));
+        self
+    }
+
+    pub(crate) fn policy(&self) -> Policy {
+        Policy {
+            replicas: self.replicas,
+            timeout: Some(self.replicas_timeout.unwrap_or_else(|| {
+                (self.instance_timeout / 2)
+                    .min(self.ttl / 10)
+                    .max(Duration::from_millis(1))
+            })),
         }
     }
 

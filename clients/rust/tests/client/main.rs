@@ -7,4 +7,5 @@ mod election_churn;
 mod guard;
 mod multi_guards;
 mod redlock;
+mod replicas;
 mod shared_guards;

@@ -1,0 +1,98 @@
+//! `replicas` on async connections (see `crate::replicas`): a write that makes or keeps
+//! a grant, sent with the `WAIT` it needs in one round trip.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use redis::RedisResult;
+
+use super::conn::{AsyncLink, Conn};
+use crate::replicas::{
+    Outcome, Policy, count_cmd, learn_cmds, learned_from, online_from, role_refused, slot,
+};
+
+/// The generation of a connection of its own (a waiting acquire's, a multi-key lock's):
+/// what it learns is never taken for the shared connection's.
+pub(crate) const OWN: u64 = u64::MAX - 1;
+
+/// Where what is learned of `key`'s master is kept: its slot on a cluster, else 0.
+fn place(con: &AsyncLink, key: &[u8]) -> u16 {
+    #[cfg(feature = "cluster-async")]
+    if matches!(con, AsyncLink::Cluster(_)) {
+        return slot(key);
+    }
+    let _ = (con, key, slot);
+    0
+}
+
+/// The replicas `key`'s master has online, learned on `con` (of `generation`) now if
+/// not known.
+pub(crate) async fn online(
+    conn: &Conn,
+    generation: u64,
+    con: &mut AsyncLink,
+    key: &[u8],
+) -> RedisResult<usize> {
+    let place = place(con, key);
+    if let Some(online) = conn.learned.known(place, generation) {
+        return Ok(online);
+    }
+    let (mut role, address) = learned_from(con.exchange(key, &learn_cmds()).await?, place);
+    if role_refused(&role) {
+        role = con.exchange(key, &[count_cmd()]).await?.remove(0);
+    }
+    Ok(conn
+        .learned
+        .learn(place, generation, address, online_from(&role?)))
+}
+
+/// Sends `cmds` (writes that make or keep a grant on `key`) and the `WAIT` `policy` asks
+/// for a lock of `ttl`, in one round trip on `con` (of `generation`).
+pub(crate) async fn replicated_on(
+    conn: &Conn,
+    generation: u64,
+    con: &mut AsyncLink,
+    key: &[u8],
+    mut cmds: Vec<redis::Cmd>,
+    policy: Policy,
+    ttl: Duration,
+) -> RedisResult<Outcome> {
+    let required = if policy.off() {
+        0
+    } else {
+        policy.required(online(conn, generation, con, key).await?, key)?
+    };
+    let count = cmds.len();
+    if required > 0 {
+        cmds.push(policy.wait_cmd(required, ttl));
+    }
+    let outcome = Outcome::of(con.exchange(key, &cmds).await?, count, required);
+    if outcome.missing(key, "granted").is_some() {
+        conn.learned.forget(place(con, key));
+    }
+    Ok(outcome)
+}
+
+/// `replicated_on` the locker's shared connection, its answers awaited for at most
+/// `limit`; a broken connection is reopened next time.
+pub(crate) async fn replicated(
+    conn: &Conn,
+    key: &[u8],
+    cmds: Vec<redis::Cmd>,
+    policy: Policy,
+    ttl: Duration,
+    limit: Duration,
+) -> RedisResult<Outcome> {
+    let result = super::within(Some(limit), async {
+        let mut con = conn.get().await?;
+        let generation = conn.generation.load(Ordering::SeqCst);
+        replicated_on(conn, generation, &mut con, key, cmds, policy, ttl).await
+    })
+    .await;
+    if let Err(err) = &result
+        && (err.is_connection_dropped() || err.is_unrecoverable_error())
+    {
+        *conn.slot.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+    result
+}

@@ -1,0 +1,84 @@
+//! `replicas` on blocking connections (see `crate::replicas`): a write that makes or
+//! keeps a grant, sent with the `WAIT` it needs in one round trip.
+
+use std::time::Duration;
+
+use redis::{ConnectionLike, RedisResult, Value};
+
+use super::conn::{Link, Links};
+use crate::replicas::{
+    Learned, Outcome, Policy, count_cmd, learn_cmds, learned_from, online_from, role_refused, slot,
+};
+
+/// Sends `cmds` on `con` in one round trip (a pipeline): each reply, an error reply as
+/// its `Err`.
+pub(crate) fn exchange(
+    con: &mut dyn ConnectionLike,
+    cmds: &[redis::Cmd],
+) -> RedisResult<Vec<RedisResult<Value>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for cmd in cmds {
+        pipe.add_command(cmd.clone());
+    }
+    let replies: Vec<Value> = pipe.query(con)?;
+    Ok(replies.into_iter().map(Value::extract_error).collect())
+}
+
+/// What `learned` knows of the master at `place`, else learned now with `send`.
+pub(crate) fn online_with(
+    learned: &Learned,
+    place: u16,
+    mut send: impl FnMut(&[redis::Cmd]) -> RedisResult<Vec<RedisResult<Value>>>,
+) -> RedisResult<usize> {
+    if let Some(online) = learned.known(place, 0) {
+        return Ok(online);
+    }
+    let (mut role, address) = learned_from(send(&learn_cmds())?, place);
+    if role_refused(&role) {
+        role = send(&[count_cmd()])?.remove(0);
+    }
+    Ok(learned.learn(place, 0, address, online_from(&role?)))
+}
+
+/// Where what is learned of `key`'s master is kept: its slot on a cluster, else 0.
+fn place(con: &Link, key: &[u8]) -> u16 {
+    #[cfg(feature = "cluster")]
+    if matches!(con, Link::Cluster(_)) {
+        return slot(key);
+    }
+    let _ = (con, key, slot);
+    0
+}
+
+/// The replicas `key`'s master has online, learned on `con` now if not known.
+pub(crate) fn online(links: &Links, con: &mut Link, key: &[u8]) -> RedisResult<usize> {
+    let place = place(con, key);
+    online_with(&links.learned, place, |cmds| con.exchange(key, cmds))
+}
+
+/// Sends `cmds` (writes that make or keep a grant on `key`) and the `WAIT` `policy` asks
+/// for a lock of `ttl`, in one round trip on `con`.
+pub(crate) fn replicated(
+    links: &Links,
+    con: &mut Link,
+    key: &[u8],
+    mut cmds: Vec<redis::Cmd>,
+    policy: Policy,
+    ttl: Duration,
+) -> RedisResult<Outcome> {
+    let required = if policy.off() {
+        0
+    } else {
+        policy.required(online(links, con, key)?, key)?
+    };
+    let count = cmds.len();
+    if required > 0 {
+        cmds.push(policy.wait_cmd(required, ttl));
+    }
+    let outcome = Outcome::of(con.exchange(key, &cmds)?, count, required);
+    if outcome.missing(key, "granted").is_some() {
+        links.learned.forget(place(con, key));
+    }
+    Ok(outcome)
+}

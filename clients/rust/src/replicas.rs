@@ -1,0 +1,390 @@
+//! `replicas`: a grant counts once the master's replicas have it (docs/clients.md,
+//! "Failover-safe by default"). The part without I/O: the setting, the `WAIT` it asks,
+//! what its answer means, and what a locker learned of its masters.
+//!
+//! Every write that makes or keeps a grant (an acquire, `lock_all`, an extend, the
+//! watchdog's extends) goes with `WAIT n timeout` on the same connection, pipelined in
+//! the same round trip (on a blocking cluster connection, right after it on the key's
+//! node). When fewer than `n` replicas acknowledge a grant in time, the grant is released
+//! at once by its token and the acquire answers an error that
+//! [`is_not_replicated`] recognizes.
+//!
+//! [`Replicas::Auto`] (the default) asks for 1 when the master has a replica online and
+//! for nothing on a master without one. What a locker learned of a master (`ROLE`, or
+//! `WAIT 0 0` for a user whose ACL denies `ROLE`) is learned again on a new connection,
+//! after a shortfall, and after [`RELEARN`]; a master that lists fewer replicas than
+//! before is taken at its former count for [`HOLD`] (a deposed master loses its replicas
+//! just before Sentinel demotes it, which it does after 8 s of a wrong role).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
+
+/// How long what was learned of a master is trusted.
+pub const RELEARN: Duration = Duration::from_secs(5);
+/// How long a master that lists fewer replicas than before counts at its former number.
+pub const HOLD: Duration = Duration::from_secs(15);
+/// The longest default wait for the replicas' acknowledgement.
+const MAX_DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+/// What a not-replicated grant's error starts with.
+const NOT_REPLICATED: &str = "NOTREPLICATED";
+
+/// How many replicas must acknowledge a grant (or an extend) before it counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Replicas {
+    /// 1 when the master has a replica online, none on a master without one.
+    #[default]
+    Auto,
+    /// Exactly this many (a master with fewer online refuses at once); 0 turns it off.
+    Exactly(usize),
+}
+
+/// Whether `err` is the error of a grant too few replicas acknowledged (the grant was
+/// released: nothing is held), or of a master with fewer replicas online than an
+/// explicit [`Replicas::Exactly`] asks for.
+pub fn is_not_replicated(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Extension && err.to_string().starts_with(NOT_REPLICATED)
+}
+
+/// Whether a not-replicated error is a refusal before anything was sent (a master with
+/// too few replicas online for `Exactly(n)`): trying again at once would not help.
+pub(crate) fn refused(err: &RedisError) -> bool {
+    is_not_replicated(err) && err.to_string().contains("replicas online")
+}
+
+/// What is left of an acquire's `wait` after `spent`, for a try after a grant too few
+/// replicas acknowledged: `None` when there is no wait or it is over.
+pub(crate) fn wait_left(wait: Option<Duration>, spent: Duration) -> Option<Duration> {
+    match wait {
+        Some(wait) if wait.is_zero() => Some(wait),
+        Some(wait) if spent < wait => Some((wait - spent).max(Duration::from_millis(1))),
+        _ => None,
+    }
+}
+
+fn not_replicated(detail: String) -> RedisError {
+    RedisError::from((ErrorKind::Extension, NOT_REPLICATED, detail))
+}
+
+/// A lock's replicas setting and timeout: the `WAIT` after each grant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Policy {
+    pub(crate) replicas: Replicas,
+    pub(crate) timeout: Option<Duration>,
+}
+
+impl Policy {
+    pub(crate) fn off(&self) -> bool {
+        self.replicas == Replicas::Exactly(0)
+    }
+
+    /// The acknowledgements a grant needs from a master with `online` replicas.
+    pub(crate) fn required(&self, online: usize, key: &[u8]) -> RedisResult<usize> {
+        match self.replicas {
+            Replicas::Auto => Ok(usize::from(online > 0)),
+            Replicas::Exactly(n) if online < n => Err(not_replicated(format!(
+                "{}: the master has {online} replicas online and {n} are required: not acquired",
+                String::from_utf8_lossy(key)
+            ))),
+            Replicas::Exactly(n) => Ok(n),
+        }
+    }
+
+    /// `WAIT required timeout-ms` for a lock of `ttl`: the timeout given, or a tenth of
+    /// the TTL, at most 1 s, never 0 (which `WAIT` reads as no limit).
+    pub(crate) fn wait_cmd(&self, required: usize, ttl: Duration) -> redis::Cmd {
+        let timeout = self
+            .timeout
+            .unwrap_or_else(|| (ttl / 10).min(MAX_DEFAULT_TIMEOUT));
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(required)
+            .arg(timeout.as_millis().clamp(1, u128::from(u64::MAX)) as u64);
+        cmd
+    }
+}
+
+/// The replies of a write that makes or keeps a grant, and of its `WAIT`.
+pub(crate) struct Outcome {
+    pub(crate) replies: Vec<RedisResult<Value>>,
+    pub(crate) required: usize,
+    pub(crate) answer: RedisResult<Value>,
+}
+
+impl Outcome {
+    /// Splits the replies of `count` writes from the `WAIT`'s (when `required` > 0).
+    pub(crate) fn of(mut replies: Vec<RedisResult<Value>>, count: usize, required: usize) -> Self {
+        let answer = if required > 0 {
+            replies.pop().unwrap_or(Ok(Value::Nil))
+        } else {
+            Ok(Value::Nil)
+        };
+        replies.truncate(count);
+        Outcome {
+            replies,
+            required,
+            answer,
+        }
+    }
+
+    /// The error of a shortfall (`what` the write did), or `None`.
+    pub(crate) fn missing(&self, key: &[u8], what: &str) -> Option<RedisError> {
+        shortfall(key, what, self.required, &self.answer)
+    }
+
+    /// The first write's reply as `T` (its error reply as `Err`).
+    pub(crate) fn first<T: redis::FromRedisValue>(&mut self) -> RedisResult<T> {
+        let reply = self.replies.remove(0)?;
+        Ok(T::from_redis_value(reply)?)
+    }
+
+    /// Whether every write answered 1 (each key still held).
+    pub(crate) fn all_held(&self) -> RedisResult<bool> {
+        let mut all = true;
+        for reply in &self.replies {
+            all &= bool::from_redis_value(reply.clone()?)?;
+        }
+        Ok(all)
+    }
+}
+
+/// The commands that learn what a master has: `ROLE` and `CLIENT INFO` (its address).
+pub(crate) fn learn_cmds() -> [redis::Cmd; 2] {
+    let mut info = redis::cmd("CLIENT");
+    info.arg("INFO");
+    [redis::cmd("ROLE"), info]
+}
+
+/// `WAIT 0 0`: the replicas that have this connection's writes, for a user without `ROLE`.
+pub(crate) fn count_cmd() -> redis::Cmd {
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(0).arg(0);
+    wait
+}
+
+/// What the learning commands answered: the replicas online and the server's address.
+pub(crate) fn learned_from(
+    mut replies: Vec<RedisResult<Value>>,
+    place: u16,
+) -> (RedisResult<Value>, String) {
+    let info = replies.pop().and_then(Result::ok);
+    let role = replies.pop().unwrap_or(Ok(Value::Nil));
+    let address = info
+        .as_ref()
+        .and_then(address_from)
+        .unwrap_or_else(|| format!("slot {place}"));
+    (role, address)
+}
+
+/// `None` when `answer` (the `WAIT`'s) counts `required` acknowledgements, else the
+/// error that says how many of how many did.
+pub(crate) fn shortfall(
+    key: &[u8],
+    what: &str,
+    required: usize,
+    answer: &RedisResult<Value>,
+) -> Option<RedisError> {
+    let acked = match answer {
+        Ok(Value::Int(n)) => usize::try_from(*n).unwrap_or(0),
+        _ => 0,
+    };
+    (required > 0 && acked < required).then(|| {
+        not_replicated(format!(
+            "{}: the lock was {what}, but only {acked} of {required} replicas acknowledged it in time",
+            String::from_utf8_lossy(key)
+        ))
+    })
+}
+
+/// The replicas online in a `ROLE` reply (a master lists them; a replica has none), or a
+/// `WAIT 0 0` answer.
+pub(crate) fn online_from(reply: &Value) -> usize {
+    match reply {
+        Value::Int(n) => usize::try_from(*n).unwrap_or(0),
+        Value::Array(items) => match (items.first(), items.get(2)) {
+            (Some(Value::BulkString(role)), Some(Value::Array(replicas))) if role == b"master" => {
+                replicas.len()
+            }
+            _ => 0,
+        },
+        _ => 0,
+    }
+}
+
+/// The server's own address from a `CLIENT INFO` reply (`laddr=`), to tell servers apart.
+pub(crate) fn address_from(reply: &Value) -> Option<String> {
+    let text = match reply {
+        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+        Value::VerbatimString { text, .. } => text.clone(),
+        Value::SimpleString(text) => text.clone(),
+        _ => return None,
+    };
+    text.split_whitespace()
+        .find_map(|field| field.strip_prefix("laddr="))
+        .map(str::to_string)
+}
+
+/// Whether `ROLE` was refused by the user's ACL (then `WAIT 0 0` counts instead).
+pub(crate) fn role_refused(reply: &RedisResult<Value>) -> bool {
+    matches!(reply, Err(err) if err.code() == Some("NOPERM"))
+}
+
+/// The cluster slot of `key` (CRC16 of its hash tag), where its master is.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// What a locker learned of its masters: per place (a slot on a cluster, else 0) the
+/// count, when, and on which connection (its generation); per server address the most
+/// replicas it was seen with, and since when it shows fewer.
+#[derive(Debug, Default)]
+pub(crate) struct Learned {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    places: HashMap<u16, (usize, Instant, u64)>,
+    seen: HashMap<String, (usize, Option<Instant>)>,
+}
+
+impl Learned {
+    /// The count learned for `place` on the connection of `generation`, if still trusted.
+    pub(crate) fn known(&self, place: u16, generation: u64) -> Option<usize> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        match inner.places.get(&place) {
+            Some(&(online, at, of)) if of == generation && at.elapsed() < RELEARN => Some(online),
+            _ => None,
+        }
+    }
+
+    /// Keeps what was learned; the count to go by (the former one within HOLD of a drop).
+    pub(crate) fn learn(
+        &self,
+        place: u16,
+        generation: u64,
+        address: String,
+        online: usize,
+    ) -> usize {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        let count = match inner.seen.get(&address).copied() {
+            Some((most, since)) if online < most => {
+                let since = since.unwrap_or(now);
+                if now.duration_since(since) < HOLD {
+                    inner.seen.insert(address, (most, Some(since)));
+                    most
+                } else {
+                    inner.seen.insert(address, (online, None));
+                    online
+                }
+            }
+            _ => {
+                inner.seen.insert(address, (online, None));
+                online
+            }
+        };
+        inner.places.insert(place, (count, now, generation));
+        count
+    }
+
+    /// Forgets every place (a new connection was made), keeping the servers' counts.
+    pub(crate) fn clear(&self) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.places.clear();
+    }
+
+    pub(crate) fn forget(&self, place: u16) {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.places.remove(&place);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_asks_for_one_replica_when_there_is_one() {
+        let auto = Policy {
+            replicas: Replicas::Auto,
+            timeout: None,
+        };
+        assert_eq!(auto.required(0, b"k").unwrap(), 0);
+        assert_eq!(auto.required(2, b"k").unwrap(), 1);
+        let two = Policy {
+            replicas: Replicas::Exactly(2),
+            timeout: None,
+        };
+        assert!(is_not_replicated(&two.required(1, b"k").unwrap_err()));
+        assert_eq!(two.required(3, b"k").unwrap(), 2);
+    }
+
+    #[test]
+    fn the_default_timeout_is_a_tenth_of_the_ttl_at_most_a_second_never_zero() {
+        let auto = Policy {
+            replicas: Replicas::Auto,
+            timeout: None,
+        };
+        let timeout = |ttl: Duration| match auto.wait_cmd(1, ttl).args_iter().nth(2) {
+            Some(redis::Arg::Simple(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            _ => String::new(),
+        };
+        assert_eq!(timeout(Duration::from_secs(5)), "500");
+        assert_eq!(timeout(Duration::from_secs(60)), "1000");
+        assert_eq!(timeout(Duration::from_millis(5)), "1");
+    }
+
+    #[test]
+    fn a_drop_is_held_then_followed() {
+        let learned = Learned::default();
+        assert_eq!(learned.learn(0, 1, "a".into(), 1), 1);
+        assert_eq!(learned.learn(0, 1, "a".into(), 0), 1, "held");
+        assert_eq!(learned.learn(0, 2, "b".into(), 0), 0, "another server");
+        assert_eq!(learned.known(0, 2), Some(0));
+        assert_eq!(learned.known(0, 3), None, "a new connection learns again");
+    }
+
+    #[test]
+    fn slots_follow_hash_tags() {
+        assert_eq!(slot(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"{user}:a"), slot(b"{user}:b"));
+        assert_eq!(slot(b"foo"), 12182);
+    }
+
+    #[test]
+    fn role_replies_count_the_replicas_a_master_lists() {
+        let master = Value::Array(vec![
+            Value::BulkString(b"master".to_vec()),
+            Value::Int(10),
+            Value::Array(vec![Value::Array(vec![])]),
+        ]);
+        assert_eq!(online_from(&master), 1);
+        assert_eq!(online_from(&Value::Int(2)), 2);
+        let info = Value::BulkString(b"id=3 addr=127.0.0.1:5 laddr=127.0.0.1:7379 fd=8".to_vec());
+        assert_eq!(address_from(&info).as_deref(), Some("127.0.0.1:7379"));
+    }
+}

@@ -1,0 +1,200 @@
+//! `replicas` (docs/clients.md, "Failover-safe by default"): a grant counts once a
+//! replica of the master has it. A master with one real replica, frozen with `SIGSTOP`
+//! where a test needs it, and masters without one.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::common::*;
+use redis_lock_client::{
+    LockOptions, Locker, Redlock, RedlockOptions, Replicas, aio, is_not_replicated,
+};
+
+fn ttl(ms: u64) -> LockOptions {
+    LockOptions::new(Duration::from_millis(ms))
+}
+
+/// `server` stopped (`SIGSTOP`) while the guard lives, continued when it drops.
+struct Frozen(u32);
+
+fn freeze(server: &TestServer) -> Frozen {
+    let pid = server.pid().expect("running");
+    let status = Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status();
+    assert!(status.expect("kill").success());
+    Frozen(pid)
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+/// A master with a replica in sync.
+fn master_with_replica() -> (TestServer, TestServer) {
+    let master = TestServer::start();
+    let replica = start_replica(&master, &[]);
+    sync_replicas(&mut master.connection(), 1);
+    (master, replica)
+}
+
+#[test]
+fn a_grant_and_its_extends_wait_for_one_replica_in_the_same_round_trip() {
+    let (master, _replica) = master_with_replica();
+    let mut admin = master.connection();
+    let locker = Locker::new(master.client());
+    locker
+        .acquire("r", &ttl(10_000))
+        .unwrap()
+        .expect("granted")
+        .release()
+        .unwrap();
+    let (waits, roles) = (
+        command_calls(&mut admin, "wait"),
+        command_calls(&mut admin, "role"),
+    );
+    for _ in 0..3 {
+        let lock = locker.acquire("r", &ttl(10_000)).unwrap().expect("granted");
+        assert!(lock.extend(Duration::from_secs(10)).unwrap());
+        assert!(lock.release().unwrap());
+    }
+    assert_eq!(command_calls(&mut admin, "wait") - waits, 6);
+    assert_eq!(
+        command_calls(&mut admin, "role"),
+        roles,
+        "learned once, not per grant"
+    );
+}
+
+#[test]
+fn a_grant_no_replica_acknowledges_is_released_and_an_error() {
+    let (master, replica) = master_with_replica();
+    let mut admin = master.connection();
+    let locker = Locker::new(master.client());
+    let options = ttl(10_000).replicas_timeout(Duration::from_millis(100));
+    locker
+        .acquire("r", &options)
+        .unwrap()
+        .expect("granted")
+        .release()
+        .unwrap();
+    {
+        let _frozen = freeze(&replica);
+        let err = locker.acquire("r", &options).unwrap_err();
+        assert!(is_not_replicated(&err), "{err}");
+        assert!(err.to_string().contains("0 of 1 replicas"), "{err}");
+        assert!(!exists(&mut admin, "r"), "released at once");
+        let started = Instant::now();
+        let err = locker
+            .acquire("r", &options.clone().wait(Duration::from_millis(400)))
+            .unwrap_err();
+        assert!(is_not_replicated(&err) && started.elapsed() >= Duration::from_millis(350));
+        let err = locker.lock_all(&[b"{t}a", b"{t}b"], &options).unwrap_err();
+        assert!(is_not_replicated(&err), "{err}");
+        assert!(!exists(&mut admin, "{t}a") && !exists(&mut admin, "{t}b"));
+    }
+    sync_replicas(&mut admin, 1);
+    let lock = locker.acquire("r", &options.clone().wait(Duration::from_secs(5)));
+    let lock = lock.unwrap().expect("granted with the replica back");
+    {
+        let _frozen = freeze(&replica);
+        let err = lock.extend(Duration::from_secs(20)).unwrap_err();
+        assert!(is_not_replicated(&err), "{err}");
+        assert!(
+            exists(&mut admin, "r"),
+            "an extend not replicated keeps the lock"
+        );
+    }
+    assert!(lock.release().unwrap());
+}
+
+#[test]
+fn replicas_zero_sends_no_wait_and_more_than_the_master_has_are_refused() {
+    let (master, _replica) = master_with_replica();
+    let mut admin = master.connection();
+    let locker = Locker::new(master.client());
+    let waits = command_calls(&mut admin, "wait");
+    let off = ttl(10_000).replicas(Replicas::Exactly(0));
+    let lock = locker.acquire("r", &off).unwrap().expect("granted");
+    assert!(lock.extend(Duration::from_secs(5)).unwrap());
+    assert!(lock.release().unwrap());
+    assert_eq!(command_calls(&mut admin, "wait"), waits);
+    let two = ttl(10_000).replicas(Replicas::Exactly(2));
+    let err = locker.acquire("r", &two).unwrap_err();
+    assert!(
+        is_not_replicated(&err) && err.to_string().contains("1 replicas online"),
+        "{err}"
+    );
+    assert!(!exists(&mut admin, "r"));
+}
+
+#[test]
+fn a_master_without_replicas_grants_without_a_wait_and_redlock_asks_each_master() {
+    let masters: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
+    let mut admin = masters[0].connection();
+    let waits = command_calls(&mut admin, "wait");
+    let lock = Locker::new(masters[0].client())
+        .acquire("r", &ttl(10_000))
+        .unwrap();
+    assert!(lock.expect("granted").release().unwrap());
+    let redlock = Redlock::new(masters.iter().map(TestServer::client).collect());
+    let guard = redlock
+        .lock("r", &RedlockOptions::new(Duration::from_secs(10)))
+        .unwrap();
+    assert_eq!(guard.release(), 3);
+    assert_eq!(command_calls(&mut admin, "wait"), waits);
+}
+
+#[test]
+fn redlock_counts_a_master_whose_replica_did_not_acknowledge_as_a_vote_against() {
+    let (master, replica) = master_with_replica();
+    let others: Vec<TestServer> = (0..2).map(|_| TestServer::start()).collect();
+    let clients = vec![master.client(), others[0].client(), others[1].client()];
+    let redlock = Redlock::new(clients);
+    let options = RedlockOptions::new(Duration::from_secs(10)).retry_count(0);
+    let _frozen = freeze(&replica);
+    let guard = redlock
+        .lock("r", &options)
+        .expect("a quorum of the other two");
+    assert!(
+        !exists(&mut master.connection(), "r"),
+        "released where not replicated"
+    );
+    assert_eq!(guard.release(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_locker_waits_releases_and_refuses_the_same_way() {
+    let (master, replica) = master_with_replica();
+    let mut admin = master.connection();
+    let locker = aio::Locker::new(master.client());
+    let options = ttl(10_000).replicas_timeout(Duration::from_millis(100));
+    let lock = locker
+        .acquire("r", &options)
+        .await
+        .unwrap()
+        .expect("granted");
+    let waits = command_calls(&mut admin, "wait");
+    assert!(lock.extend(Duration::from_secs(10)).await.unwrap());
+    assert!(lock.release().await.unwrap());
+    assert_eq!(command_calls(&mut admin, "wait") - waits, 1);
+    let _frozen = freeze(&replica);
+    let err = locker.acquire("r", &options).await.unwrap_err();
+    assert!(is_not_replicated(&err), "{err}");
+    assert!(!exists(&mut admin, "r"));
+    let err = locker
+        .acquire("r", &options.clone().wait(Duration::from_millis(300)))
+        .await
+        .unwrap_err();
+    assert!(is_not_replicated(&err), "{err}");
+    let err = locker
+        .lock_all(&[b"{t}a", b"{t}b"], &options)
+        .await
+        .unwrap_err();
+    assert!(is_not_replicated(&err), "{err}");
+    assert!(!exists(&mut admin, "r") && !exists(&mut admin, "{t}a"));
+}
