@@ -8,7 +8,9 @@ import { performance } from 'node:perf_hooks';
 
 const require = createRequire(new URL('../node/package.json', import.meta.url));
 const Redis = require('ioredis');
-const { Locker, Redlock, ResourceLockedError, LockLostError, ExecutionError } = require('./index.cjs');
+const {
+  Locker, Redlock, ResourceLockedError, NotReplicatedError, LockLostError, ExecutionError,
+} = require('./index.cjs');
 
 const FEATURES = new Set(['redlock', 'watchdog']);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -71,6 +73,7 @@ function options(words) {
 
 /** How the package reported a failure, as the scenarios write it. */
 function outcomeOf(error) {
+  if (error instanceof NotReplicatedError) return error.refused ? 'too-few-replicas' : 'not-replicated';
   if (error instanceof ResourceLockedError) return 'busy';
   if (error instanceof RangeError || error instanceof TypeError) return 'invalid';
   if (error && error.name === 'ReplyError') {
@@ -93,6 +96,7 @@ async function released(releasing) {
 
 class Driver {
   constructor(ports, pids) {
+    this.ports = ports;
     this.clients = ports.map((port) => new Redis(port, { lazyConnect: false }));
     this.pids = pids;
     this.locker = new Locker(this.clients[0]);
@@ -108,17 +112,19 @@ class Driver {
     for (const client of this.clients) client.disconnect();
   }
 
-  async lock(name, key, ttl, { wait, watchdog } = {}) {
+  async lock(name, key, ttl, { wait, watchdog, replicas, on = 0 } = {}) {
     const settings = wait === undefined ? {} : { wait };
+    if (replicas !== undefined) settings.replicas = replicas;
+    const locker = on === 0 ? this.locker : new Locker(this.clients[on]);
     try {
       if (!watchdog) {
-        this.locks.set(name, { lock: await this.locker.acquire(key, ttl, settings) });
+        this.locks.set(name, { lock: await locker.acquire(key, ttl, settings) });
         return 'granted';
       }
       // The watchdog is `using`: it holds the lock while the routine runs.
       const held = {};
       const started = new Promise((resolve, reject) => {
-        held.finished = this.locker.using(key, ttl, settings, (signal, lock) => {
+        held.finished = locker.using(key, ttl, settings, (signal, lock) => {
           Object.assign(held, { signal, lock });
           resolve();
           return new Promise((done) => { held.done = done; });
@@ -147,6 +153,7 @@ class Driver {
       return 'true';
     } catch (error) {
       if (error instanceof LockLostError) return 'false';
+      if (error instanceof NotReplicatedError) return 'not-replicated';
       throw error;
     }
   }
@@ -188,7 +195,7 @@ class Driver {
     if (retries !== undefined) settings.retryCount = retries;
     if (delay !== undefined) settings.retryDelay = delay;
     if (jitter !== undefined) settings.retryJitter = jitter;
-    const redlock = new Redlock(this.clients, settings);
+    const redlock = new Redlock(this.clients.slice(0, 3), settings);
     const entry = { redlock };
     this.redlocks.set(name, entry);
     try {
@@ -220,6 +227,22 @@ class Driver {
 
 class Failed extends Error {}
 
+/** How many calls of `command` an `INFO commandstats` reply counts. */
+function callsOf(info, command) {
+  const line = String(info).split(/\r?\n/).find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
+  return line ? Number(/calls=(\d+)/.exec(line)[1]) : 0;
+}
+
+/** Server 3 a replica of master 0 again, in sync with master 0's flush. */
+async function attachReplica(driver) {
+  if (driver.clients.length < 4) return;
+  await driver.server(3, ['REPLICAOF', '127.0.0.1', String(driver.ports[0])]);
+  const deadline = performance.now() + 15_000;
+  while (Number(await driver.server(0, ['WAIT', '1', '100'])) !== 1) {
+    if (performance.now() > deadline) throw new Error('the replica of master 0 did not catch up');
+  }
+}
+
 async function step(driver, words, state) {
   const [verb, ...args] = words;
   switch (verb) {
@@ -235,6 +258,7 @@ async function step(driver, words, state) {
     case 'held': return driver.held(args[0]);
     case 'lost': return driver.lostWithin(args[0], Number(args[2]));
     case 'server': return shown(await driver.server(Number(args[0]), args.slice(1)));
+    case 'calls': return String(callsOf(await driver.server(Number(args[0]), ['INFO', 'commandstats']), args[1]));
     case 'eventually': {
       const [index, command, limit] = [Number(args[0]), args.slice(1, -2), Number(args.at(-1))];
       const deadline = performance.now() + limit;
@@ -275,6 +299,7 @@ async function run(scenario, makeDriver) {
   const state = { frozen: new Set(), took: 0, expected: null };
   try {
     for (let i = 0; i < 3; i += 1) await driver.server(i, ['FLUSHALL']);
+    await attachReplica(driver);
     for (const { text, words, expected: written, overrides } of scenario.steps) {
       const expected = overrides.node ?? written;
       state.expected = expected;

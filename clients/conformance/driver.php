@@ -9,6 +9,7 @@
 require __DIR__ . '/../php/autoload.php';
 
 use RedisLock\LockException;
+use RedisLock\NotReplicatedException;
 use RedisLock\RedisLock;
 use RedisLock\Redlock;
 
@@ -77,6 +78,9 @@ function matches(string $got, string $expected): bool
 /** How the package reported a failure: a server's error reply, or a refused argument. */
 function outcomeOf(Throwable $error): string
 {
+    if ($error instanceof NotReplicatedException) {
+        return $error->refused ? 'too-few-replicas' : 'not-replicated';
+    }
     if ($error instanceof LockException) {
         if (preg_match('/^[A-Z.]+: ([A-Z]+) /', $error->getMessage(), $m)) {
             return $m[1] === 'ERR' ? 'invalid' : 'error ' . $m[1];
@@ -118,7 +122,7 @@ final class Driver
     public function lock(string $name, string $key, int $ttl, array $options): string
     {
         // One object per holder (each has its own tokens); keys without the 'Lock:' prefix.
-        $locks = new RedisLock($this->clients[0], '');
+        $locks = new RedisLock($this->clients[$options['on'] ?? 0], '', null, $options['replicas'] ?? 'auto');
         $this->locks[$name] = [$locks, $key];
         try {
             $wait = isset($options['wait']) ? $options['wait'] / 1000 : 0;
@@ -143,7 +147,11 @@ final class Driver
     public function extend(string $name, int $ttl): string
     {
         [$locks, $key] = $this->locks[$name];
-        return $locks->expire($key, $ttl / 1000) ? 'true' : 'false';
+        try {
+            return $locks->expire($key, $ttl / 1000) ? 'true' : 'false';
+        } catch (NotReplicatedException $e) {
+            return 'not-replicated';
+        }
     }
 
     public function do(string $name, array $args): string
@@ -197,7 +205,7 @@ final class Driver
                 $settings[$setting] = $options[$word];
             }
         }
-        $redlock = new Redlock($this->clients, $settings);
+        $redlock = new Redlock(array_slice($this->clients, 0, 3), $settings);
         $lock = $redlock->lock($key, $ttl);
         $this->redlocks[$name] = [$redlock, $lock, $lock === false ? 0 : $lock['validity']];
         return $lock === false ? 'refused' : 'granted';
@@ -264,6 +272,8 @@ function step(Driver $driver, array $words, array &$state): ?string
                 throw new Failed("fence $high is not above $low");
             }
             return null;
+        case 'calls':
+            return (string) callsOf($driver->server((int) $args[0], ['INFO', 'commandstats']), $args[1]);
         case 'server':
             return shown($driver->server((int) $args[0], array_slice($args, 1)));
         case 'eventually':
@@ -308,6 +318,28 @@ function step(Driver $driver, array $words, array &$state): ?string
     throw new Exception("unknown step $verb");
 }
 
+/** How many calls of `$command` an `INFO commandstats` reply counts. */
+function callsOf($info, string $command): int
+{
+    preg_match('/^cmdstat_' . preg_quote(strtolower($command), '/') . ':calls=(\d+)/m', (string) $info, $m);
+    return (int) ($m[1] ?? 0);
+}
+
+/** Server 3 a replica of master 0 again, in sync with master 0's flush. */
+function attachReplica(Driver $driver, array $ports): void
+{
+    if (count($ports) < 4) {
+        return;
+    }
+    $driver->server(3, ['REPLICAOF', '127.0.0.1', (string) $ports[0]]);
+    $deadline = microtime(true) + 15;
+    while ($driver->server(0, ['WAIT', '1', '100']) !== 1) {
+        if (microtime(true) > $deadline) {
+            throw new RuntimeException('the replica of master 0 did not catch up');
+        }
+    }
+}
+
 function runScenario(array $scenario, array $ports, array $pids): string
 {
     $driver = new Driver($ports, $pids);
@@ -316,6 +348,7 @@ function runScenario(array $scenario, array $ports, array $pids): string
         for ($i = 0; $i < 3; $i++) {
             $driver->server($i, ['FLUSHALL']);
         }
+        attachReplica($driver, $ports);
         foreach ($scenario['steps'] as $s) {
             $expected = $s['overrides']['php'] ?? $s['expected'];
             $state['expected'] = $expected;

@@ -12,7 +12,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python", "src"))
 
 import redis  # noqa: E402
-from redis_lock_module import Lock, LockError, LockLostError, Redlock  # noqa: E402
+from redis_lock_module import (  # noqa: E402
+    Lock, LockError, LockLostError, LockNotReplicatedError, Redlock,
+)
 
 from scenarios import run_all  # noqa: E402
 
@@ -41,14 +43,17 @@ class Driver:
         for client in self.clients + self.raw:
             client.close()
 
-    def lock(self, name, key, ttl, wait=None, watchdog=False):
+    def lock(self, name, key, ttl, wait=None, watchdog=False, replicas="auto", on=0):
         lost = threading.Event()
         self.lost[name] = lost
         try:
-            lock = Lock(self.clients[0], key, timeout=ttl / 1000, blocking=wait is not None,
+            lock = Lock(self.clients[on], key, timeout=ttl / 1000, blocking=wait is not None,
                         blocking_timeout=None if wait is None else wait / 1000,
-                        watchdog=watchdog, on_lost=lambda _lock: lost.set())
+                        watchdog=watchdog, on_lost=lambda _lock: lost.set(),
+                        replicas=replicas)
             granted = lock.acquire()
+        except LockNotReplicatedError as error:
+            return "too-few-replicas" if error.refused else "not-replicated"
         except (ValueError, TypeError):
             return "invalid"
         except redis.ResponseError as error:
@@ -57,7 +62,7 @@ class Driver:
         if granted:
             self.locks[name] = lock
             return "granted"
-        return "busy"
+        return "not-replicated" if lock.not_replicated is not None else "busy"
 
     def release(self, name):
         try:
@@ -69,6 +74,8 @@ class Driver:
     def extend(self, name, ttl):
         try:
             return str(self.locks[name].extend(ttl / 1000, replace_ttl=True)).lower()
+        except LockNotReplicatedError:
+            return "not-replicated"
         except LockError:
             return "false"
 
@@ -105,7 +112,7 @@ class Driver:
             options["retry_delay"] = delay / 1000
         if jitter is not None:
             options["retry_jitter"] = jitter / 1000
-        lock = Redlock(self.clients, key, ttl / 1000, **options)
+        lock = Redlock(self.clients[:3], key, ttl / 1000, **options)
         self.redlocks[name] = lock
         return "granted" if lock.acquire() else "refused"
 
@@ -122,4 +129,4 @@ class Driver:
 if __name__ == "__main__":
     ports = [int(p) for p in os.environ["CONFORMANCE_PORTS"].split(",")]
     pids = [int(p) for p in os.environ["CONFORMANCE_PIDS"].split(",")]
-    sys.exit(run_all(sys.argv[1], "python", FEATURES, lambda: Driver(ports, pids)))
+    sys.exit(run_all(sys.argv[1], "python", FEATURES, lambda: Driver(ports, pids), ports))

@@ -90,6 +90,8 @@ def step(driver, words, state):
         return driver.lost_within(args[0], int(args[2]))
     if verb == "server":
         return shown(driver.server(int(args[0]), args[1:]))
+    if verb == "calls":
+        return str(calls(driver.server(int(args[0]), ["INFO", "commandstats"]), args[1]))
     if verb == "eventually":
         index, command, limit = int(args[0]), args[1:-2], int(args[-1])
         deadline = time.monotonic() + limit / 1000
@@ -124,12 +126,34 @@ def step(driver, words, state):
     raise ValueError(f"unknown step {verb!r}")
 
 
-def run(scenario, package, make_driver):
+def calls(info, command):
+    """How many calls of `command` an `INFO commandstats` reply counts."""
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    for line in text.splitlines():
+        if line.startswith(f"cmdstat_{command.lower()}:"):
+            return int(line.split("calls=", 1)[1].split(",", 1)[0])
+    return 0
+
+
+def attach_replica(driver, ports):
+    """Server 3 a replica of master 0 again, in sync with master 0's flush (its raw
+    connection's `WAIT 1` answers 1 once the replica has it)."""
+    if len(ports) < 4:
+        return
+    driver.server(3, ["REPLICAOF", "127.0.0.1", str(ports[0])])
+    deadline = time.monotonic() + 15
+    while driver.server(0, ["WAIT", "1", "100"]) != 1:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the replica of master 0 did not catch up")
+
+
+def run(scenario, package, make_driver, ports=()):
     driver = make_driver()
     state = {"frozen": set(), "took": 0.0, "expected": None}
     try:
         for client_index in range(3):
             driver.server(client_index, ["FLUSHALL"])
+        attach_replica(driver, ports)
         for text, words, expected, overrides in scenario["steps"]:
             expected = overrides.get(package, expected)
             state["expected"] = expected
@@ -150,7 +174,7 @@ def run(scenario, package, make_driver):
         driver.close()
 
 
-def run_all(path, package, features, make_driver):
+def run_all(path, package, features, make_driver, ports=()):
     failed = 0
     for scenario in parse(path):
         missing = [need for need in scenario["needs"] if need not in features]
@@ -158,7 +182,7 @@ def run_all(path, package, features, make_driver):
             print(f"skip {scenario['name']}: the {package} package has no {missing[0]}", flush=True)
             continue
         try:
-            line = run(scenario, package, make_driver)
+            line = run(scenario, package, make_driver, ports)
         except Exception:
             line = f"FAIL {scenario['name']}: {traceback.format_exc().strip()}"
         failed += line.startswith("FAIL")

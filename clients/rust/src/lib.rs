@@ -102,5 +102,5 @@ pub use election::{Election, Leader};
 pub use lost::{LockLost, LostReason};
 pub use options::LockOptions;
 pub use redlock::{Redlock, RedlockError, RedlockGuard, RedlockOptions};
-pub use replicas::{HOLD, RELEARN, Replicas, is_not_replicated};
+pub use replicas::{HOLD, RELEARN, Replicas, is_not_replicated, is_too_few_replicas};
 pub use token::new_token;

@@ -48,10 +48,15 @@ pub fn is_not_replicated(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Extension && err.to_string().starts_with(NOT_REPLICATED)
 }
 
-/// Whether a not-replicated error is a refusal before anything was sent (a master with
-/// too few replicas online for `Exactly(n)`): trying again at once would not help.
-pub(crate) fn refused(err: &RedisError) -> bool {
+/// Whether `err` refused an acquire before anything was sent: the master had fewer
+/// replicas online than [`Replicas::Exactly`] asks for (trying again at once would not
+/// help). [`is_not_replicated`] is true for it too.
+pub fn is_too_few_replicas(err: &RedisError) -> bool {
     is_not_replicated(err) && err.to_string().contains("replicas online")
+}
+
+pub(crate) fn refused(err: &RedisError) -> bool {
+    is_too_few_replicas(err)
 }
 
 /// What is left of an acquire's `wait` after `spent`, for a try after a grant too few

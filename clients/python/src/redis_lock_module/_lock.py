@@ -77,12 +77,14 @@ class Lock(LockState):
         lasts, then LockNotReplicatedError."""
         encoded = self._new_token(token)
         waiting = _protocol.Waiting(self._wait_ms(blocking, blocking_timeout))
+        self.not_replicated = None
         while True:
             try:
                 granted = self.do_acquire(encoded, waiting.left_ms())
             except LockNotReplicatedError as error:
                 if waiting.again(error):
                     continue
+                self.not_replicated = error
                 return False
             break
         if granted is None:

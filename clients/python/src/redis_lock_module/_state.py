@@ -15,6 +15,7 @@ from redis.exceptions import ResponseError
 from . import _protocol
 from ._protocol import Number, Token
 from ._replicas import AUTO, Replicas
+from .exceptions import LockNotReplicatedError
 from .exceptions import LockError, LockLostError, LockNotOwnedError, lock_error
 
 logger = logging.getLogger("redis_lock_module")
@@ -59,6 +60,9 @@ class LockState:
         self._mode = _protocol.mode_args(shared, limit)
         self.replicas = replicas
         self._replicas = Replicas(replicas, replicas_timeout, self._ttl_ms)
+        #: Why the last `acquire` answered False, when a grant was made but too few
+        #: replicas acknowledged it (it was released): that LockNotReplicatedError.
+        self.not_replicated: Optional[LockNotReplicatedError] = None
         if watchdog and timeout is None:
             raise ValueError("watchdog=True needs a timeout: a lock without one never expires")
         if blocking_timeout is not None:

@@ -50,12 +50,14 @@ class Lock(LockState):
         """See `redis_lock_module.Lock.acquire`."""
         encoded = self._new_token(token)
         waiting = _protocol.Waiting(self._wait_ms(blocking, blocking_timeout))
+        self.not_replicated = None
         while True:
             try:
                 granted = await self.do_acquire(encoded, waiting.left_ms())
             except LockNotReplicatedError as error:
                 if waiting.again(error):
                     continue
+                self.not_replicated = error
                 return False
             break
         if granted is None:

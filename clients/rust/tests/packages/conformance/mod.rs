@@ -1,7 +1,8 @@
 //! The conformance suite (docs/clients.md, "One behaviour in every package"): the
 //! scenarios of `clients/conformance/scenarios.txt`, run by each package's driver (Rust
-//! here, Python, Node and PHP as programs) against three real masters with the module,
-//! faults included (a master stopped with `SIGSTOP`). Each failing scenario is reported
+//! here, Python, Node and PHP as programs) against three real masters with the module
+//! and a real replica of the first, faults included (a master or the replica stopped
+//! with `SIGSTOP`). Each failing scenario is reported
 //! by package and name.
 
 mod rust_driver;
@@ -10,7 +11,7 @@ mod scenarios;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{TestServer, python::python};
+use crate::common::{TestServer, python::python, start_replica};
 
 /// A driver program's report lines, killed if it runs past a deadline.
 fn program(interpreter: &str, driver: &str, servers: &[TestServer]) -> (Vec<String>, String) {
@@ -74,7 +75,9 @@ fn problems(package: &str, lines: &[String], all: &[scenarios::Scenario]) -> Vec
 
 #[test]
 fn every_package_behaves_as_the_conformance_scenarios_say() {
-    let servers: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
+    let mut servers: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
+    let replica = start_replica(&servers[0], &[]);
+    servers.push(replica);
     let text =
         std::fs::read_to_string(scenarios::dir().join("scenarios.txt")).expect("scenarios.txt");
     let all = scenarios::parse(&text);

@@ -8,7 +8,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use redis::Value;
-use redis_lock_client::{Lock, LockOptions, Locker, Redlock, RedlockGuard, RedlockOptions};
+use redis_lock_client::{
+    Lock, LockOptions, Locker, Redlock, RedlockGuard, RedlockOptions, Replicas, is_not_replicated,
+    is_too_few_replicas,
+};
 
 use super::scenarios::{Scenario, matches, options};
 use crate::common::TestServer;
@@ -65,6 +68,12 @@ fn in_range(what: &str, value: Duration, bounds: &[String]) -> Result<Option<Str
 /// An error as the scenarios write it: `invalid` for a refused argument (the server's
 /// `ERR`), else `error CODE`.
 fn outcome_of(err: &redis::RedisError) -> String {
+    if is_too_few_replicas(err) {
+        return "too-few-replicas".into();
+    }
+    if is_not_replicated(err) {
+        return "not-replicated".into();
+    }
     match err.code() {
         Some("ERR") => "invalid".into(),
         Some(code) => format!("error {code}"),
@@ -95,7 +104,18 @@ impl<'a> Driver<'a> {
         if found.contains_key("watchdog") {
             options = options.watchdog();
         }
-        match self.locker.acquire(words[1].as_str(), &options) {
+        if let Some(replicas) = found.get("replicas") {
+            options = options.replicas(Replicas::Exactly(*replicas as usize));
+        }
+        let on = found.get("on").copied().unwrap_or(0) as usize;
+        let other;
+        let locker = if on == 0 {
+            &self.locker
+        } else {
+            other = Locker::open(&self.servers[on].url()).expect("a locker");
+            &other
+        };
+        match locker.acquire(words[1].as_str(), &options) {
             Ok(Some(lock)) => {
                 self.fences.insert(words[0].clone(), lock.fence());
                 self.locks.insert(words[0].clone(), Some(lock));
@@ -147,7 +167,7 @@ impl<'a> Driver<'a> {
                 ms(*found.get("jitter").unwrap_or(&100)),
             );
         }
-        let urls: Vec<String> = self.servers.iter().map(TestServer::url).collect();
+        let urls: Vec<String> = self.servers[..3].iter().map(TestServer::url).collect();
         let urls: Vec<&str> = urls.iter().map(String::as_str).collect();
         let redlock = Redlock::open(&urls).expect("a Redlock");
         let (outcome, result) = match redlock.lock(words[1].as_str(), &options) {
@@ -173,10 +193,11 @@ impl<'a> Driver<'a> {
                 None => "false".into(),
             },
             "extend" => match self.locks[&args[0]].as_ref() {
-                Some(lock) => lock
-                    .extend(ms(args[1].parse().expect("a ttl")))
-                    .map_err(|e| e.to_string())?
-                    .to_string(),
+                Some(lock) => match lock.extend(ms(args[1].parse().expect("a ttl"))) {
+                    Ok(extended) => extended.to_string(),
+                    Err(err) if is_not_replicated(&err) => "not-replicated".into(),
+                    Err(err) => return Err(err.to_string()),
+                },
                 None => "false".into(),
             },
             "do" => {
@@ -204,6 +225,11 @@ impl<'a> Driver<'a> {
                 self.held(&args[0]).wait_lost(within).is_some().to_string()
             }
             "server" => self.server(args[0].parse().expect("an index"), &args[1..]),
+            "calls" => {
+                let index = args[0].parse().expect("an index");
+                let info = self.server(index, &["INFO".into(), "commandstats".into()]);
+                calls(&info, &args[1]).to_string()
+            }
             "eventually" => {
                 let index = args[0].parse().expect("an index");
                 let deadline = Instant::now() + ms(args[args.len() - 1].parse().expect("ms"));
@@ -245,6 +271,45 @@ impl<'a> Driver<'a> {
     }
 }
 
+/// How many calls of `command` an `INFO commandstats` reply counts.
+fn calls(info: &str, command: &str) -> u64 {
+    let prefix = format!("cmdstat_{}:calls=", command.to_lowercase());
+    info.lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+impl Driver<'_> {
+    /// Server 3 a replica of master 0 again, in sync with master 0's flush (a `WAIT 1`
+    /// on the connection that flushed answers 1 once the replica has it).
+    fn attach_replica(&mut self) {
+        let Some(replica) = self.servers.get(3) else {
+            return;
+        };
+        let _: Value = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(self.servers[0].port)
+            .query(&mut replica.connection())
+            .expect("REPLICAOF");
+        let _: () = redis::cmd("FLUSHALL")
+            .query(&mut self.raw[0])
+            .expect("FLUSHALL");
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while redis::cmd("WAIT")
+            .arg(1)
+            .arg(100)
+            .query::<i64>(&mut self.raw[0])
+            != Ok(1)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the replica of master 0 did not catch up"
+            );
+        }
+    }
+}
+
 impl Drop for Driver<'_> {
     fn drop(&mut self) {
         for index in self.frozen.clone() {
@@ -262,12 +327,13 @@ pub fn run(scenario: &Scenario, servers: &[TestServer]) -> String {
     {
         return format!("skip {}: the rust package has no {missing}", scenario.name);
     }
-    for server in servers {
+    for server in &servers[..3] {
         let _: () = redis::cmd("FLUSHALL")
             .query(&mut server.connection())
             .expect("FLUSHALL");
     }
     let mut driver = Driver::new(servers);
+    driver.attach_replica();
     for step in &scenario.steps {
         let expected = step.expected("rust");
         let started = Instant::now();
