@@ -21,6 +21,7 @@ class Options:
     fault_seconds: float         # how long a fault lasts (twice that for a failover)
     ttl: int                     # the locks' TTL, ms
     workers: int                 # per system
+    node_workers: int            # more of the module's, on the Node package
     keys: int                    # locks per system
     counts: str                  # where to write the counts too, or ""
     min_replicas: int            # min-replicas-to-write on every node
@@ -51,6 +52,8 @@ def parser(description):
     p.add_argument("--fault-seconds", type=float, default=3.0)
     p.add_argument("--ttl", type=int, default=1000, help="the locks' TTL in ms")
     p.add_argument("--workers", type=int, default=3, help="per system")
+    p.add_argument("--node-workers", type=int, default=2,
+                   help="more workers of the module's, written with the Node package (clients/node)")
     p.add_argument("--keys", type=int, default=2, help="locks per system")
     p.add_argument("--counts", default="",
                    help="also write the counts here: one 'phase<TAB>system<TAB>what<TAB>n' a line")

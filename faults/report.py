@@ -14,14 +14,15 @@ def markdown(rows, o, version, run, operations, seconds):
         "",
         f"`python3 -m faults --server {o.server} --nemeses {o.nemeses}"
         + (f" --mixed {o.mixed}" if o.mixed else "") + f" --seed {o.seed} --fault-seconds {o.fault_seconds:g}"
-        + f" --ttl {o.ttl} --workers {o.workers} --keys {o.keys}"
+        + f" --ttl {o.ttl} --workers {o.workers} --node-workers {o.node_workers} --keys {o.keys}"
         + (f" --min-replicas {o.min_replicas}" if o.min_replicas else "")
         + (f" --wait-replicas {o.wait_replicas}" if o.wait_replicas else "")
         + (f" --replicas {o.replicas}" if o.replicas != "auto" else "")
         + (" --unchecked-store" if o.unchecked_store else "") + "`",
         "",
         f"{seconds:.0f} s, {operations} operations logged, {o.workers} workers and {o.keys} "
-        f"lock(s) per system, TTL {o.ttl} ms, clock jumps by {', '.join(clocks)}.",
+        f"lock(s) per system (and {o.node_workers} more of the module's on the Node package), "
+        f"TTL {o.ttl} ms, clock jumps by {', '.join(clocks)}.",
         "",
     ]
     out += [f"- {note}" for note in run.notes]

@@ -39,9 +39,12 @@ class Workers:
         self.all = []
 
     def start(self):
-        """Starts `workers` processes per system, each with its own address and seed."""
+        """Starts `workers` processes per system, each with its own address and seed, and
+        `node_workers` more of the module's written with the Node package."""
         for system in SYSTEMS:
             keys = ",".join(f"{system[0]}{k}" for k in range(self.o.keys))
+            if system == "module":
+                self._start_node_workers(keys)
             for i in range(self.o.workers):
                 address = f"127.0.0.{20 + len(self.all)}"
                 worker = WorkerOptions(
@@ -55,6 +58,23 @@ class Workers:
                 proc = subprocess.Popen([sys.executable, "-m", "faults.worker", *worker.args()],
                                         stdin=subprocess.DEVNULL, cwd=ROOT)
                 self.all.append(WorkerProc(system, i, address, proc, worker.state))
+
+    def _start_node_workers(self, keys):
+        """The module's workers on the Node package (`node_worker.mjs`), named after the
+        Python ones (module-<workers>, ...): they take the same locks."""
+        for n in range(self.o.node_workers):
+            i = self.o.workers + n
+            address = f"127.0.0.{20 + len(self.all)}"
+            history = os.path.join(self.dir, f"module-{i}.jsonl")
+            state = os.path.join(self.dir, f"module-{i}.state")
+            args = ["--id", str(i), "--address", address, "--sentinels", ",".join(SENTINELS),
+                    "--service", SERVICE, "--port", str(self.port), "--keys", keys,
+                    "--ttl", str(self.o.ttl), "--wait", str(self.o.ttl // 2),
+                    "--seed", str(self.rng.getrandbits(32)), "--seconds", "100000",
+                    "--history", history, "--state", state, "--replicas", self.o.replicas]
+            proc = subprocess.Popen(["node", os.path.join(ROOT, "faults", "node_worker.mjs"), *args],
+                                    stdin=subprocess.DEVNULL, cwd=ROOT)
+            self.all.append(WorkerProc("module", i, address, proc, state))
 
     def of(self, system):
         return [w for w in self.all if w.system == system]
