@@ -57,6 +57,15 @@ function within(promise, ms) {
   return Promise.race([promise, late]).finally(() => clearTimeout(timer));
 }
 
+/** Closes `c` whatever state it is in (node-redis throws on closing a closed client). */
+function close(c) {
+  try {
+    c.destroy();
+  } catch {
+    // closed already
+  }
+}
+
 function client(host) {
   const c = createClient({
     socket: { host, port, localAddress: o.address, connectTimeout: 500, reconnectStrategy: false },
@@ -76,7 +85,7 @@ async function connect() {
     try {
       await within(probe.connect(), 600);
       const reply = await within(probe.sendCommand(['SENTINEL', 'GET-MASTER-ADDR-BY-NAME', o.service]), 600);
-      probe.destroy();
+      close(probe);
       if (!Array.isArray(reply)) continue;
       masterHost = String(reply[0]);
       master = client(masterHost);
@@ -84,7 +93,7 @@ async function connect() {
       locker = new Locker(master, { replicas });
       return true;
     } catch {
-      probe.destroy();
+      close(probe);
       drop();
     }
   }
@@ -92,7 +101,7 @@ async function connect() {
 }
 
 function drop() {
-  if (master !== null) master.destroy();
+  if (master !== null) close(master);
   [master, locker] = [null, null];
 }
 

@@ -232,3 +232,48 @@ def test_a_sentinel_failover_to_a_master_without_replicas_grants_at_once(failove
         lock.release()
     old.close()
     new.close()
+
+
+def test_fsync_waits_for_the_masters_own_fsync_where_the_server_has_waitaof(r, key, synced,
+                                                                           replica_port):
+    """`fsync=True` sends WAITAOF 1 n timeout: on Redis 7.2+ and Valkey 8+ with
+    appendonly, the grant counts once fsynced; elsewhere it is refused, and released."""
+    try:
+        r.execute_command("WAITAOF", 0, 0, 0)
+        has_waitaof = True
+    except redis.ResponseError:  # an unknown command before Redis 7.2 and Valkey 8
+        has_waitaof = False
+    lock = Lock(r, key, timeout=10, fsync=True, replicas_timeout=0.5)
+    if not has_waitaof:
+        with pytest.raises(LockNotReplicatedError) as raised:
+            lock.acquire(blocking=False)
+        assert raised.value.refused and "WAITAOF" in str(raised.value)
+        assert r.exists(key) == 0
+        return
+    r.config_set("appendonly", "no")
+    with pytest.raises(LockNotReplicatedError) as raised:
+        lock.acquire(blocking=False)
+    assert raised.value.refused and r.exists(key) == 0
+    # WAITAOF counts the replicas that fsynced it to their own append-only file. Both
+    # fsync every write here, so that a grant need not wait for the next second's fsync
+    # (on Redis 8.2 a master's first everysec fsync after the switch came 17 s later).
+    for server in (r, synced):
+        server.config_set("appendonly", "yes")
+        server.config_set("appendfsync", "always")
+    try:
+        wait_until(lambda: r.set(key + ":warm", 1) and list(
+            r.execute_command("WAITAOF", 1, 1, 100)) == [1, 1], "both fsyncing", 20)
+        waits = calls(r, "waitaof")
+        assert lock.acquire(blocking=False)
+        assert calls(r, "waitaof") - waits == 1
+        lock.release()
+        with frozen(replica_port):
+            assert not lock.acquire(blocking=False)  # the replica's fsync is missing
+            assert lock.not_replicated is not None and r.exists(key) == 0
+        off = Lock(r, key, timeout=10, fsync=True, replicas=0)
+        assert off.acquire(blocking=False)  # the master's own fsync alone
+        off.release()
+    finally:
+        for server in (r, synced):
+            server.config_set("appendfsync", "everysec")
+            server.config_set("appendonly", "no")

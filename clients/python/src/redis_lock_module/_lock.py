@@ -51,6 +51,12 @@ class Lock(LockState):
     bounds the `WAIT`: by default a tenth of `timeout`, at most 1 s. A grant too few
     replicas acknowledged is released at once: `acquire` tries again while its wait
     lasts, then raises LockNotReplicatedError (False when not blocking).
+
+    `fsync=True`: the grant counts once the master has also written it to its
+    append-only file and fsynced it (and the replicas asked for theirs): `WAITAOF 1 n
+    timeout` instead of `WAIT`, for a worry about a restart rather than a failover. It
+    needs Redis 7.2+ or Valkey 8+ with `appendonly yes`; elsewhere every acquire raises
+    LockNotReplicatedError (`refused`), the grant released.
     """
 
     def __enter__(self) -> "Lock":
@@ -122,7 +128,7 @@ class Lock(LockState):
                     connection.read_response()
                 if rebind:  # the grant's replicas are waited for where it is bound
                     granted = _protocol.grant(_replicas.Outcome(
-                        _replicas.exchange(connection, [args]), 0).reply)
+                        _replicas.exchange(connection, [args]), 0, None).reply)
                 else:
                     granted = _protocol.grant(_replicas.granted(
                         connection, args, self._replicas, self.name, self._releases(token)))

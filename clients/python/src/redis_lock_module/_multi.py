@@ -32,7 +32,7 @@ class MultiLockState:
                  blocking: bool = True, blocking_timeout: Optional[Number] = None,
                  token: Optional[Token] = None, session: Optional[Number] = None,
                  shared: bool = False, replicas: Any = AUTO,
-                 replicas_timeout: Optional[Number] = None):
+                 replicas_timeout: Optional[Number] = None, fsync: bool = False):
         self.redis = redis
         self.names = list(names)
         _protocol.acquire_all_args(self.names, 1)  # 1 to 64 keys, checked now
@@ -44,7 +44,7 @@ class MultiLockState:
         self._session_ms = None if session is None else _protocol.to_ms(session, "session", 0)
         self.shared = shared
         self.replicas = replicas
-        self._replicas = Replicas(replicas, replicas_timeout, self._ttl_ms)
+        self._replicas = Replicas(replicas, replicas_timeout, self._ttl_ms, fsync)
         self.token: Optional[bytes] = None
         self.fences: Optional[List[int]] = None
 

@@ -40,7 +40,7 @@ class _RedlockState:
                  blocking: bool = True, blocking_timeout: Optional[Number] = None,
                  retry_count: int = 10, retry_delay: Number = 0.2, retry_jitter: Number = 0.1,
                  master_timeout: Optional[Number] = None, replicas: Any = AUTO,
-                 replicas_timeout: Optional[Number] = None):
+                 replicas_timeout: Optional[Number] = None, fsync: bool = False):
         if not masters:
             raise ValueError("Redlock needs at least one master")
         self.masters = list(masters)
@@ -63,7 +63,7 @@ class _RedlockState:
         # Each master's grant waits for its own replicas, within the master's timeout.
         self.replicas = replicas
         self._replicas = Replicas(replicas, replicas_timeout if replicas_timeout is not None
-                                  else max(0.001, self.master_timeout / 2), self._ttl_ms)
+                                  else max(0.001, self.master_timeout / 2), self._ttl_ms, fsync)
         self.token: Optional[bytes] = None
         self.fences: Dict[int, int] = {}
         self._valid_until = 0.0

@@ -66,17 +66,24 @@ class Replicas:
     """A lock's `replicas` and `replicas_timeout`: the `WAIT` after each grant, and what
     its answer means."""
 
-    def __init__(self, replicas: Any, replicas_timeout: Optional[Number], ttl_ms: int):
+    def __init__(self, replicas: Any, replicas_timeout: Optional[Number], ttl_ms: int,
+                 fsync: bool = False):
         self.setting = check_setting(replicas)
         self.timeout_ms = timeout_ms(replicas_timeout, ttl_ms)
+        if not isinstance(fsync, bool):
+            raise ValueError(f"fsync must be True or False, not {fsync!r}")
+        self.fsync = fsync
 
     @property
     def off(self) -> bool:
-        return self.setting == 0
+        """No wait at all: no replicas asked for, and no fsync."""
+        return self.setting == 0 and not self.fsync
 
     def required(self, online: int, name: Any) -> int:
         """How many acknowledgements a grant needs from a master with `online` replicas;
         LockNotReplicatedError (nothing sent) when an explicit number is more than it has."""
+        if self.setting == 0:
+            return 0
         if self.setting == AUTO:
             return 1 if online > 0 else 0
         assert isinstance(self.setting, int)
@@ -88,13 +95,32 @@ class Replicas:
         return self.setting
 
     def wait_command(self, required: int) -> List[List[Any]]:
+        """`WAIT required timeout`, or with `fsync` `WAITAOF 1 required timeout` (the
+        master's own fsync and the replicas'), or nothing."""
+        if self.fsync:
+            return [["WAITAOF", 1, required, self.timeout_ms]]
         return [["WAIT", required, self.timeout_ms]] if required else []
 
-    @staticmethod
-    def shortfall(name: Any, required: int, answer: Any,
+    def shortfall(self, name: Any, required: int, answer: Any,
                   what: str = "granted") -> Optional[LockNotReplicatedError]:
-        """None when `answer` (the `WAIT`'s) counts `required` acknowledgements, else
-        the error that says how many of how many did."""
+        """None when `answer` (the `WAIT`'s, or the `WAITAOF`'s) counts what was asked,
+        else the error that says how many of how many did. A `WAITAOF` the server refuses
+        (before Redis 7.2 and Valkey 8, or without `appendonly yes`) is an error that
+        trying again will not mend (`refused`)."""
+        if self.fsync:
+            if isinstance(answer, BaseException) or not isinstance(answer, (list, tuple)):
+                return lock_error(
+                    LockNotReplicatedError,
+                    f"The lock was {what}, but WAITAOF failed (fsync needs Redis 7.2+ or "
+                    f"Valkey 8+ with appendonly yes): {answer}", str(name)).counted(
+                        0, required, refused=True)
+            local, acked = int(answer[0]), int(answer[1])
+            if local >= 1 and acked >= required:
+                return None
+            return lock_error(
+                LockNotReplicatedError,
+                f"The lock was {what}, but the master fsynced it {local} times and {acked} of "
+                f"{required} replicas did, in time", str(name)).counted(acked, required)
         acked = answer if isinstance(answer, int) else 0
         if required == 0 or acked >= required:
             return None
@@ -232,9 +258,10 @@ def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                name: Any) -> "Outcome":
     """Sends `args` (a write that makes or keeps a grant) and the `WAIT` it needs, in one
     round trip on `connection`."""
-    required = 0 if replicas.off else replicas.required(online(connection), name)
-    replies = exchange(connection, [list(args), *replicas.wait_command(required)])
-    return Outcome(replies, required)
+    required = 0 if replicas.setting == 0 else replicas.required(online(connection), name)
+    waits = [] if replicas.off else replicas.wait_command(required)
+    replies = exchange(connection, [list(args), *waits])
+    return Outcome(replies, required, replicas if waits else None)
 
 
 async def async_exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
@@ -264,18 +291,20 @@ async def async_online(connection: Any) -> int:
 
 async def async_replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                            name: Any) -> "Outcome":
-    required = 0 if replicas.off else replicas.required(await async_online(connection), name)
-    replies = await async_exchange(connection, [list(args), *replicas.wait_command(required)])
-    return Outcome(replies, required)
+    required = 0 if replicas.setting == 0 else replicas.required(await async_online(connection), name)
+    waits = [] if replicas.off else replicas.wait_command(required)
+    replies = await async_exchange(connection, [list(args), *waits])
+    return Outcome(replies, required, replicas if waits else None)
 
 
 class Outcome:
     """The replies of a write and its `WAIT`: `reply` (raised if it was an error), and
     `missing(name)`, the shortfall's error or None."""
 
-    def __init__(self, replies: List[Any], required: int):
+    def __init__(self, replies: List[Any], required: int, waited: Optional[Replicas]):
         self.replies = replies
         self.required = required
+        self.waited = waited  # the setting whose wait was sent, None when none was
 
     @property
     def reply(self) -> Any:
@@ -285,9 +314,9 @@ class Outcome:
         return reply
 
     def missing(self, name: Any, what: str = "granted") -> Optional[LockNotReplicatedError]:
-        if self.required == 0:
+        if self.waited is None:
             return None
-        return Replicas.shortfall(name, self.required, self.replies[1], what)
+        return self.waited.shortfall(name, self.required, self.replies[1], what)
 
 
 # A grant: the write, its WAIT, and the release of a grant too few replicas have.
@@ -401,25 +430,28 @@ def kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
          name: Any) -> List[Any]:
     """The replies of `commands` (extends: 1 where still held), sent with the `WAIT` they
     need; LockNotReplicatedError when all were kept but too few replicas acknowledged."""
-    required = 0 if replicas.off else replicas.required(online(connection), name)
-    return _kept(exchange(connection, [*commands, *replicas.wait_command(required)]),
-                 len(commands), required, name)
+    required = 0 if replicas.setting == 0 else replicas.required(online(connection), name)
+    waits = [] if replicas.off else replicas.wait_command(required)
+    return _kept(exchange(connection, [*commands, *waits]), len(commands), required, name,
+                 replicas if waits else None)
 
 
 async def async_kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
                      name: Any) -> List[Any]:
-    required = 0 if replicas.off else replicas.required(await async_online(connection), name)
-    return _kept(await async_exchange(connection, [*commands, *replicas.wait_command(required)]),
-                 len(commands), required, name)
+    required = 0 if replicas.setting == 0 else replicas.required(await async_online(connection), name)
+    waits = [] if replicas.off else replicas.wait_command(required)
+    return _kept(await async_exchange(connection, [*commands, *waits]), len(commands), required,
+                 name, replicas if waits else None)
 
 
-def _kept(replies: List[Any], count: int, required: int, name: Any) -> List[Any]:
+def _kept(replies: List[Any], count: int, required: int, name: Any,
+          waited: Optional[Replicas]) -> List[Any]:
     held = replies[:count]
     for reply in held:
         if isinstance(reply, BaseException):
             raise reply
-    if required and all(reply == 1 for reply in held):
-        missing = Replicas.shortfall(name, required, replies[count], "extended")
+    if waited is not None and all(reply == 1 for reply in held):
+        missing = waited.shortfall(name, required, replies[count], "extended")
         if missing is not None:
             raise missing
     return held

@@ -40,6 +40,7 @@ class LockState:
         limit: Optional[int] = None,
         replicas: Any = AUTO,
         replicas_timeout: Optional[Number] = None,
+        fsync: bool = False,
     ):
         self.redis = redis
         self.name = name
@@ -59,7 +60,7 @@ class LockState:
                             else _protocol.to_ms(session, "session", minimum=0))
         self._mode = _protocol.mode_args(shared, limit)
         self.replicas = replicas
-        self._replicas = Replicas(replicas, replicas_timeout, self._ttl_ms)
+        self._replicas = Replicas(replicas, replicas_timeout, self._ttl_ms, fsync)
         #: Why the last `acquire` answered False, when a grant was made but too few
         #: replicas acknowledged it (it was released): that LockNotReplicatedError.
         self.not_replicated: Optional[LockNotReplicatedError] = None

@@ -96,7 +96,7 @@ class Lock(LockState):
                     await connection.read_response()
                 if rebind:  # the grant's replicas are waited for where it is bound
                     granted = _protocol.grant(_replicas.Outcome(
-                        await _replicas.async_exchange(connection, [args]), 0).reply)
+                        await _replicas.async_exchange(connection, [args]), 0, None).reply)
                 else:
                     granted = _protocol.grant(await _replicas.async_granted(
                         connection, args, self._replicas, self.name, self._releases(token)))
