@@ -39,6 +39,8 @@ export interface AcquireSettings {
   /** How long the replicas' acknowledgement is waited for, in ms (default: a tenth of
    *  the duration, at most 1000). */
   replicasTimeout?: number;
+  /** Wait with WAITAOF: the master's own fsync too (Redis 7.2+, Valkey 8+, appendonly). */
+  fsync?: boolean;
 }
 
 export interface UsingSettings extends AcquireSettings {
@@ -164,6 +166,7 @@ export interface Settings {
   replicas?: 'auto' | number;
   /** Default: half the master timeout. */
   replicasTimeout?: number;
+  fsync?: boolean;
 }
 
 export declare class RedlockLock {

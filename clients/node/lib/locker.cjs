@@ -319,6 +319,9 @@ class Locker {
    * `replicasTimeout` (ms) defaults to a tenth of `duration`, at most 1000. A grant too
    * few replicas acknowledged is released at once and tried again while `wait` lasts,
    * then rejects with NotReplicatedError (a ResourceLockedError: `acked`, `required`).
+   * `fsync: true` waits with `WAITAOF 1 n` instead: the master's own fsync to its
+   * append-only file and the replicas' (Redis 7.2+, Valkey 8+, `appendonly yes`; else
+   * every acquire is refused, the grant released).
    */
   async acquire(resource, duration, settings = {}) {
     const name = resourceOf(resource);
@@ -342,7 +345,7 @@ class Locker {
       }
       args.push('VALUE', value);
     }
-    const replicas = new Replicas(options.replicas, options.replicasTimeout, duration);
+    const replicas = new Replicas(options.replicas, options.replicasTimeout, duration, options.fsync ?? false);
     const releases = [['LOCK.RELEASE', key, token]];
     const granted = grantOf(await whileWaiting(wait, (left) => grantWithReplicas(this, key, args, replicas, releases, name, session, left)));
     if (granted === null) {

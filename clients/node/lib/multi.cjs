@@ -96,7 +96,7 @@ async function lockAll(locker, resources, duration, settings = {}) {
   if (session !== undefined) {
     args.push('SESSION', session);
   }
-  const replicas = new Replicas(options.replicas, options.replicasTimeout, duration);
+  const replicas = new Replicas(options.replicas, options.replicasTimeout, duration, options.fsync ?? false);
   const releases = keys.map((key) => ['LOCK.RELEASE', key, token]);
   const label = names.join(', ');
   const reply = await whileWaiting(wait, (left) => grantWithReplicas(locker, keys[0], args, replicas, releases, label, session, left));

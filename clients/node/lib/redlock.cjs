@@ -32,7 +32,7 @@ function checkSettings(settings) {
   if (masterTimeout !== undefined && !(Number.isInteger(masterTimeout) && masterTimeout > 0)) {
     throw new RangeError(`masterTimeout must be a whole number of ms above 0, not ${masterTimeout}`);
   }
-  new Replicas(settings.replicas, settings.replicasTimeout, 1000); // checks both now
+  new Replicas(settings.replicas, settings.replicasTimeout, 1000, settings.fsync ?? false); // checks them now
   if (typeof driftFactor !== 'number' || !(driftFactor >= 0 && driftFactor < 1)) {
     throw new RangeError(`driftFactor must be a number from 0 to 1, not ${driftFactor}`);
   }
@@ -219,6 +219,7 @@ class Redlock extends EventEmitter {
           token,
           wait,
           replicas: options.replicas,
+          fsync: options.fsync,
           // each master's grant waits for its own replicas within the master's timeout
           replicasTimeout: options.replicasTimeout ?? Math.max(1, Math.floor(masterTimeout / 2)),
         }), limit, (late) => late.release().catch(() => {})));

@@ -21,23 +21,34 @@ const HOLD_MS = 15000;
 
 /** A lock's `replicas` and `replicasTimeout` (ms), checked; the WAIT they ask. */
 class Replicas {
-  constructor(setting = AUTO, timeoutMs, ttlMs) {
+  constructor(setting = AUTO, timeoutMs, ttlMs, fsync = false) {
     if (setting !== AUTO && !(Number.isInteger(setting) && setting >= 0)) {
       throw new RangeError(`replicas must be 'auto' or a number of replicas from 0, not ${setting}`);
     }
     if (timeoutMs !== undefined && !(Number.isInteger(timeoutMs) && timeoutMs >= 1 && timeoutMs <= 3_600_000)) {
       throw new RangeError(`replicasTimeout must be an integer number of ms from 1 to 3600000, not ${timeoutMs}`);
     }
+    if (typeof fsync !== 'boolean') {
+      throw new TypeError(`fsync must be true or false, not ${fsync}`);
+    }
     this.setting = setting;
-    this.timeoutMs = timeoutMs ?? Math.max(1, Math.min(Math.floor(ttlMs / 10), MAX_DEFAULT_TIMEOUT_MS));
+    this.fsync = fsync;
+    // With fsync, a third of the TTL, at most 2 s: a replica reports its fsync once a second.
+    this.timeoutMs = timeoutMs ?? (fsync
+      ? Math.max(1, Math.min(Math.floor(ttlMs / 3), 2 * MAX_DEFAULT_TIMEOUT_MS))
+      : Math.max(1, Math.min(Math.floor(ttlMs / 10), MAX_DEFAULT_TIMEOUT_MS)));
   }
 
+  /** No wait at all: no replicas asked for, and no fsync. */
   get off() {
-    return this.setting === 0;
+    return this.setting === 0 && !this.fsync;
   }
 
   /** The acknowledgements a grant needs from a master with `online` replicas. */
   required(online, label) {
+    if (this.setting === 0) {
+      return 0;
+    }
     if (this.setting === AUTO) {
       return online > 0 ? 1 : 0;
     }
@@ -50,7 +61,11 @@ class Replicas {
     return this.setting;
   }
 
+  /** `WAIT required timeout`, or with `fsync` `WAITAOF 1 required timeout`, or none. */
   waitCommands(required) {
+    if (this.fsync) {
+      return [['WAITAOF', 1, required, this.timeoutMs]];
+    }
     return required > 0 ? [['WAIT', required, this.timeoutMs]] : [];
   }
 }
@@ -136,18 +151,40 @@ function forget(connection, key) {
  * replies, an error reply as its Error).
  */
 async function replicated(connection, key, commands, replicas) {
-  const required = replicas.off ? 0 : replicas.required(await online(connection, key), key);
-  const replies = await connection.exchange(key, [...commands, ...replicas.waitCommands(required)]);
-  const answer = required > 0 ? replies[commands.length] : undefined;
-  const acked = typeof answer === 'number' ? answer : 0;
-  if (required > 0 && acked < required) {
+  const required = replicas.setting === 0 ? 0 : replicas.required(await online(connection, key), key);
+  const waits = replicas.off ? [] : replicas.waitCommands(required);
+  const replies = await connection.exchange(key, [...commands, ...waits]);
+  const answer = waits.length > 0 ? replies[commands.length] : undefined;
+  const outcome = {
+    replies: replies.slice(0, commands.length), required, answer, waited: waits.length > 0, fsync: replicas.fsync,
+  };
+  if (replicas.fsync) {
+    const [local, acked] = Array.isArray(answer) ? answer.map(Number) : [0, 0];
+    Object.assign(outcome, { local, acked, refused: !Array.isArray(answer) });
+  } else {
+    outcome.acked = typeof answer === 'number' ? answer : 0;
+  }
+  if (short(outcome)) {
     forget(connection, key);
   }
-  return { replies: replies.slice(0, commands.length), required, acked, answer };
+  return outcome;
 }
 
 /** The error a shortfall is reported with. */
 function shortfall(label, what, outcome) {
+  if (outcome.fsync && outcome.refused) {
+    const why = outcome.answer instanceof Error ? outcome.answer.message : String(outcome.answer);
+    return new NotReplicatedError(
+      `${label}: the lock was ${what}, but WAITAOF failed (fsync needs Redis 7.2+ or Valkey 8+ with appendonly yes): ${why}`,
+      0, outcome.required, true,
+    );
+  }
+  if (outcome.fsync) {
+    return new NotReplicatedError(
+      `${label}: the lock was ${what}, but the master fsynced it ${outcome.local} times and ${outcome.acked} of ${outcome.required} replicas did, in time`,
+      outcome.acked, outcome.required, false,
+    );
+  }
   const why = outcome.answer instanceof Error ? ` (WAIT answered: ${outcome.answer.message})` : '';
   return new NotReplicatedError(
     `${label}: the lock was ${what}, but only ${outcome.acked} of ${outcome.required} replicas acknowledged it in time${why}`,
@@ -155,8 +192,15 @@ function shortfall(label, what, outcome) {
   );
 }
 
+/** Whether the wait sent with a write found fewer acknowledgements than it asked for. */
 function short(outcome) {
-  return outcome.required > 0 && outcome.acked < outcome.required;
+  if (!outcome.waited) {
+    return false;
+  }
+  if (outcome.fsync) {
+    return outcome.refused || outcome.local < 1 || outcome.acked < outcome.required;
+  }
+  return outcome.acked < outcome.required;
 }
 
 module.exports = { AUTO, Replicas, replicated, shortfall, short };

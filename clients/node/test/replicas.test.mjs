@@ -121,4 +121,53 @@ for (const [library, connect] of Object.entries(libraries)) {
   });
 }
 
+test('fsync waits for WAITAOF where the server has it, and is refused where not', { timeout: 60_000 }, async () => {
+  await synced();
+  const replica = new IORedis({ host: '127.0.0.1', port: replicaPort });
+  const locker = new Locker(admin, { fsync: true });
+  let hasWaitaof = true;
+  await admin.call('WAITAOF', 0, 0, 0).catch(() => { hasWaitaof = false; });
+  try {
+    if (!hasWaitaof) {
+      const error = await locker.acquire('fsync:a', 10_000).catch((e) => e);
+      assert.ok(error instanceof NotReplicatedError && error.refused, String(error));
+      assert.match(error.message, /WAITAOF/);
+      assert.equal(await admin.exists('fsync:a'), 0);
+      return;
+    }
+    for (const server of [admin, replica]) {
+      await server.config('SET', 'appendonly', 'yes');
+      await server.config('SET', 'appendfsync', 'always');
+    }
+    const settled = async (server) => {
+      const info = await server.info('persistence');
+      return /aof_enabled:1/.test(info) && /aof_rewrite_in_progress:0/.test(info) && /aof_rewrite_scheduled:0/.test(info);
+    };
+    await until(async () => (await settled(admin)) && (await settled(replica)), 'both AOFs on', 20_000);
+    let streak = 0;
+    await until(async () => {
+      await admin.set('fsync:warm', 1);
+      streak = JSON.stringify(await admin.call('WAITAOF', 1, 1, 100)) === '[1,1]' ? streak + 1 : 0;
+      return streak >= 3;
+    }, 'both fsyncing', 20_000);
+    const before = await calls(admin, 'waitaof');
+    const lock = await locker.acquire('fsync:a', 10_000);
+    assert.equal(await calls(admin, 'waitaof') - before, 1);
+    await lock.release();
+    await frozen(async () => {
+      const error = await locker.acquire('fsync:a', 10_000).catch((e) => e);
+      assert.ok(error instanceof NotReplicatedError && !error.refused, String(error));
+      assert.equal(await admin.exists('fsync:a'), 0);
+    });
+  } finally {
+    if (hasWaitaof) {
+      for (const server of [admin, replica]) {
+        await server.config('SET', 'appendfsync', 'everysec');
+        await server.config('SET', 'appendonly', 'no');
+      }
+    }
+    replica.disconnect();
+  }
+});
+
 test.after(() => admin.disconnect());

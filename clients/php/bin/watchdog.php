@@ -17,7 +17,7 @@ if (!is_array($job)) {
     exit(2);
 }
 $ttl = (int) $job['ttl'];
-$replicas = new RedisLock\Replicas($job['replicas'] ?? 'auto', $job['replicasTimeout'] ?? null);
+$replicas = new RedisLock\Replicas($job['replicas'] ?? 'auto', $job['replicasTimeout'] ?? null, (bool) ($job['fsync'] ?? false));
 $address = $job['host'] . ':' . $job['port'];
 $lost = function (): void {
     fwrite(STDOUT, "lost\n");
@@ -71,7 +71,7 @@ while (true) {
     try {
         $redis->setOption(Redis::OPT_READ_TIMEOUT, $left);
         $required = 0;
-        if (!$replicas->off()) {
+        if (!$replicas->asksNoReplica()) {
             $online = $replicas->known('');
             if ($online === null) {
                 $role = $redis->rawCommand('ROLE');
@@ -86,7 +86,8 @@ while (true) {
         }
         $replies = $pipeline->exec();
         $extended = $replies[0] ?? false;
-        if ($extended === 1 && $required > 0 && (int) ($replies[1] ?? 0) < $required) {
+        $waited = !$replicas->off();
+        if ($extended === 1 && $waited && $replicas->shortfall($required, $replies[1] ?? null) !== null) {
             $replicas->forget('');
             continue;   // not replicated: held as before, tried again sooner
         }

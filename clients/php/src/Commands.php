@@ -126,12 +126,12 @@ final class Commands
         if ($replicas === null) {
             return $this->call($args) === 1;
         }
-        [$replies, $required, $acked] = $this->replicated($this->redis, $key, [$args], $replicas, $ttlMs);
+        [$replies, $required, $short] = $this->replicated($this->redis, $key, [$args], $replicas, $ttlMs);
         if ($replies[0] instanceof LockException) {
             throw $replies[0];
         }
-        if ($replies[0] === 1 && $acked < $required) {
-            throw new NotReplicatedException("$key: the lock was extended, but only $acked of $required replicas acknowledged it in time", $acked, $required, false);
+        if ($replies[0] === 1 && $short !== null) {
+            throw new NotReplicatedException("$key: the lock was extended, but " . $short[2], $short[0], $required, $short[1]);
         }
         return $replies[0] === 1;
     }
@@ -156,15 +156,15 @@ final class Commands
                 }
                 return $reply;
             }
-            [$replies, $required, $acked] = $this->replicated($connection, $key, [$args], $replicas, $ttlMs);
+            [$replies, $required, $short] = $this->replicated($connection, $key, [$args], $replicas, $ttlMs);
             if ($replies[0] instanceof LockException) {
                 throw $replies[0];
             }
-            if (!is_array($replies[0]) || $acked >= $required) {
+            if (!is_array($replies[0]) || $short === null) {
                 return $replies[0];
             }
             $this->exchange($connection, $key, $releases);
-            throw new NotReplicatedException("$key: the lock was granted, but only $acked of $required replicas acknowledged it in time", $acked, $required, false);
+            throw new NotReplicatedException("$key: the lock was granted, but " . $short[2], $short[0], $required, $short[1]);
         };
         if ($waitMs === null) {
             return $send($this->redis, $args);
@@ -175,23 +175,24 @@ final class Commands
 
     /**
      * `$commands` (writes that make or keep a grant) and the WAIT they need, in one round
-     * trip on `$connection`: [their replies, acknowledgements required, acknowledged].
+     * trip on `$connection`: [their replies, acknowledgements required, the shortfall or
+     * null (Replicas::shortfall)].
      *
      * @param Redis|RedisCluster $connection
      * @param list<list<string>> $commands
-     * @return array{0: list<mixed>, 1: int, 2: int}
+     * @return array{0: list<mixed>, 1: int, 2: array{0: int, 1: bool, 2: string}|null}
      */
     private function replicated($connection, string $key, array $commands, Replicas $replicas, int $ttlMs): array
     {
         $place = $this->redis instanceof RedisCluster ? $key : '';
-        $required = $replicas->off() ? 0 : $replicas->required($this->online($place, $key, $replicas), $key);
-        $replies = $this->exchange($connection, $key, array_merge($commands, $replicas->waitCommands($required, $ttlMs)));
-        $answer = $replies[count($commands)] ?? null;
-        $acked = $required > 0 && is_int($answer) ? $answer : 0;
-        if ($required > 0 && $acked < $required) {
+        $required = $replicas->asksNoReplica() ? 0 : $replicas->required($this->online($place, $key, $replicas), $key);
+        $waits = $replicas->off() ? [] : $replicas->waitCommands($required, $ttlMs);
+        $replies = $this->exchange($connection, $key, array_merge($commands, $waits));
+        $short = $waits === [] ? null : $replicas->shortfall($required, $replies[count($commands)] ?? null);
+        if ($short !== null) {
             $replicas->forget($place);
         }
-        return [array_slice($replies, 0, count($commands)), $required, $acked];
+        return [array_slice($replies, 0, count($commands)), $required, $short];
     }
 
     /** The replicas `$key`'s master has online, learned now (`ROLE`) if not known. */

@@ -59,14 +59,16 @@ class RedisLock
      * it off. $replicasTimeout (seconds) bounds the WAIT: by default a tenth of the expiry,
      * at most 1 s. A grant too few replicas acknowledged is released at once and taken
      * again while the `$timeout` of `lock` lasts, then NotReplicatedException is thrown.
+     * $fsync waits with `WAITAOF 1 n` instead: the master's own fsync to its append-only
+     * file and the replicas' (Redis 7.2+, Valkey 8+, `appendonly yes`; else refused).
      *
      * @param Redis|\RedisCluster|array<string, mixed>|null $param
      * @param string|int $replicas
      */
-    public function __construct($param = null, string $prefix = 'Lock:', ?float $sessionSeconds = null, $replicas = Replicas::AUTO, ?float $replicasTimeout = null)
+    public function __construct($param = null, string $prefix = 'Lock:', ?float $sessionSeconds = null, $replicas = Replicas::AUTO, ?float $replicasTimeout = null, bool $fsync = false)
     {
-        $this->replicas = new Replicas($replicas, $replicasTimeout);
-        $this->replicaSettings = ['replicas' => $replicas, 'replicasTimeout' => $replicasTimeout];
+        $this->replicas = new Replicas($replicas, $replicasTimeout, $fsync);
+        $this->replicaSettings = ['replicas' => $replicas, 'replicasTimeout' => $replicasTimeout, 'fsync' => $fsync];
         $this->commands = new Commands(Connection::open($param));
         $this->prefix = $prefix;
         $this->sessionMs = $sessionSeconds === null ? null : self::ms($sessionSeconds, 'sessionSeconds', 0);

@@ -43,8 +43,12 @@ final class Replicas
      * @param float|null $timeoutSeconds how long to wait for them; default a tenth of the
      *                                   lock's expiry, at most 1 s
      */
-    public function __construct($setting = self::AUTO, ?float $timeoutSeconds = null)
+    /** @var bool wait with WAITAOF: the master's own fsync and the replicas' */
+    private $fsync;
+
+    public function __construct($setting = self::AUTO, ?float $timeoutSeconds = null, bool $fsync = false)
     {
+        $this->fsync = $fsync;
         if ($setting !== self::AUTO && !(is_int($setting) && $setting >= 0)) {
             throw new LockException("replicas must be 'auto' or a number of replicas from 0, not " . var_export($setting, true));
         }
@@ -61,7 +65,19 @@ final class Replicas
         $this->capMs = max(1, min($ms, self::MAX_DEFAULT_TIMEOUT_MS));
     }
 
+    /** No wait at all: no replicas asked for, and no fsync. */
     public function off(): bool
+    {
+        return $this->setting === 0 && !$this->fsync;
+    }
+
+    public function fsync(): bool
+    {
+        return $this->fsync;
+    }
+
+    /** Whether no replica is asked for (`replicas` 0), whatever `fsync` says. */
+    public function asksNoReplica(): bool
     {
         return $this->setting === 0;
     }
@@ -69,6 +85,9 @@ final class Replicas
     /** How many acknowledgements a grant needs from a master with `$online` replicas. */
     public function required(int $online, string $label): int
     {
+        if ($this->setting === 0) {
+            return 0;
+        }
         if ($this->setting === self::AUTO) {
             return $online > 0 ? 1 : 0;
         }
@@ -86,11 +105,38 @@ final class Replicas
     /** @return list<list<string>> the WAIT a grant of a `$ttlMs` lock needs, or none */
     public function waitCommands(int $required, int $ttlMs): array
     {
+        if ($this->fsync) {
+            // A replica reports its fsync once a second: a third of the TTL, at most 2 s.
+            $timeout = $this->timeoutMs ?? max(1, min(intdiv($ttlMs, 3), 2 * $this->capMs));
+            return [['WAITAOF', '1', (string) $required, (string) $timeout]];
+        }
         if ($required === 0) {
             return [];
         }
         $timeout = $this->timeoutMs ?? max(1, min(intdiv($ttlMs, 10), $this->capMs));
         return [['WAIT', (string) $required, (string) $timeout]];
+    }
+
+    /**
+     * The shortfall of a wait's `$answer`, or null when it counts what was asked:
+     * [acknowledged, refused (WAITAOF failed: trying again will not mend it), why].
+     *
+     * @param mixed $answer
+     * @return array{0: int, 1: bool, 2: string}|null
+     */
+    public function shortfall(int $required, $answer): ?array
+    {
+        if ($this->fsync) {
+            if (!is_array($answer)) {
+                $why = $answer instanceof \Throwable ? $answer->getMessage() : var_export($answer, true);
+                return [0, true, "WAITAOF failed (fsync needs Redis 7.2+ or Valkey 8+ with appendonly yes): $why"];
+            }
+            [$local, $acked] = [(int) $answer[0], (int) $answer[1]];
+            return $local >= 1 && $acked >= $required ? null
+                : [$acked, false, "the master fsynced it $local times and $acked of $required replicas did, in time"];
+        }
+        $acked = is_int($answer) ? $answer : 0;
+        return $acked >= $required ? null : [$acked, false, "only $acked of $required replicas acknowledged it in time"];
     }
 
     /** What was learned of `$key`'s master, if still trusted. */

@@ -124,6 +124,42 @@ $held = $redlock->lock('e', 10000);
 check('Redlock on a master without replicas grants without a WAIT', is_array($held) && calls($lone, 'wait') === $before);
 $redlock->unlock($held);
 
+// fsync: WAITAOF 1 n, where the server has it (Redis 7.2+, Valkey 8+), else refused
+$admin->clearLastError();
+$hasWaitaof = $admin->rawCommand('WAITAOF', '0', '0', '0') !== false;
+$fsync = new RedisLock(connect($port), 'r:', null, 'auto', null, true);
+if (!$hasWaitaof) {
+    try {
+        $fsync->lock('f', 0, 10);
+        check('fsync without WAITAOF is refused', false);
+    } catch (NotReplicatedException $e) {
+        check('fsync without WAITAOF is refused, and released',
+            $e->refused && strpos($e->getMessage(), 'WAITAOF') !== false && $admin->exists('r:f') === 0);
+    }
+} else {
+    $replica = connect($replicaPort);
+    foreach ([$admin, $replica] as $server) {
+        $server->config('SET', 'appendonly', 'yes');
+        $server->config('SET', 'appendfsync', 'always');
+    }
+    $deadline = microtime(true) + 20;
+    $streak = 0;
+    while ($streak < 3) {
+        $admin->set('r:warm', '1');
+        $streak = $admin->rawCommand('WAITAOF', '1', '1', '100') === [1, 1] ? $streak + 1 : 0;
+        if (microtime(true) > $deadline) {
+            check('both AOFs fsyncing', false);
+        }
+    }
+    $before = calls($admin, 'waitaof');
+    check('fsync waits with WAITAOF and grants', $fsync->lock('f', 0, 10) && calls($admin, 'waitaof') - $before === 1);
+    $fsync->unlock('f');
+    foreach ([$admin, $replica] as $server) {
+        $server->config('SET', 'appendfsync', 'everysec');
+        $server->config('SET', 'appendonly', 'no');
+    }
+}
+
 function throws(callable $call): bool
 {
     try {

@@ -243,7 +243,7 @@ def test_fsync_waits_for_the_masters_own_fsync_where_the_server_has_waitaof(r, k
         has_waitaof = True
     except redis.ResponseError:  # an unknown command before Redis 7.2 and Valkey 8
         has_waitaof = False
-    lock = Lock(r, key, timeout=10, fsync=True, replicas_timeout=0.5)
+    lock = Lock(r, key, timeout=10, fsync=True)
     if not has_waitaof:
         with pytest.raises(LockNotReplicatedError) as raised:
             lock.acquire(blocking=False)

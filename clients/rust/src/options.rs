@@ -31,6 +31,7 @@ pub struct LockOptions {
     value: Option<Vec<u8>>,
     replicas: Replicas,
     replicas_timeout: Option<Duration>,
+    fsync: bool,
 }
 
 impl std::fmt::Debug for LockOptions {
@@ -44,6 +45,7 @@ impl std::fmt::Debug for LockOptions {
             .field("mode", &self.mode)
             .field("replicas", &self.replicas)
             .field("replicas_timeout", &self.replicas_timeout)
+            .field("fsync", &self.fsync)
             .finish()
     }
 }
@@ -63,7 +65,18 @@ impl LockOptions {
             value: None,
             replicas: Replicas::Auto,
             replicas_timeout: None,
+            fsync: false,
         }
+    }
+
+    /// Wait with `WAITAOF 1 n` instead of `WAIT n`: the grant counts once the master has
+    /// also fsynced it to its append-only file (and the replicas asked for theirs), for a
+    /// worry about a restart rather than a failover. Redis 7.2+ or Valkey 8+ with
+    /// `appendonly yes`; elsewhere every acquire is refused, the grant released. The
+    /// default timeout is then a third of the TTL, at most 2 s.
+    pub fn fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
     }
 
     /// How many replicas must acknowledge the grant (and each extend, the watchdog's
@@ -96,6 +109,7 @@ impl LockOptions {
         Policy {
             replicas: self.replicas,
             timeout: self.replicas_timeout,
+            fsync: self.fsync,
         }
     }
 

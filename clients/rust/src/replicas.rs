@@ -55,8 +55,11 @@ pub fn is_too_few_replicas(err: &RedisError) -> bool {
     is_not_replicated(err) && err.to_string().contains("replicas online")
 }
 
+/// Whether trying again at once would not help: too few replicas online, or a server
+/// that refuses `WAITAOF`.
 pub(crate) fn refused(err: &RedisError) -> bool {
     is_too_few_replicas(err)
+        || (is_not_replicated(err) && err.to_string().contains("WAITAOF failed"))
 }
 
 /// What is left of an acquire's `wait` after `spent`, for a try after a grant too few
@@ -78,10 +81,17 @@ fn not_replicated(detail: String) -> RedisError {
 pub(crate) struct Policy {
     pub(crate) replicas: Replicas,
     pub(crate) timeout: Option<Duration>,
+    /// Wait with `WAITAOF 1 n`: the master's own fsync and the replicas'.
+    pub(crate) fsync: bool,
 }
 
 impl Policy {
+    /// No wait at all: no replicas asked for, and no fsync.
     pub(crate) fn off(&self) -> bool {
+        self.asks_no_replica() && !self.fsync
+    }
+
+    pub(crate) fn asks_no_replica(&self) -> bool {
         self.replicas == Replicas::Exactly(0)
     }
 
@@ -97,16 +107,67 @@ impl Policy {
         }
     }
 
-    /// `WAIT required timeout-ms` for a lock of `ttl`: the timeout given, or a tenth of
-    /// the TTL, at most 1 s, never 0 (which `WAIT` reads as no limit).
-    pub(crate) fn wait_cmd(&self, required: usize, ttl: Duration) -> redis::Cmd {
-        let timeout = self
-            .timeout
-            .unwrap_or_else(|| (ttl / 10).min(MAX_DEFAULT_TIMEOUT));
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(required)
-            .arg(timeout.as_millis().clamp(1, u128::from(u64::MAX)) as u64);
-        cmd
+    /// `WAIT required timeout-ms` for a lock of `ttl` (with `fsync`, `WAITAOF 1 required
+    /// timeout-ms`), or `None` when nothing is waited for: the timeout given, or a tenth
+    /// of the TTL, at most 1 s (with `fsync` a third, at most 2 s: a replica reports its
+    /// fsync once a second), never 0 (which `WAIT` reads as no limit).
+    pub(crate) fn wait_cmd(&self, required: usize, ttl: Duration) -> Option<redis::Cmd> {
+        let default = if self.fsync {
+            (ttl / 3).min(2 * MAX_DEFAULT_TIMEOUT)
+        } else {
+            (ttl / 10).min(MAX_DEFAULT_TIMEOUT)
+        };
+        let timeout = self.timeout.unwrap_or(default);
+        let timeout = timeout.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+        if self.fsync {
+            let mut cmd = redis::cmd("WAITAOF");
+            cmd.arg(1).arg(required).arg(timeout);
+            return Some(cmd);
+        }
+        (required > 0).then(|| {
+            let mut cmd = redis::cmd("WAIT");
+            cmd.arg(required).arg(timeout);
+            cmd
+        })
+    }
+
+    /// `None` when `answer` (the `WAIT`'s, or the `WAITAOF`'s) counts what was asked,
+    /// else the error that says how many of how many did. A `WAITAOF` the server refuses
+    /// (before Redis 7.2 and Valkey 8, or without `appendonly yes`) is a refusal
+    /// ([`is_too_few_replicas`] is false for it; trying again will not mend it either).
+    pub(crate) fn shortfall(
+        &self,
+        key: &[u8],
+        what: &str,
+        required: usize,
+        answer: &RedisResult<Value>,
+    ) -> Option<RedisError> {
+        let key = String::from_utf8_lossy(key);
+        if self.fsync {
+            let counts = match answer {
+                Ok(Value::Array(items)) if items.len() == 2 => match (&items[0], &items[1]) {
+                    (Value::Int(local), Value::Int(acked)) => Some((*local, *acked)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            return match counts {
+                None => Some(not_replicated(format!(
+                    "{key}: the lock was {what}, but WAITAOF failed (fsync needs Redis 7.2+ or \
+                     Valkey 8+ with appendonly yes): {answer:?}"
+                ))),
+                Some((local, acked))
+                    if local >= 1 && usize::try_from(acked).unwrap_or(0) >= required =>
+                {
+                    None
+                }
+                Some((local, acked)) => Some(not_replicated(format!(
+                    "{key}: the lock was {what}, but the master fsynced it {local} times and \
+                     {acked} of {required} replicas did, in time"
+                ))),
+            };
+        }
+        shortfall(key.as_bytes(), what, required, answer)
     }
 }
 
@@ -115,12 +176,19 @@ pub(crate) struct Outcome {
     pub(crate) replies: Vec<RedisResult<Value>>,
     pub(crate) required: usize,
     pub(crate) answer: RedisResult<Value>,
+    /// The policy whose wait was sent; `None` when none was.
+    pub(crate) waited: Option<Policy>,
 }
 
 impl Outcome {
-    /// Splits the replies of `count` writes from the `WAIT`'s (when `required` > 0).
-    pub(crate) fn of(mut replies: Vec<RedisResult<Value>>, count: usize, required: usize) -> Self {
-        let answer = if required > 0 {
+    /// Splits the replies of `count` writes from the wait's (when `waited`).
+    pub(crate) fn of(
+        mut replies: Vec<RedisResult<Value>>,
+        count: usize,
+        required: usize,
+        waited: Option<Policy>,
+    ) -> Self {
+        let answer = if waited.is_some() {
             replies.pop().unwrap_or(Ok(Value::Nil))
         } else {
             Ok(Value::Nil)
@@ -130,12 +198,14 @@ impl Outcome {
             replies,
             required,
             answer,
+            waited,
         }
     }
 
     /// The error of a shortfall (`what` the write did), or `None`.
     pub(crate) fn missing(&self, key: &[u8], what: &str) -> Option<RedisError> {
-        shortfall(key, what, self.required, &self.answer)
+        let policy = self.waited?;
+        policy.shortfall(key, what, self.required, &self.answer)
     }
 
     /// The first write's reply as `T` (its error reply as `Err`).
@@ -337,12 +407,14 @@ mod tests {
         let auto = Policy {
             replicas: Replicas::Auto,
             timeout: None,
+            fsync: false,
         };
         assert_eq!(auto.required(0, b"k").unwrap(), 0);
         assert_eq!(auto.required(2, b"k").unwrap(), 1);
         let two = Policy {
             replicas: Replicas::Exactly(2),
             timeout: None,
+            fsync: false,
         };
         assert!(is_not_replicated(&two.required(1, b"k").unwrap_err()));
         assert_eq!(two.required(3, b"k").unwrap(), 2);
@@ -353,11 +425,13 @@ mod tests {
         let auto = Policy {
             replicas: Replicas::Auto,
             timeout: None,
+            fsync: false,
         };
-        let timeout = |ttl: Duration| match auto.wait_cmd(1, ttl).args_iter().nth(2) {
-            Some(redis::Arg::Simple(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
-            _ => String::new(),
-        };
+        let timeout =
+            |ttl: Duration| match auto.wait_cmd(1, ttl).expect("a WAIT").args_iter().nth(2) {
+                Some(redis::Arg::Simple(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => String::new(),
+            };
         assert_eq!(timeout(Duration::from_secs(5)), "500");
         assert_eq!(timeout(Duration::from_secs(60)), "1000");
         assert_eq!(timeout(Duration::from_millis(5)), "1");

@@ -50,10 +50,13 @@ def check_setting(replicas: Any) -> Setting:
     return replicas
 
 
-def timeout_ms(replicas_timeout: Optional[Number], ttl_ms: int) -> int:
+def timeout_ms(replicas_timeout: Optional[Number], ttl_ms: int, fsync: bool = False) -> int:
     """The `WAIT`'s timeout: `replicas_timeout` seconds, or a tenth of the TTL, at most
-    1 s; never 0 (which `WAIT` reads as no limit)."""
+    1 s (with `fsync`, a third of the TTL, at most 2 s: a replica reports its fsync once a
+    second); never 0 (which `WAIT` reads as no limit)."""
     if replicas_timeout is None:
+        if fsync:
+            return max(1, min(ttl_ms // 3, 2 * MAX_DEFAULT_TIMEOUT_MS))
         return max(1, min(ttl_ms // 10, MAX_DEFAULT_TIMEOUT_MS))
     if isinstance(replicas_timeout, bool) or not isinstance(replicas_timeout, (int, float)) \
             or not 0 < replicas_timeout <= 3600:
@@ -69,10 +72,10 @@ class Replicas:
     def __init__(self, replicas: Any, replicas_timeout: Optional[Number], ttl_ms: int,
                  fsync: bool = False):
         self.setting = check_setting(replicas)
-        self.timeout_ms = timeout_ms(replicas_timeout, ttl_ms)
         if not isinstance(fsync, bool):
             raise ValueError(f"fsync must be True or False, not {fsync!r}")
         self.fsync = fsync
+        self.timeout_ms = timeout_ms(replicas_timeout, ttl_ms, fsync)
 
     @property
     def off(self) -> bool:

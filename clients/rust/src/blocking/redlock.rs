@@ -277,17 +277,21 @@ impl Instance {
         grant: &GrantCmds<'_>,
     ) -> RedisResult<Option<Grant>> {
         let policy = grant.policy;
-        let required = if policy.off() {
+        let required = if policy.asks_no_replica() {
             0
         } else {
             let online = online_with(&self.learned, 0, |cmds| exchange(con, cmds))?;
             policy.required(online, grant.key)?
         };
         let mut cmds = vec![grant.cmd.clone()];
-        if required > 0 {
-            cmds.push(policy.wait_cmd(required, grant.ttl));
-        }
-        let mut outcome = Outcome::of(exchange(con, &cmds)?, 1, required);
+        let wait = if policy.off() {
+            None
+        } else {
+            policy.wait_cmd(required, grant.ttl)
+        };
+        let waited = wait.is_some().then_some(policy);
+        cmds.extend(wait);
+        let mut outcome = Outcome::of(exchange(con, &cmds)?, 1, required, waited);
         let granted = outcome.first::<Option<Grant>>()?;
         if granted.is_some()
             && let Some(missing) = outcome.missing(grant.key, "granted")

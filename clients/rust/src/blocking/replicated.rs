@@ -67,16 +67,20 @@ pub(crate) fn replicated(
     policy: Policy,
     ttl: Duration,
 ) -> RedisResult<Outcome> {
-    let required = if policy.off() {
+    let required = if policy.asks_no_replica() {
         0
     } else {
         policy.required(online(links, con, key)?, key)?
     };
     let count = cmds.len();
-    if required > 0 {
-        cmds.push(policy.wait_cmd(required, ttl));
-    }
-    let outcome = Outcome::of(con.exchange(key, &cmds)?, count, required);
+    let wait = if policy.off() {
+        None
+    } else {
+        policy.wait_cmd(required, ttl)
+    };
+    let waited = wait.is_some().then_some(policy);
+    cmds.extend(wait);
+    let outcome = Outcome::of(con.exchange(key, &cmds)?, count, required, waited);
     if outcome.missing(key, "granted").is_some() {
         links.learned.forget(place(con, key));
     }

@@ -17,6 +17,7 @@ pub struct RedlockOptions {
     pub(crate) instance_timeout: Duration,
     pub(crate) replicas: Replicas,
     pub(crate) replicas_timeout: Option<Duration>,
+    pub(crate) fsync: bool,
 }
 
 impl RedlockOptions {
@@ -35,7 +36,15 @@ impl RedlockOptions {
                 .clamp(Duration::from_millis(1), Duration::from_millis(500)),
             replicas: Replicas::Auto,
             replicas_timeout: None,
+            fsync: false,
         }
+    }
+
+    /// Each master's grant waits with `WAITAOF 1 n` (see
+    /// [`LockOptions::fsync`](crate::LockOptions::fsync)).
+    pub fn fsync(mut self, fsync: bool) -> Self {
+        self.fsync = fsync;
+        self
     }
 
     /// How many of each master's own replicas must acknowledge its grant before it counts
@@ -62,6 +71,7 @@ impl RedlockOptions {
                     .min(self.ttl / 10)
                     .max(Duration::from_millis(1))
             })),
+            fsync: self.fsync,
         }
     }
 

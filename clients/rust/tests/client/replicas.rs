@@ -198,3 +198,82 @@ async fn the_async_locker_waits_releases_and_refuses_the_same_way() {
     assert!(is_not_replicated(&err), "{err}");
     assert!(!exists(&mut admin, "r") && !exists(&mut admin, "{t}a"));
 }
+
+#[test]
+fn fsync_waits_for_waitaof_where_the_server_has_it_and_is_refused_where_not() {
+    let (master, replica) = master_with_replica();
+    let mut admin = master.connection();
+    let locker = Locker::new(master.client());
+    let options = ttl(10_000).fsync(true);
+    let has_waitaof = redis::cmd("WAITAOF")
+        .arg(0)
+        .arg(0)
+        .arg(0)
+        .query::<redis::Value>(&mut admin)
+        .is_ok();
+    if !has_waitaof {
+        let err = locker.acquire("f", &options).unwrap_err();
+        assert!(
+            is_not_replicated(&err) && err.to_string().contains("WAITAOF"),
+            "{err}"
+        );
+        assert!(!exists(&mut admin, "f"));
+        return;
+    }
+    // Both fsync every write, so that a grant need not wait for the next second's fsync.
+    for server in [&master, &replica] {
+        let mut con = server.connection();
+        for (name, value) in [("appendonly", "yes"), ("appendfsync", "always")] {
+            let _: () = redis::cmd("CONFIG")
+                .arg("SET")
+                .arg(name)
+                .arg(value)
+                .query(&mut con)
+                .unwrap();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut streak = 0;
+    while streak < 3 {
+        assert!(Instant::now() < deadline, "both AOFs fsyncing");
+        let _: () = redis::cmd("SET")
+            .arg("warm")
+            .arg(1)
+            .query(&mut admin)
+            .unwrap();
+        let counts: Vec<i64> = redis::cmd("WAITAOF")
+            .arg(1)
+            .arg(1)
+            .arg(100)
+            .query(&mut admin)
+            .unwrap();
+        streak = if counts == [1, 1] { streak + 1 } else { 0 };
+    }
+    let waits = command_calls(&mut admin, "waitaof");
+    let lock = locker
+        .acquire("f", &options)
+        .unwrap()
+        .expect("granted, fsynced");
+    assert_eq!(command_calls(&mut admin, "waitaof") - waits, 1);
+    assert!(lock.release().unwrap());
+    {
+        let _frozen = freeze(&replica);
+        let err = locker
+            .acquire(
+                "f",
+                &options.clone().replicas_timeout(Duration::from_millis(300)),
+            )
+            .unwrap_err();
+        assert!(is_not_replicated(&err), "{err}");
+        assert!(!exists(&mut admin, "f"));
+    }
+    let alone = options.clone().replicas(Replicas::Exactly(0));
+    assert!(
+        locker
+            .acquire("f", &alone)
+            .unwrap()
+            .expect("the master's own fsync")
+            .release()
+            .unwrap()
+    );
+}
