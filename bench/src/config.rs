@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// The scenarios, by the names `--only` takes.
-pub const SCENARIOS: [&str; 12] = [
+pub const SCENARIOS: [&str; 13] = [
     "throughput",
     "callgrind",
     "contention",
@@ -17,6 +17,7 @@ pub const SCENARIOS: [&str; 12] = [
     "election",
     "fenced",
     "transfers",
+    "replicas",
 ];
 
 /// Sizes and durations of one benchmark run.

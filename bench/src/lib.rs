@@ -27,8 +27,8 @@ pub use config::Config;
 pub use report::Report;
 
 use scenarios::{
-    callgrind, contention, durability, election, expiry, fenced, sessions, shared, throughput,
-    transfers, waiters,
+    callgrind, contention, durability, election, expiry, fenced, replicas, sessions, shared,
+    throughput, transfers, waiters,
 };
 use server::{Launch, Server};
 
@@ -115,6 +115,10 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
         step("scenario 13: crossing transfers: LOCK.ACQUIREALL against sorted keys one by one");
         let server = Server::start(&launch)?;
         report.metrics.extend(transfers::run(cfg, &server)?);
+    }
+    if cfg.runs("replicas") {
+        step("scenario 14: the packages' replicas default: acquire with WAIT 1 against off");
+        report.metrics.extend(replicas::run(cfg)?);
     }
     report.elapsed = started.elapsed();
     Ok(report)

@@ -9,6 +9,7 @@ pub mod expiry;
 pub mod fenced;
 pub mod floor;
 pub mod memory;
+pub mod replicas;
 pub mod session_close;
 pub mod sessions;
 pub mod shared;
