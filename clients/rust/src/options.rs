@@ -3,8 +3,10 @@
 use std::time::Duration;
 
 use crate::commands::{Mode, acquire_mode_cmd};
-use crate::replicas::{Policy, Replicas};
+use crate::replicas::{Policy, Replicas, is_not_replicated, refused, wait_left};
 use crate::token::new_token;
+use redis::{RedisError, RedisResult};
+use std::time::Instant;
 
 /// The default share of the TTL after which the watchdog extends the lock.
 const DEFAULT_WATCHDOG_FRACTION: f64 = 1.0 / 3.0;
@@ -103,6 +105,25 @@ impl LockOptions {
     /// The replicas a grant needs, as set with [`replicas`](Self::replicas).
     pub fn replicas_setting(&self) -> Replicas {
         self.replicas
+    }
+
+    /// After an attempt of these options that failed with `err` (started at `started`,
+    /// `first` being the options of the first attempt): the options of the next attempt
+    /// (the wait that is left) when `err` is a grant too few replicas acknowledged and the
+    /// wait goes on, else `err`.
+    pub(crate) fn again(
+        &self,
+        err: RedisError,
+        first: &LockOptions,
+        started: Instant,
+    ) -> RedisResult<Self> {
+        if !is_not_replicated(&err) || refused(&err) {
+            return Err(err);
+        }
+        match wait_left(first.wait_timeout(), started.elapsed()) {
+            Some(left) => Ok(self.clone().wait(left)),
+            None => Err(err),
+        }
     }
 
     pub(crate) fn policy(&self) -> Policy {

@@ -18,7 +18,6 @@ use crate::commands::release_cmd;
 use crate::guard::DEFAULT_COMMAND_TIMEOUT;
 use crate::guard::outcome_unknown;
 use crate::options::LockOptions;
-use crate::replicas::{is_not_replicated, refused, wait_left};
 use redis::ErrorKind;
 use redis::RedisError;
 use redis::RedisResult;
@@ -162,13 +161,7 @@ impl Locker {
         // shared connection, for closing it first would release the lock.
         let (grant, waited_on) = loop {
             match self.grant(&key, &token, &attempt).await {
-                Err(err) if is_not_replicated(&err) && !refused(&err) => {
-                    match wait_left(options.wait_timeout(), started.elapsed()) {
-                        Some(left) => attempt = attempt.wait(left),
-                        None => return Err(err),
-                    }
-                }
-                Err(err) => return Err(err),
+                Err(err) => attempt = attempt.again(err, options, started)?,
                 Ok(None) => return Ok(None),
                 Ok(Some(granted)) => break granted,
             }

@@ -8,7 +8,7 @@ use super::within;
 use crate::commands::extend_cmd;
 use crate::guard::outcome_unknown;
 use crate::options::LockOptions;
-use crate::replicas::{Policy, is_not_replicated, refused, wait_left};
+use crate::replicas::Policy;
 use redis::RedisResult;
 use std::sync::Arc;
 use std::time::Duration;
@@ -69,13 +69,7 @@ impl Locker {
         let mut attempt = options.clone();
         let (con, grant) = loop {
             match self.grant_all(&keys, &token, &attempt).await {
-                Err(err) if is_not_replicated(&err) && !refused(&err) => {
-                    match wait_left(options.wait_timeout(), started.elapsed()) {
-                        Some(left) => attempt = attempt.wait(left),
-                        None => return Err(err),
-                    }
-                }
-                Err(err) => return Err(err),
+                Err(err) => attempt = attempt.again(err, options, started)?,
                 Ok(None) => return Ok(None),
                 Ok(Some(granted)) => break granted,
             }

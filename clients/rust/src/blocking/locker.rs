@@ -15,7 +15,6 @@ use crate::commands::{Grant, Mode, release_cmd};
 use crate::guard::{DEFAULT_COMMAND_TIMEOUT, outcome_unknown};
 use crate::lost::LostFlag;
 use crate::options::LockOptions;
-use crate::replicas::{is_not_replicated, refused, wait_left};
 
 /// Takes locks on one Redis server, or a Redis Cluster, through blocking connections.
 ///
@@ -161,13 +160,7 @@ impl Locker {
         let mut attempt = options.clone();
         let (con, grant) = loop {
             match self.grant(&key, &token, &attempt) {
-                Err(err) if is_not_replicated(&err) && !refused(&err) => {
-                    match wait_left(options.wait_timeout(), started.elapsed()) {
-                        Some(left) => attempt = attempt.wait(left),
-                        None => return Err(err),
-                    }
-                }
-                Err(err) => return Err(err),
+                Err(err) => attempt = attempt.again(err, options, started)?,
                 Ok(None) => return Ok(None),
                 Ok(Some(granted)) => break granted,
             }

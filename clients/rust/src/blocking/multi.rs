@@ -15,7 +15,7 @@ use crate::multi::debug_multi;
 use crate::multi::multi_lock_accessors;
 use crate::multi::on_every_key;
 use crate::options::LockOptions;
-use crate::replicas::{Policy, is_not_replicated, refused, wait_left};
+use crate::replicas::Policy;
 
 /// Every key of one [`Locker::lock_all`](crate::Locker::lock_all), held by one token
 /// with a fence per key; released together when dropped, or with
@@ -52,13 +52,7 @@ pub(super) fn lock_all(
     let mut attempt = options.clone();
     let (con, grant) = loop {
         match grant_all(links, command_timeout, &keys, &token, &attempt) {
-            Err(err) if is_not_replicated(&err) && !refused(&err) => {
-                match wait_left(options.wait_timeout(), started.elapsed()) {
-                    Some(left) => attempt = attempt.wait(left),
-                    None => return Err(err),
-                }
-            }
-            Err(err) => return Err(err),
+            Err(err) => attempt = attempt.again(err, options, started)?,
             Ok(None) => return Ok(None),
             Ok(Some(granted)) => break granted,
         }
