@@ -71,6 +71,52 @@ impl MiniCluster {
         cluster
     }
 
+    /// A new node made a replica of the master on `master_port`; returns once that master
+    /// lists it online.
+    pub fn add_replica(&self, master_port: u16) -> TestServer {
+        let replica = cluster_node(&[]);
+        let mut master = self
+            .nodes
+            .iter()
+            .find(|node| node.port == master_port)
+            .expect("a master of the cluster")
+            .connection();
+        let id: String = redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut master)
+            .expect("MYID");
+        // the nodes' bus ports are their own, not port + 10000
+        let bus: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("cluster-port")
+            .query(&mut master)
+            .expect("CONFIG GET cluster-port");
+        let mut con = replica.connection();
+        let _: () = redis::cmd("CLUSTER")
+            .arg("MEET")
+            .arg("127.0.0.1")
+            .arg(master_port)
+            .arg(&bus[1])
+            .query(&mut con)
+            .expect("CLUSTER MEET");
+        poll_until(
+            Duration::from_secs(30),
+            "the replica to know its master",
+            || {
+                redis::cmd("CLUSTER")
+                    .arg("REPLICATE")
+                    .arg(&id)
+                    .query::<()>(&mut con)
+                    .is_ok()
+            },
+        );
+        poll_until(Duration::from_secs(30), "the replica online", || {
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut master).unwrap_or_default();
+            matches!(role.get(2), Some(redis::Value::Array(replicas)) if !replicas.is_empty())
+        });
+        replica
+    }
+
     /// The port of the node that serves `key`'s slot now.
     pub fn port_of(&self, key: &str) -> u16 {
         let mut con = self.nodes[0].connection();

@@ -277,3 +277,46 @@ fn fsync_waits_for_waitaof_where_the_server_has_it_and_is_refused_where_not() {
             .unwrap()
     );
 }
+
+#[test]
+fn on_a_cluster_the_grant_waits_on_the_key_s_node_for_that_node_s_replica() {
+    let cluster = MiniCluster::start(3);
+    let key = "{replicated}:k";
+    let port = cluster.port_of(key);
+    let replica = cluster.add_replica(port);
+    let urls: Vec<String> = cluster.nodes.iter().map(TestServer::url).collect();
+    let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|node| node.port == port)
+        .expect("the key's node");
+    let mut admin = node.connection();
+    let others: u64 = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.port != port)
+        .map(|n| command_calls(&mut n.connection(), "wait"))
+        .sum();
+    let locker = Locker::cluster(client);
+    let options = ttl(10_000).replicas_timeout(Duration::from_millis(200));
+    let waits = command_calls(&mut admin, "wait");
+    let lock = locker.acquire(key, &options).unwrap().expect("granted");
+    assert_eq!(
+        command_calls(&mut admin, "wait") - waits,
+        1,
+        "on the key's node"
+    );
+    assert!(lock.release().unwrap());
+    let after: u64 = cluster
+        .nodes
+        .iter()
+        .filter(|n| n.port != port)
+        .map(|n| command_calls(&mut n.connection(), "wait"))
+        .sum();
+    assert_eq!(after, others, "no WAIT on the other nodes");
+    let _frozen = freeze(&replica);
+    let err = locker.acquire(key, &options).unwrap_err();
+    assert!(is_not_replicated(&err), "{err}");
+    assert!(!exists(&mut admin, key));
+}
