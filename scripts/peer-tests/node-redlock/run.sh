@@ -17,6 +17,7 @@ CLI=redis-cli
 MODULE=$ROOT/target/release/libredis_lock.so
 BASE=${PEER_TEST_PORT:-17501}
 (cd "$ROOT" && cargo build --release --quiet)
+rm -rf "$WORK/data"   # a cluster node's nodes.conf from a previous run would refuse to join anew
 mkdir -p "$WORK/build" "$WORK/data"
 GIT=${NODE_REDLOCK_GIT:-$WORK/node-redlock.git}
 [ -d "$GIT" ] || git clone --quiet --bare --depth 1 https://github.com/mike-marcacci/node-redlock "$GIT"
@@ -46,6 +47,7 @@ for c in 4 7 10 13; do
 done
 export SINGLE=$BASE MULTI_A=$((BASE + 1)) MULTI_B=$((BASE + 2)) MULTI_C=$((BASE + 3))
 export SINGLE_CLUSTER=$((BASE + 4)) MULTI_CLUSTER_A=$((BASE + 7)) MULTI_CLUSTER_B=$((BASE + 10)) MULTI_CLUSTER_C=$((BASE + 13))
-# Their "unreachable" test connects its own client to 127.0.0.1:6379, where nothing of
-# ours listens; its connection errors are printed by ioredis and filtered out here.
-npx ava 2>&1 | grep -v -e 'ECONNREFUSED 127.0.0.1:6379' -e 'afterConnect'
+# Nothing is filtered: the package's own connections to an unreachable server (a waiting
+# acquire's duplicate) have an error listener, so ioredis prints no "Unhandled error
+# event" (20 of them before it had one).
+npx ava 2>&1
