@@ -71,7 +71,7 @@ final class Redlock
                 throw new \InvalidArgumentException('each master must be a connected Redis');
             }
         }
-        $unknown = array_diff(array_keys($settings), ['retryCount', 'retryDelay', 'retryJitter', 'driftFactor', 'masterTimeout', 'replicas', 'replicasTimeout']);
+        $unknown = array_diff(array_keys($settings), ['retryCount', 'retryDelay', 'retryJitter', 'driftFactor', 'masterTimeout', 'replicas', 'replicasTimeout', 'fsync']);
         if ($unknown !== []) {
             throw new \InvalidArgumentException('unknown setting ' . implode(', ', $unknown));
         }
@@ -84,7 +84,7 @@ final class Redlock
         $this->replicaSetting = $settings['replicas'] ?? Replicas::AUTO;
         $this->replicasTimeout = isset($settings['replicasTimeout']) ? self::whole($settings['replicasTimeout'], 'replicasTimeout', 1) : null;
         foreach ($this->masters as $i => $master) {
-            $this->replicas[$i] = new Replicas($this->replicaSetting, $this->replicasTimeout === null ? null : $this->replicasTimeout / 1000);
+            $this->replicas[$i] = new Replicas($this->replicaSetting, $this->replicasTimeout === null ? null : $this->replicasTimeout / 1000, (bool) ($settings['fsync'] ?? false));
         }
         $drift = $settings['driftFactor'] ?? 0.01;
         if (!is_float($drift) && !is_int($drift) || $drift < 0 || $drift >= 1) {
