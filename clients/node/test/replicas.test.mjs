@@ -30,9 +30,14 @@ async function frozen(body) {
   }
 }
 
+/** The replica online and acknowledging this connection's writes (a WAIT on a
+ *  connection that has written nothing answers at once). */
 async function synced() {
   await until(async () => (await admin.call('ROLE'))[2].length === 1, 'the replica online');
-  await until(async () => Number(await admin.call('WAIT', 1, 100)) === 1, 'the replica in sync');
+  await until(async () => {
+    await admin.set('in-sync', 1);
+    return Number(await admin.call('WAIT', 1, 100)) === 1;
+  }, 'the replica in sync');
 }
 
 for (const [library, connect] of Object.entries(libraries)) {

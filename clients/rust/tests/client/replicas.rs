@@ -38,8 +38,32 @@ impl Drop for Frozen {
 fn master_with_replica() -> (TestServer, TestServer) {
     let master = TestServer::start();
     let replica = start_replica(&master, &[]);
-    sync_replicas(&mut master.connection(), 1);
+    in_sync(&master);
     (master, replica)
+}
+
+/// Waits until `master`'s replica acknowledges a write: right after a full sync, Redis
+/// 7.0 streams nothing to a replica until its first acknowledgement, up to a second
+/// later, and a `WAIT` with a short timeout answers 0 meanwhile. (A `WAIT` on a
+/// connection that has written nothing answers at once.)
+fn in_sync(master: &TestServer) {
+    let mut con = master.connection();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let _: () = redis::cmd("SET")
+            .arg("in-sync")
+            .arg(1)
+            .query(&mut con)
+            .unwrap();
+        let acked: i64 = redis::cmd("WAIT").arg(1).arg(100).query(&mut con).unwrap();
+        if acked == 1 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica did not acknowledge a write"
+        );
+    }
 }
 
 #[test]
@@ -97,7 +121,7 @@ fn a_grant_no_replica_acknowledges_is_released_and_an_error() {
         assert!(is_not_replicated(&err), "{err}");
         assert!(!exists(&mut admin, "{t}a") && !exists(&mut admin, "{t}b"));
     }
-    sync_replicas(&mut admin, 1);
+    in_sync(&master);
     let lock = locker.acquire("r", &options.clone().wait(Duration::from_secs(5)));
     let lock = lock.unwrap().expect("granted with the replica back");
     {
@@ -284,6 +308,12 @@ fn on_a_cluster_the_grant_waits_on_the_key_s_node_for_that_node_s_replica() {
     let key = "{replicated}:k";
     let port = cluster.port_of(key);
     let replica = cluster.add_replica(port);
+    let node = cluster
+        .nodes
+        .iter()
+        .find(|node| node.port == port)
+        .expect("the key's node");
+    in_sync(node);
     let urls: Vec<String> = cluster.nodes.iter().map(TestServer::url).collect();
     let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
     let node = cluster
