@@ -41,7 +41,10 @@ def synced(r, replica_port):
     """The replica online and caught up with the master."""
     replica = redis.Redis(port=replica_port)
     wait_until(lambda: len(r.execute_command("ROLE")[2]) == 1, "the replica online")
-    wait_until(lambda: r.execute_command("WAIT", 1, 100) == 1, "the replica in sync")
+    # a write, then WAIT on the same (pooled) connection: a WAIT on a connection that
+    # has written nothing answers at once
+    wait_until(lambda: r.set("in-sync", 1) and r.execute_command("WAIT", 1, 100) == 1,
+               "the replica in sync")
     yield replica
     replica.close()
 
