@@ -179,6 +179,22 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// A port where nothing listens, and where no test server will: a privileged one (below
+/// 1024, which `free_port` never hands out), checked to refuse connections now. A port
+/// from `free_port` may be taken by a server of a suite running beside this one.
+pub fn dead_port() -> u16 {
+    [1, 9, 13, 17, 19, 37, 79]
+        .into_iter()
+        .find(|port| {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], *port));
+            matches!(
+                std::net::TcpStream::connect_timeout(&addr, std::time::Duration::from_millis(200)),
+                Err(err) if err.kind() == std::io::ErrorKind::ConnectionRefused
+            )
+        })
+        .expect("a privileged port where nothing listens")
+}
+
 /// A new empty directory of its own for a server (`tag` in its name).
 pub fn fresh_dir(tag: &str) -> PathBuf {
     static SEQ: AtomicUsize = AtomicUsize::new(0);

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::common::python::{install_package, package_dir, python, run, tempdir};
-use crate::common::{MiniCluster, Sentinel, TestServer, free_port, start_replica};
+use crate::common::{MiniCluster, Sentinel, TestServer, dead_port, free_port, start_replica};
 
 /// The servers conftest.py reads: a master, its replica, the Redlock masters, a Sentinel
 /// watching the master, a node of a 3-master cluster.
@@ -47,7 +47,7 @@ fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Outpu
             "REDIS_LOCK_FAILOVER_PORTS",
             ports.failover.map(|p| p.to_string()).join(","),
         )
-        .env("REDIS_LOCK_DEAD_PORT", free_port().to_string())
+        .env("REDIS_LOCK_DEAD_PORT", dead_port().to_string())
         .output()
         .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"))
 }
