@@ -14,11 +14,22 @@ fn five() -> Vec<TestServer> {
 }
 
 fn redlock(servers: &[TestServer]) -> Redlock {
-    Redlock::new(servers.iter().map(TestServer::client).collect())
+    Redlock::new(servers.iter().map(client_of).collect())
 }
 
 fn async_redlock(servers: &[TestServer]) -> aio::Redlock {
-    aio::Redlock::new(servers.iter().map(TestServer::client).collect())
+    aio::Redlock::new(servers.iter().map(client_of).collect())
+}
+
+/// A client of `server`, or, once it is killed, of a port where nothing listens: the
+/// killed server's port may be taken by a server of another test running beside this
+/// one, whose locks (the same key) would then answer for the dead master.
+fn client_of(server: &TestServer) -> redis::Client {
+    match server.pid() {
+        Some(_) => server.client(),
+        None => redis::Client::open(format!("redis://127.0.0.1:{}/", dead_port()))
+            .expect("a client of a dead port"),
+    }
 }
 
 /// Generous per-master timeout: the machine is shared, and a missed answer from a fast
