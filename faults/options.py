@@ -49,7 +49,8 @@ def parser(description):
     p.add_argument("--mixed", type=int, default=0,
                    help="then N phases drawn at random with the seed, each one nemesis or two at once")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--fault-seconds", type=float, default=3.0)
+    p.add_argument("--fault-seconds", type=float, default=None,
+                   help="how long a fault lasts, twice that for a failover (3, or 1.5 with --short)")
     p.add_argument("--ttl", type=int, default=1000, help="the locks' TTL in ms")
     p.add_argument("--workers", type=int, default=3, help="per system")
     p.add_argument("--node-workers", type=int, default=2,
@@ -70,15 +71,19 @@ def parser(description):
     p.add_argument("--keep", action="store_true", help="keep the run's files (target/faults/run-<pid>)")
     p.add_argument("--short", action="store_true",
                    help="the run make test makes: faults of 1.5 s, one lock of 500 ms per system, and unless "
-                        "--nemeses says otherwise pause-client, clock-forward, pause-master, partition-master")
+                        "--nemeses says otherwise pause-client, clock-forward, pause-master, partition-master; "
+                        "overlapping and fence back must be 0 in its partition (in every phase without a "
+                        "clock jump in a full run)")
     p.add_argument("--sweep", action="store_true", help="only clean up after runs that were killed")
     return p
 
 
 def parse(argv, description=""):
     o = Options(**vars(parser(description).parse_args(argv)))
+    if o.fault_seconds is None:
+        o.fault_seconds = 1.5 if o.short else 3.0
     if o.short:
-        o.fault_seconds, o.ttl, o.keys = 1.5, 500, 1
+        o.ttl, o.keys = 500, 1
         if o.nemeses == "all":
             o.nemeses = "pause-client,clock-forward,pause-master,partition-master"
     o.server = shutil.which(o.server) or o.server
