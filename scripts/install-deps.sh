@@ -2,8 +2,8 @@
 # Installs what building and running the module needs on a Debian machine, skipping
 # what is already there: redis-server and redis-cli (7.0+), libclang with its headers
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
-# PHP with phpredis, redis-py, pytest (with pytest-asyncio) and mypy for the python3 on
-# PATH, Node.js with npm, tmux (the interactive cli's hints are read off a real terminal)
+# PHP with phpredis, python3 with the tests' virtualenvs (scripts/test-env.sh: redis-py,
+# pytest, mypy, ... as scripts/pins.txt pins them), Node.js with npm, tmux (the interactive cli's hints are read off a real terminal)
 # (the client packages' tests), iptables and libfaketime (the fault harness),
 # prometheus-redis-exporter and promtool (lock health in Prometheus). Safe to run again.
 set -euo pipefail
@@ -50,42 +50,10 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 
-# A Python package for whichever python3 is on PATH: redis-py and pytest. Debian's own python3 gets Debian's package
-# (its pip refuses system-wide installs, PEP 668); any other python3 (pyenv, a venv)
-# cannot see that package and gets redis from PyPI, with --break-system-packages only
-# if that python3 is marked externally managed too.
-install_python_package() {
-  local module=$1 debian=$2 pypi=$3
-  python3 -c "import $module" >/dev/null 2>&1 && return 0
-  if [ "$(command -v python3)" = /usr/bin/python3 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "installing: $debian"
-    apt-cache show "$debian" >/dev/null 2>&1 || $SUDO apt-get update -qq
-    $SUDO apt-get install -y -qq --no-install-recommends "$debian" python3-pip
-    python3 -c "import $module" >/dev/null 2>&1 && return 0
-  fi
-  echo "installing: $pypi for $(command -v python3) (pip)"
-  local log
-  log="$(mktemp)"
-  if ! python3 -m pip install --quiet "$pypi" 2>"$log"; then
-    if grep -q externally-managed "$log"; then
-      python3 -m pip install --quiet --break-system-packages "$pypi"
-    else
-      cat "$log" >&2
-      rm -f "$log"
-      return 1
-    fi
-  fi
-  rm -f "$log"
-  python3 -c "import $module"
-}
-
 install_test_packages() {
-  install_python_package redis python3-redis redis
-  install_python_package pytest python3-pytest pytest
-  # redis-py's own lock tests (clients/rust/tests/packages/redis_py_lock_suite.rs) need these two.
-  install_python_package pytest_asyncio python3-pytest-asyncio pytest-asyncio
-  install_python_package packaging python3-packaging packaging
-  install_python_package mypy python3-mypy mypy
+  # redis-py, pytest, mypy, ... at the versions of scripts/pins.txt, in virtualenvs under
+  # target/ (never the machine's own site-packages).
+  "$(dirname "$0")/test-env.sh" >/dev/null
   # The Node package's test dependencies (ioredis, redis, typescript), as locked.
   local node_dir
   node_dir="$(dirname "$0")/../clients/node"

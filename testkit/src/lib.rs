@@ -73,6 +73,53 @@ pub fn module_path() -> PathBuf {
     }
 }
 
+/// The tests' Python interpreter: `PYTHON` when set, else the pinned test virtualenv's
+/// (`target/venv`, which `scripts/test-env.sh` makes from `scripts/pins.txt`; `make test`
+/// and `make deps-test` run it), so every test runs on the same redis-py, pytest and mypy
+/// whatever the machine's own python3 has.
+pub fn python() -> String {
+    venv_python("PYTHON", "venv")
+}
+
+/// The interpreter of the virtualenv with the oldest redis-py the Python package supports
+/// (`target/venv-oldest`, the `oldest` pins): `OLDEST_PYTHON` when set.
+pub fn oldest_python() -> String {
+    venv_python("OLDEST_PYTHON", "venv-oldest")
+}
+
+fn venv_python(variable: &str, venv: &str) -> String {
+    if let Ok(path) = std::env::var(variable) {
+        return path;
+    }
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| workspace_root().join("target"));
+    let interpreter = target.join(venv).join("bin").join("python");
+    assert!(
+        interpreter.exists(),
+        "no {} (set {variable}, or make it with scripts/test-env.sh: `make deps-test`)",
+        interpreter.display()
+    );
+    interpreter.display().to_string()
+}
+
+/// The version `scripts/pins.txt` pins for the package `name` of `kind` (`pip redis`,
+/// `peer python-redis-lock`): a test that fetches a package fetches that one.
+pub fn pinned(kind: &str, name: &str) -> String {
+    let path = workspace_root().join("scripts/pins.txt");
+    let text = fs::read_to_string(&path)
+        .unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()));
+    text.lines()
+        .map(str::split_whitespace)
+        .find_map(|mut words| {
+            (words.next() == Some(kind) && words.next() == Some(name))
+                .then(|| words.next())
+                .flatten()
+        })
+        .unwrap_or_else(|| panic!("no `{kind} {name}` line in {}", path.display()))
+        .to_string()
+}
+
 /// The server binary under test: `REDIS_SERVER`, else `redis-server` on `PATH`.
 pub fn server_binary() -> String {
     std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())

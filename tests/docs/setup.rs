@@ -486,7 +486,7 @@ for state, fence, want in [("paid", 7, 1), ("late", 5, 0), ("shipped", 7, 1), ("
 print(db.execute("SELECT state, fence FROM orders").fetchone())
 "#
     );
-    let out = Command::new("python3")
+    let out = Command::new(redis_lock_testkit::python())
         .args(["-c", &script])
         .output()
         .expect("python3 (make deps-test installs it)");

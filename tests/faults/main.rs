@@ -17,7 +17,7 @@ use redis_lock_testkit::{fresh_dir, module_path, server_binary};
 fn short_run(tag: &str, extra: &[&str]) -> (Output, counts::Rows) {
     let dir = fresh_dir(tag);
     let counts = dir.join("counts.tsv");
-    let output = Command::new("python3")
+    let output = Command::new(redis_lock_testkit::python())
         .args(["-m", "faults"])
         .current_dir(root())
         .args(["--short", "--server", &server_binary()])
@@ -47,7 +47,7 @@ fn shown(output: &Output) -> String {
 /// counts its grants and nothing else, and each violation planted in it is counted.
 #[test]
 fn the_checkers_own_tests_pass_on_recorded_histories() {
-    let output = Command::new("python3")
+    let output = Command::new(redis_lock_testkit::python())
         .args([
             "-m",
             "unittest",

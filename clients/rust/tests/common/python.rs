@@ -11,25 +11,9 @@ pub fn package_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../python")
 }
 
-/// The interpreter: `$PYTHON`, else `python3`, as the path of its executable: a
-/// version manager's shim (pyenv's) runs hooks around `pip` that fail when two tests
-/// install at once, so the tests call the interpreter itself.
-pub fn python() -> String {
-    static EXECUTABLE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    EXECUTABLE
-        .get_or_init(|| {
-            let named = std::env::var("PYTHON").unwrap_or_else(|_| "python3".into());
-            Command::new(&named)
-                .args(["-c", "import sys; print(sys.executable)"])
-                .output()
-                .ok()
-                .filter(|out| out.status.success())
-                .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string())
-                .filter(|path| !path.is_empty())
-                .unwrap_or(named)
-        })
-        .clone()
-}
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use redis_lock_testkit::{oldest_python, python};
 
 /// Runs `command`, which must succeed; its output.
 pub fn run(command: &mut Command, what: &str) -> Output {
