@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+import uuid
 
 import pytest
 import redis.asyncio as aioredis
@@ -73,6 +74,56 @@ def test_extend_and_reacquire(r, port, key):
             await lock.extend(1)
         with pytest.raises(LockNotOwnedError):
             await lock.reacquire()
+        await a.aclose()
+
+    run(scenario())
+
+
+def test_redis_py_8_2_meanings(r, port, key):
+    async def scenario():
+        a = await client(port)
+        lock = Lock(a, key, timeout=0)  # lives until released
+        assert await lock.acquire(blocking=False)
+        assert uuid.UUID(lock.token.decode()).version == 4
+        assert await a.pttl(key) == -1
+        assert await lock.reacquire()
+        with pytest.raises(LockNotOwnedError):
+            await lock.extend(0)
+        assert await a.pttl(key) == -1 and await lock.owned()
+        # `blocking` is the first positional argument, as in redis.asyncio's Lock.
+        started = time.monotonic()
+        assert not await Lock(a, key).acquire(False)
+        assert time.monotonic() - started < 1
+        await lock.release()
+
+        timed = Lock(a, key, timeout=10)
+        assert await timed.acquire(False)
+        before = await a.pttl(key)
+        assert await timed.extend(0, replace_ttl=True) and await timed.extend(-20)
+        assert 0 < await a.pttl(key) <= before
+        await timed.release()
+        await a.aclose()
+
+    run(scenario())
+
+
+def test_release_clears_only_its_own_token(r, port, key, monkeypatch):
+    async def scenario():
+        a = await client(port)
+        lock = Lock(a, key, thread_local=False)
+        assert await lock.acquire(blocking=False)
+        own = lock.token
+
+        async def others_token_meanwhile(expected_token):
+            lock.local.token = b"another-acquirer"
+
+        monkeypatch.setattr(lock, "do_release", others_token_meanwhile)
+        await lock.release()
+        assert lock.local.token == b"another-acquirer"
+        monkeypatch.undo()
+        lock.local.token = own
+        await lock.release()
+        assert lock.token is None and not await a.exists(key)
         await a.aclose()
 
     run(scenario())

@@ -3,6 +3,7 @@
 
 import logging
 import os
+import uuid
 import subprocess
 import sys
 import threading
@@ -256,6 +257,84 @@ def test_reacquiring_lock_no_longer_owned_raises_error(r, key):
         lock.reacquire()
 
 
+# --- redis-py 8.2's meanings ----------------------------------------------------------
+
+
+def test_the_default_token_is_a_random_uuid4(r, key):
+    tokens = set()
+    for _ in range(3):
+        lock = make(r, key)
+        assert lock.acquire(blocking=False)
+        assert uuid.UUID(lock.token.decode()).version == 4
+        tokens.add(lock.token)
+        lock.release()
+    assert len(tokens) == 3
+
+
+def test_a_zero_timeout_lives_until_released(r, key):
+    lock = make(r, key, timeout=0)
+    assert lock.acquire(blocking=False)
+    assert r.pttl(key) == -1 and lock.owned()
+    assert lock.reacquire()  # nothing to reset: it only checks the lock is held
+    assert r.pttl(key) == -1
+    for replace_ttl in (False, True):
+        with pytest.raises(LockNotOwnedError):  # as redis-py: no expiry to extend
+            lock.extend(0, replace_ttl=replace_ttl)
+        with pytest.raises(LockNotOwnedError):
+            lock.extend(10, replace_ttl=replace_ttl)
+    assert r.pttl(key) == -1 and lock.owned()
+    lock.release()
+    assert not r.exists(key)
+
+
+@pytest.mark.parametrize("added, replace_ttl", [(0, True), (-1, True), (-20, False), (0, False)])
+def test_an_extend_to_zero_or_less_keeps_the_time_while_held(r, key, added, replace_ttl):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    before = r.pttl(key)
+    assert lock.extend(added, replace_ttl=replace_ttl)
+    assert 0 < r.pttl(key) <= before
+    r.set(key, "a")  # no longer held: the same call raises
+    with pytest.raises(LockNotOwnedError):
+        lock.extend(added, replace_ttl=replace_ttl)
+
+
+def test_a_negative_extend_shortens_what_is_left(r, key):
+    lock = make(r, key, timeout=10)
+    assert lock.acquire(blocking=False)
+    assert lock.extend(-4)
+    assert 4000 < r.pttl(key) <= 6000
+    lock.release()
+
+
+def test_a_zero_timeout_reacquire_of_a_lost_lock_raises(r, key):
+    lock = make(r, key, timeout=0)
+    assert lock.acquire(blocking=False)
+    r.delete(key)
+    with pytest.raises(LockNotOwnedError):
+        lock.reacquire()
+
+
+def test_release_clears_only_its_own_token(r, key, monkeypatch):
+    # thread_local=False: one namespace for every thread; another acquirer's token,
+    # stored while the release was on its way, stays.
+    lock = make(r, key, thread_local=False)
+    assert lock.acquire(blocking=False)
+    own = lock.token
+
+    def others_token_meanwhile(expected_token):
+        assert expected_token == own
+        lock.local.token = b"another-acquirer"
+
+    monkeypatch.setattr(lock, "do_release", others_token_meanwhile)
+    lock.release()
+    assert lock.local.token == b"another-acquirer"
+    monkeypatch.undo()
+    lock.local.token = own
+    lock.release()
+    assert lock.token is None and not r.exists(key)
+
+
 def test_thread_local_token_is_the_acquiring_thread_s(r, key):
     lock = make(r, key, timeout=10)
     assert lock.acquire(blocking=False)
@@ -440,13 +519,13 @@ def test_watchdog_stops_on_release(r, other, key):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"timeout": 0}, "timeout"),
     ({"timeout": -1}, "timeout"),
     ({"timeout": 1 << 53}, "timeout"),
     ({"timeout": float("nan")}, "timeout"),
     ({"session": -1}, "session"),
     ({"blocking_timeout": 1 << 53}, "blocking_timeout"),
     ({"watchdog": True}, "watchdog"),
+    ({"watchdog": True, "timeout": 0}, "watchdog"),
 ])
 def test_bad_settings_are_refused_before_any_command(r, key, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -28,8 +28,9 @@ alive, or when the connection is not long-lived (a serverless function).
 from dataclasses import dataclass
 from typing import Any, Dict, Literal, Optional
 
-from . import _protocol
+from . import _protocol, _replicas
 from ._protocol import Token
+from .exceptions import LockNotReplicatedError
 
 
 class LockNotAcquired(Exception):
@@ -38,12 +39,19 @@ class LockNotAcquired(Exception):
 
 class LockNotReplicated(LockNotAcquired):
     """The lock was granted, but fewer replicas than asked for acknowledged it in time
-    (Redis ``WAIT``), so it was released again. ``acked`` is how many did."""
+    (Redis ``WAIT``), so it was released again; or the master had fewer replicas online
+    than asked for, and nothing was sent (``refused``). ``acked`` is how many did (or
+    how many were online)."""
 
-    def __init__(self, key: str, wanted: int, acked: int):
-        super().__init__(f"{key}: {acked} of {wanted} replicas acknowledged the lock")
+    def __init__(self, key: str, wanted: int, acked: int, refused: bool = False):
+        if refused:
+            message = f"{key}: the master has {acked} replicas online, {wanted} asked for"
+        else:
+            message = f"{key}: {acked} of {wanted} replicas acknowledged the lock"
+        super().__init__(message)
         self.wanted = wanted
         self.acked = acked
+        self.refused = refused
 
 
 @dataclass
@@ -94,12 +102,14 @@ class lock:
     ``wait_ms`` waits for a busy lock (``LOCK.ACQUIRE ... WAIT``; 0 waits without limit).
     ``session_ms`` binds the lock to its connection (see the module's docstring).
 
-    ``replicas=N`` makes the grant durable before the block runs: after the grant,
-    Redis ``WAIT N replicas_timeout_ms`` waits until N replicas of the master have
-    acknowledged it (so a failover to one of them keeps the lock). If fewer did within
-    ``replicas_timeout_ms`` (default 1000; 0 would wait without limit), the lock is
-    released again and LockNotReplicated (a LockNotAcquired) is raised. ``WAIT`` blocks
-    the connection meanwhile, like a waiting acquire.
+    ``replicas=N`` makes the grant durable before the block runs, as ``Lock``'s
+    ``replicas=n`` does: the acquire and ``WAIT N replicas_timeout_ms`` go together in
+    one round trip on one connection to the master, so the grant counts once N replicas
+    have it (a failover to one of them keeps the lock). If fewer did within
+    ``replicas_timeout_ms`` (default 1000, above 0), the lock is released at once on
+    that connection and LockNotReplicated (a LockNotAcquired) is raised; a master with
+    fewer than N replicas online refuses at once (``refused``), sending nothing.
+    ``WAIT`` blocks the connection meanwhile, like a waiting acquire.
 
         with lock(r, "orders:42", ttl_ms=10_000, replicas=1, replicas_timeout_ms=500):
             ...
@@ -120,24 +130,35 @@ class lock:
         self.held_to_end: Optional[bool] = None
 
     def __enter__(self) -> Held:
-        self._lock = acquire(self._r, self._key, self._ttl_ms, self._token, self._wait_ms,
-                             self._session_ms)
+        if self._replicas:
+            self._lock = self._replicated()
+        else:
+            self._lock = acquire(self._r, self._key, self._ttl_ms, self._token,
+                                 self._wait_ms, self._session_ms)
         if self._lock is None:
             raise LockNotAcquired(self._key)
-        if self._replicas:
-            try:
-                acked = int(self._r.execute_command(
-                    "WAIT", self._replicas, self._replicas_timeout_ms))
-            except BaseException:
-                try:
-                    release(self._r, self._key, self._lock.token)
-                except Exception:
-                    pass  # the WAIT's error says more; the TTL frees the lock anyway
-                raise
-            if acked < self._replicas:
-                release(self._r, self._key, self._lock.token)
-                raise LockNotReplicated(self._key, self._replicas, acked)
         return self._lock
+
+    def _replicated(self) -> Optional[Held]:
+        """The acquire with its ``WAIT``, pipelined on a connection to the master, and
+        the release of a grant too few replicas acknowledged: ``Lock``'s path."""
+        if self._replicas_timeout_ms <= 0:
+            raise ValueError("replicas_timeout_ms must be above 0 (WAIT 0 waits forever)")
+        replicas = _replicas.Replicas(self._replicas, self._replicas_timeout_ms / 1000,
+                                      self._ttl_ms)
+        token = (_protocol.new_token() if self._token is None
+                 else _protocol.encode_token(self._r, self._token))
+        args = _protocol.acquire_args(self._key, self._ttl_ms, token, self._wait_ms,
+                                      self._session_ms)
+        try:
+            reply = _replicas.on_master(self._r, self._key, lambda connection: _replicas.granted(
+                connection, args, replicas, self._key, [["LOCK.RELEASE", self._key, token]]))
+        except LockNotReplicatedError as error:
+            raise LockNotReplicated(self._key, error.required, error.acked,
+                                    error.refused) from error
+        granted = _protocol.grant(reply)
+        return None if granted is None else Held(key=self._key, token=granted[0],
+                                                 fence=granted[1])
 
     def __exit__(self, *exc: Any) -> Literal[False]:
         assert self._lock is not None, "__exit__ without __enter__"

@@ -106,7 +106,7 @@ class Lock(LockState):
             if self._wrong_type(error):
                 return None  # a key of another type holds the name, as for redis-py
             raise self._refused(error) from error
-        if granted is not None and self.timeout is None:
+        if granted is not None and not self._expires:
             self.redis.persist(self.name)
         return granted
 
@@ -146,17 +146,19 @@ class Lock(LockState):
 
     def _granted_on_master(self, args: List[Any], token: bytes) -> Optional[Tuple[bytes, int]]:
         """Sends the acquire `args` with the `WAIT` its replicas need on a connection to
-        the key's master, following a cluster's `MOVED`."""
-        for _ in range(_protocol.Waiting.REDIRECTIONS):
+        the key's master, following a cluster's `MOVED` a few times; the last `MOVED`
+        (or `ASK`) is raised when the slot keeps moving, never an acquire without its
+        `WAIT`."""
+        for attempt in range(_protocol.Waiting.REDIRECTIONS + 1):
             try:
                 return _protocol.grant(_replicas.on_master(
                     self.redis, self.name, lambda connection: _replicas.granted(
                         connection, args, self._replicas, self.name, self._releases(token))))
             except ResponseError as error:
-                if not str(error).startswith(("MOVED ", "ASK ")):
+                if not _protocol.redirection(error) or attempt == _protocol.Waiting.REDIRECTIONS:
                     raise
                 self._cluster_moved()
-        return _protocol.grant(self.redis.execute_command(*args))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def locked(self) -> bool:
         """True if anyone holds the lock."""
@@ -178,16 +180,13 @@ class Lock(LockState):
         went to another token), LockError if this object did not hold it. The holding is
         forgotten once the server has answered, so a release interrupted on its way (a
         lost connection) can be tried again."""
-        holding = self._holding()
-        if holding is None:
-            raise self._release_unheld()
-        holding.stop_watchdog()  # no renewal races the release
+        token = self._releasing()
         try:
-            self.do_release(holding.token)
+            self.do_release(token)
         except LockNotOwnedError:
-            self._forget_if(holding)
+            self._forget_if(token)
             raise
-        self._forget_if(holding)
+        self._forget_if(token)
 
     def do_release(self, expected_token: bytes) -> None:
         try:
@@ -210,28 +209,41 @@ class Lock(LockState):
 
     def extend(self, additional_time: Number, replace_ttl: bool = False) -> Literal[True]:
         """Adds `additional_time` seconds to what is left of the lock's time, or with
-        `replace_ttl=True` sets what is left to it."""
+        `replace_ttl=True` sets what is left to it. As in redis-py 8.2: a time that comes
+        to zero or less keeps the lock's time as it is (True while held), and a lock
+        made with `timeout=0` (no expiry) raises LockNotOwnedError."""
         token = self._check_renewable("extend")
         return self.do_extend(additional_time, replace_ttl, token)
 
     def do_extend(self, additional_time: Number, replace_ttl: bool,
                   token: Optional[bytes] = None) -> Literal[True]:
         token = self.token if token is None else token
-        pttl = 0 if replace_ttl else int(self.redis.pttl(self.name))
-        if pttl < 0 or not self._extend_to(token, self._extended_ms(additional_time,
-                                                                    replace_ttl, pttl)):
+        pttl = int(self.redis.pttl(self.name))
+        ttl_ms = self._extended_ms(additional_time, replace_ttl, pttl)
+        if pttl < 0 or not (self._still_held() if ttl_ms <= 0 else self._extend_to(token, ttl_ms)):
             raise self._not_owned("extend")
         return True
 
     def reacquire(self) -> Literal[True]:
-        """Resets the lock's time to `timeout`."""
+        """Resets the lock's time to `timeout`; with `timeout=0` (no expiry) only checks
+        that the lock is still held (redis-py 8.2)."""
         token = self._check_renewable("reacquire")
         return self.do_reacquire(token)
 
     def do_reacquire(self, token: Optional[bytes] = None) -> Literal[True]:
-        if not self._extend_to(self.token if token is None else token, self._ttl_ms):
+        token = self.token if token is None else token
+        if not (self._extend_to(token, self._ttl_ms) if self._expires else self._still_held()):
             raise self._not_owned("reacquire")
         return True
+
+    def _still_held(self) -> bool:
+        """Whether this holding still holds the lock, asked without changing it."""
+        try:
+            return self._held_from(self.redis.execute_command(*self._holders_args()))
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return False
+            raise
 
     def _extend_to(self, token: Any, ttl_ms: int) -> bool:
         """`LOCK.EXTEND` with the `WAIT` its replicas need; LockNotReplicatedError when

@@ -56,7 +56,7 @@ class MultiLockState:
 
     def _token_of(self, token: Optional[Token]) -> bytes:
         chosen = token if token is not None else self._own_token
-        return _protocol.as_bytes(chosen) if chosen is not None else _new_token()
+        return _protocol.as_bytes(chosen) if chosen is not None else _protocol.new_token()
 
     def _args(self, token: bytes, wait_ms: Optional[int]) -> List[Any]:
         return _protocol.acquire_all_args(self.names, self._ttl_ms, token, wait_ms,
@@ -90,11 +90,6 @@ class MultiLockState:
     def _not_acquired(self) -> LockError:
         return lock_error(LockError, "Unable to acquire lock within the time specified",
                           self._label())
-
-
-def _new_token() -> bytes:
-    import secrets
-    return secrets.token_hex(16).encode()
 
 
 class MultiLock(MultiLockState):

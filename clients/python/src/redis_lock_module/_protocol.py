@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Number = Union[int, float]
@@ -30,6 +31,27 @@ def to_ms(seconds: Number, what: str, minimum: int = 1) -> int:
         raise ValueError(f"{what} must be between {limit} and {MAX_MS / 1000:.0f} seconds, "
                          f"not {seconds!r}")
     return ms
+
+
+def signed_ms(seconds: Number, what: str) -> int:
+    """Seconds (int or float, of any sign) as whole milliseconds, cut toward zero as
+    redis-py's `int(seconds * 1000)` cuts them: an extend's added time, where zero and
+    less mean "keep the lock's time as it is" (redis-py 8.2)."""
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds, not {type(seconds).__name__}")
+    if math.isnan(seconds):
+        raise ValueError(f"{what} must be a number of seconds, not NaN")
+    if math.isinf(seconds):
+        return MAX_MS if seconds > 0 else -MAX_MS
+    return max(-MAX_MS, min(int(seconds * 1000), MAX_MS))
+
+
+def new_token() -> bytes:
+    """A token made here, before the command is sent (so that a retry after a lost
+    reply re-acquires instead of waiting for its own lock): a random version-4 UUID's 32
+    hex digits, as redis-py makes its lock tokens. Nothing of the host or the time is in
+    it."""
+    return uuid.uuid4().hex.encode()
 
 
 MAX_LIMIT = 1_000_000
@@ -168,6 +190,12 @@ def redlock_validity(ttl_ms: int, elapsed_ms: float) -> float:
     clock drift allowance of the Redlock algorithm (1% of the TTL plus 2 ms)."""
     drift = ttl_ms * 0.01 + 2
     return ttl_ms - elapsed_ms - drift
+
+
+def redirection(error: Exception) -> bool:
+    """Whether `error` is a cluster's `MOVED` or `ASK`: the key's slot is served
+    elsewhere."""
+    return str(error).startswith(("MOVED ", "ASK "))
 
 
 class Waiting:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import random
-import secrets
 import threading
 import time
 import weakref
@@ -176,7 +175,7 @@ class Redlock(_RedlockState):
         self.attempts = 0
         while True:
             self.attempts += 1
-            token = secrets.token_hex(16).encode()
+            token = _protocol.new_token()
             started = time.monotonic()
             answers = self._on_all(lambda r: self._grant_on(r, token))
             if self._held(started, answers, self._grant_fence):
@@ -261,7 +260,7 @@ class AsyncRedlock(_RedlockState):
         self.attempts = 0
         while True:
             self.attempts += 1
-            token = secrets.token_hex(16).encode()
+            token = _protocol.new_token()
             started = time.monotonic()
             answers = await self._on_all(lambda r: self._async_grant_on(r, token))
             if self._held(started, answers, self._grant_fence):

@@ -37,6 +37,7 @@ RELEARN_SECONDS = 5.0
 # the cluster) makes it a replica, and its grants in between must not count unwaited.
 HOLD_SECONDS = 15.0
 _ATTRIBUTE = "_redis_lock_replicas"
+_FORGETTER = "_redis_lock_forgetter"
 
 Setting = Union[str, int]
 
@@ -137,13 +138,18 @@ class Replicas:
 # What a connection learned of its master.
 
 class _Learned:
-    """How many replicas a connection's master had online, and when that was learned.
-    Its `forget` is the connection's connect callback: a new connection (a reconnect, a
-    failover's new master) learns again."""
+    """How many replicas a connection's master had online, and when that was learned."""
 
     def __init__(self, online: int):
         self.online = online
         self.at = time.monotonic()
+
+
+class _Forgetter:
+    """A connection's connect callback, registered once and kept on the connection: a
+    new connection (a reconnect, a failover's new master) learns again. redis-py keeps
+    connect callbacks as weak references to bound methods (and before 4.3 calls a dead
+    one), so the method's object must live as long as the connection."""
 
     def forget(self, connection: Any) -> None:
         forget(connection)
@@ -160,9 +166,12 @@ def remember(connection: Any, online: int) -> int:
     """Keeps what `connection` learned; returns the count to go by (`_held_count`)."""
     learned = _Learned(_held_count(_address(connection), online))
     setattr(connection, _ATTRIBUTE, learned)
-    register = getattr(connection, "register_connect_callback", None)
-    if register is not None:
-        register(learned.forget)
+    if getattr(connection, _FORGETTER, None) is None:
+        forgetter = _Forgetter()
+        setattr(connection, _FORGETTER, forgetter)
+        register = getattr(connection, "register_connect_callback", None)
+        if register is not None:
+            register(forgetter.forget)
     return learned.online
 
 

@@ -5,7 +5,6 @@ in redis-py, unless `thread_local=False`). The synchronous and asyncio locks sha
 from __future__ import annotations
 
 import logging
-import secrets
 import threading
 from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -53,9 +52,10 @@ class LockState:
         self.session = session
         self.watchdog = watchdog
         self.on_lost = on_lost
-        # Without a timeout the lock lives until released: granted for the longest TTL
-        # there is, then made to never expire (PERSIST), as redis-py's lock has no TTL.
-        self._ttl_ms = _protocol.MAX_MS if timeout is None else _protocol.to_ms(timeout, "timeout")
+        # Without a timeout (None, or 0 as redis-py reads it) the lock lives until
+        # released: granted for the longest TTL there is, then made to never expire
+        # (PERSIST), as redis-py's lock has no TTL then.
+        self._ttl_ms = _protocol.to_ms(timeout, "timeout") if timeout else _protocol.MAX_MS
         self._session_ms = (None if session is None
                             else _protocol.to_ms(session, "session", minimum=0))
         self._mode = _protocol.mode_args(shared, limit)
@@ -64,7 +64,7 @@ class LockState:
         #: Why the last `acquire` answered False, when a grant was made but too few
         #: replicas acknowledged it (it was released): that LockNotReplicatedError.
         self.not_replicated: Optional[LockNotReplicatedError] = None
-        if watchdog and timeout is None:
+        if watchdog and not self._expires:
             raise ValueError("watchdog=True needs a timeout: a lock without one never expires")
         if blocking_timeout is not None:
             _protocol.blocking_wait_ms(True, blocking_timeout)  # checks the range now
@@ -72,13 +72,19 @@ class LockState:
         self.local.token = None
         self.local.holding = None
 
+    @property
+    def _expires(self) -> bool:
+        """Whether the lock has a TTL: redis-py's `if self.timeout:`, so that None and 0
+        both make a lock that lives until released."""
+        return bool(self.timeout)
+
     # What this thread holds.
 
     @property
     def token(self) -> Optional[bytes]:
-        """The token of the current holding (bytes), None when not held."""
-        holding = self._holding()
-        return None if holding is None else holding.token
+        """The token of the current holding (bytes), None when not held: redis-py's
+        `local.token`, which code may set and read as it does there."""
+        return getattr(self.local, "token", None)
 
     @property
     def fence(self) -> Optional[int]:
@@ -103,7 +109,12 @@ class LockState:
             raise holding.lost
 
     def _holding(self) -> Optional["Holding"]:
-        return getattr(self.local, "holding", None)
+        """The grant behind `local.token`; None when the token was set (or changed) by
+        other code than an acquire of this object's, which then holds no fence."""
+        holding: Optional[Holding] = getattr(self.local, "holding", None)
+        if holding is None or holding.token != self.token:
+            return None
+        return holding
 
     def _do_args(self, args: Tuple[Any, ...]) -> List[Any]:
         """`LOCK.DO name token *args` for the current holding; LockError if not held."""
@@ -129,17 +140,30 @@ class LockState:
 
     def _forget(self) -> Optional["Holding"]:
         """Drops this thread's holding and stops its watchdog; returns it."""
-        holding = self._holding()
-        self.local.token = None  # redis-py's attribute, kept for code that reads it
+        holding: Optional[Holding] = getattr(self.local, "holding", None)
+        self.local.token = None  # redis-py's attribute, which code may read
         self.local.holding = None
         if holding is not None:
             holding.stop_watchdog()
         return holding
 
-    def _forget_if(self, holding: "Holding") -> None:
-        """Forgets `holding` if it is still this thread's (a release answered)."""
-        if self._holding() is holding:
+    def _forget_if(self, token: Any) -> None:
+        """Forgets the holding of `token` if it is still this thread's (a release
+        answered): with `thread_local=False` the namespace is shared, and another acquirer
+        may have stored its own token meanwhile, which must stay (redis-py 8.2)."""
+        if self.token == token:
             self._forget()
+
+    def _releasing(self) -> Any:
+        """The token a release gives back (LockError when there is none), its holding's
+        watchdog stopped first so that no renewal races the release."""
+        token = self.token
+        if token is None:
+            raise self._release_unheld()
+        holding = self._holding()
+        if holding is not None:
+            holding.stop_watchdog()
+        return token
 
     def _hold(self, token: bytes, fence: int) -> "Holding":
         self._forget()  # a holding that expired unseen: its watchdog stops
@@ -149,11 +173,10 @@ class LockState:
         return holding
 
     def _new_token(self, token: Optional[Token]) -> bytes:
-        """The caller's token, or 128 random bits made here: a token chosen before the
-        command is sent lets a retry after a lost reply re-acquire instead of waiting for
-        its own lock."""
+        """The caller's token, or a random version-4 UUID's hex digits made here, as
+        redis-py makes them (`_protocol.new_token`)."""
         if token is None:
-            return secrets.token_hex(16).encode()
+            return _protocol.new_token()
         return _protocol.encode_token(self.redis, token)
 
     def _wait_ms(self, blocking: Optional[bool],
@@ -178,7 +201,7 @@ class LockState:
         token = self.token
         if token is None:
             raise lock_error(LockError, f"Cannot {what} an unlocked lock", self.name)
-        if self.timeout is None:
+        if self.timeout is None:  # 0 may be extended: it raises LockNotOwnedError then
             raise lock_error(LockError, f"Cannot {what} a lock with no timeout", self.name)
         return token
 
@@ -193,11 +216,27 @@ class LockState:
         logger.warning("Lock was unlocked or no longer owned when exiting context manager.")
 
     def _extended_ms(self, additional_time: Number, replace_ttl: bool, pttl: int) -> int:
-        """The TTL to set: the added time alone, or added to what is left (`pttl`)."""
-        added = _protocol.to_ms(additional_time, "additional_time")
+        """The TTL to set: the added time alone, or added to what is left (`pttl`). Zero
+        or less keeps the lock's time as it is (redis-py 8.2): the caller then only
+        checks that the lock is still held."""
+        added = _protocol.signed_ms(additional_time, "additional_time")
         if replace_ttl:
             return added
         return min(pttl + added, _protocol.MAX_MS)
+
+    def _holders_args(self) -> List[Any]:
+        """What tells, without changing anything, whether this holding still holds the
+        lock: `LOCK.HOLDERS`, whose fences are each holder's (a token never leaves the
+        server)."""
+        return ["LOCK.HOLDERS", self.name]
+
+    def _held_from(self, reply: Any) -> bool:
+        """Whether this holding's fence is among the holders `LOCK.HOLDERS` answered."""
+        fence = self.fence
+        if reply is None or fence is None:
+            return False
+        return any((_protocol.info_fields(holder) or {}).get("fence") == fence
+                   for holder in reply)
 
     def _start_watchdog(self, holding: "Holding", kind: Callable[..., Any]) -> None:
         """Starts `kind` (a thread or task watchdog) extending `holding` to the TTL

@@ -44,10 +44,12 @@ class Lock(LockState):
         except LockError as error:
             self._release_failed(error)
 
-    async def acquire(self, sleep: Optional[Number] = None, blocking: Optional[bool] = None,
+    async def acquire(self, blocking: Optional[bool] = None,
                       blocking_timeout: Optional[Number] = None,
-                      token: Optional[Token] = None) -> bool:
-        """See `redis_lock_module.Lock.acquire`."""
+                      token: Optional[Token] = None, *,
+                      sleep: Optional[Number] = None) -> bool:
+        """See `redis_lock_module.Lock.acquire`. The arguments are redis-py's asyncio
+        Lock's: `blocking` first, `sleep` by name only."""
         encoded = self._new_token(token)
         waiting = _protocol.Waiting(self._wait_ms(blocking, blocking_timeout))
         self.not_replicated = None
@@ -73,7 +75,7 @@ class Lock(LockState):
             if self._wrong_type(error):
                 return None  # a key of another type holds the name, as for redis-py
             raise self._refused(error) from error
-        if granted is not None and self.timeout is None:
+        if granted is not None and not self._expires:
             await self.redis.persist(self.name)
         return granted
 
@@ -115,16 +117,16 @@ class Lock(LockState):
     async def _granted_on_master(self, args: List[Any],
                                  token: bytes) -> Optional[Tuple[bytes, int]]:
         """See `redis_lock_module.Lock._granted_on_master`."""
-        for _ in range(_protocol.Waiting.REDIRECTIONS):
+        for attempt in range(_protocol.Waiting.REDIRECTIONS + 1):
             try:
                 return _protocol.grant(await _replicas.async_on_master(
                     self.redis, self.name, lambda connection: _replicas.async_granted(
                         connection, args, self._replicas, self.name, self._releases(token))))
             except ResponseError as error:
-                if not str(error).startswith(("MOVED ", "ASK ")):
+                if not _protocol.redirection(error) or attempt == _protocol.Waiting.REDIRECTIONS:
                     raise
                 await self._async_cluster_moved()
-        return _protocol.grant(await self.redis.execute_command(*args))
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     async def _async_cluster_moved(self) -> None:
         nodes_manager = getattr(self.redis, "nodes_manager", None)
@@ -148,16 +150,13 @@ class Lock(LockState):
         """Releases the lock. The holding is forgotten once the server has answered
         (released, or no longer held), not before: a release cancelled on its way keeps
         the holding, so that it can be released again (as redis-py's since its #3847)."""
-        holding = self._holding()
-        if holding is None:
-            raise self._release_unheld()
-        holding.stop_watchdog()  # no renewal races the release
+        token = self._releasing()
         try:
-            await self.do_release(holding.token)
+            await self.do_release(token)
         except LockNotOwnedError:
-            self._forget_if(holding)
+            self._forget_if(token)
             raise
-        self._forget_if(holding)
+        self._forget_if(token)
 
     async def do(self, *args: Any) -> Any:
         """See `redis_lock_module.Lock.do`."""
@@ -184,9 +183,10 @@ class Lock(LockState):
     async def do_extend(self, additional_time: Number, replace_ttl: bool,
                         token: Optional[bytes] = None) -> bool:
         token = self.token if token is None else token
-        pttl = 0 if replace_ttl else int(await self.redis.pttl(self.name))
-        if pttl < 0 or not await self._extend_to(
-                token, self._extended_ms(additional_time, replace_ttl, pttl)):
+        pttl = int(await self.redis.pttl(self.name))
+        ttl_ms = self._extended_ms(additional_time, replace_ttl, pttl)
+        if pttl < 0 or not (await self._still_held() if ttl_ms <= 0
+                            else await self._extend_to(token, ttl_ms)):
             raise self._not_owned("extend")
         return True
 
@@ -195,9 +195,21 @@ class Lock(LockState):
         return self.do_reacquire(token)
 
     async def do_reacquire(self, token: Optional[bytes] = None) -> bool:
-        if not await self._extend_to(self.token if token is None else token, self._ttl_ms):
+        token = self.token if token is None else token
+        held = (await self._extend_to(token, self._ttl_ms) if self._expires
+                else await self._still_held())
+        if not held:
             raise self._not_owned("reacquire")
         return True
+
+    async def _still_held(self) -> bool:
+        """See `redis_lock_module.Lock._still_held`."""
+        try:
+            return self._held_from(await self.redis.execute_command(*self._holders_args()))
+        except ResponseError as error:
+            if self._wrong_type(error):
+                return False
+            raise
 
     async def _extend_to(self, token: Any, ttl_ms: int) -> bool:
         """See `redis_lock_module.Lock._extend_to`."""
