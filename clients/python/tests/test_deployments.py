@@ -5,8 +5,13 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 import redis.asyncio.sentinel as aiosentinel
-from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+try:
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+except ImportError:  # redis-py 4.2, the oldest the package supports, has none
+    AsyncRedisCluster = None
 from redis.cluster import RedisCluster
 from redis.sentinel import Sentinel
 
@@ -82,6 +87,9 @@ def test_a_cluster_client_waits_on_the_keys_node_for_as_long_as_asked(cluster_po
 
 
 def test_an_asyncio_cluster_client_waits_on_the_keys_node(cluster_port, key):
+    if AsyncRedisCluster is None:
+        pytest.skip("redis-py before 4.3 has no asyncio RedisCluster")
+
     async def scenario():
         rc = AsyncRedisCluster(host="127.0.0.1", port=cluster_port, socket_timeout=0.5)
         holder = AsyncLock(rc, key, timeout=30)

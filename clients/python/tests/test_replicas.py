@@ -11,6 +11,7 @@ import redis
 from redis.sentinel import Sentinel
 
 from redis_lock_module import Lock, LockError, LockNotReplicatedError, MultiLock, Redlock
+from redis_lock_module import LockNotReplicated, lock
 from redis_lock_module.asyncio import Lock as AsyncLock
 from helpers import wait_until
 
@@ -280,3 +281,59 @@ def test_fsync_waits_for_the_masters_own_fsync_where_the_server_has_waitaof(r, k
         for server in (r, synced):
             server.config_set("appendfsync", "everysec")
             server.config_set("appendonly", "no")
+
+
+def test_the_lock_helper_sends_its_wait_with_the_grant_and_releases_a_shortfall(r, key, synced,
+                                                                             replica_port):
+    waits = calls(r, "wait")
+    with lock(r, key, 10_000, replicas=1, replicas_timeout_ms=2_000) as held:
+        assert synced.exists(key) == 1  # the replica had it before the block began
+    assert calls(r, "wait") - waits == 1
+    assert held.fence > 0 and not r.exists(key)
+    with frozen(replica_port):
+        started = time.monotonic()
+        with pytest.raises(LockNotReplicated) as raised:
+            with lock(r, key, 10_000, replicas=1, replicas_timeout_ms=300):
+                pytest.fail("a grant no replica acknowledged is not entered")
+        assert time.monotonic() - started >= 0.25
+        assert (raised.value.wanted, raised.value.acked, raised.value.refused) == (1, 0, False)
+        assert not r.exists(key)  # released on the spot, not left to its TTL
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_a_slot_that_keeps_moving_raises_its_last_redirection_never_an_unwaited_grant(
+        r, port, key, monkeypatch, api):
+    # Every try on the key's master answers MOVED (a slot that keeps moving); the lock
+    # must give up with that redirection rather than send its acquire without the WAIT.
+    from redis.exceptions import ResponseError
+    from redis_lock_module import _replicas
+
+    tries = []
+
+    def moved(*args, **kwargs):
+        tries.append(1)
+        raise ResponseError(f"MOVED 1 127.0.0.1:{port}")
+
+    async def async_moved(*args, **kwargs):
+        moved()
+
+    monkeypatch.setattr(_replicas, "on_master", moved)
+    monkeypatch.setattr(_replicas, "async_on_master", async_moved)
+    if api == "sync":
+        with pytest.raises(LockError, match="MOVED"):
+            Lock(r, key, timeout=10).acquire(blocking=False)
+    else:
+        import asyncio
+        import redis.asyncio as aioredis
+
+        async def scenario():
+            a = aioredis.Redis(port=port)
+            try:
+                with pytest.raises(LockError, match="MOVED"):
+                    await AsyncLock(a, key, timeout=10).acquire(blocking=False)
+            finally:
+                await a.aclose()
+
+        asyncio.run(scenario())
+    assert len(tries) == 6  # the first try and five redirections
+    assert not r.exists(key)

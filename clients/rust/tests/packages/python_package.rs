@@ -7,8 +7,10 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::python::{install_package, package_dir, python, run, tempdir};
-use crate::common::{MiniCluster, Sentinel, TestServer, dead_port, free_port, start_replica};
+use crate::common::python::{install_package, oldest_python, package_dir, python, run, tempdir};
+use crate::common::{
+    MiniCluster, Sentinel, TestServer, dead_port, free_port, pinned, start_replica,
+};
 
 /// The servers conftest.py reads: a master, its replica, the Redlock masters, a Sentinel
 /// watching the master, a node of a 3-master cluster.
@@ -22,12 +24,19 @@ struct Ports {
     failover: [u16; 3],
 }
 
-/// `python -m pytest <target>` with the package importable from `package` (an installed
-/// copy or `src`) and the ports in the environment conftest.py reads.
-fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Output {
+/// `python -m pytest <target>` on `interpreter` with the package importable from
+/// `package` (an installed copy or `src`) and the ports in the environment conftest.py
+/// reads.
+fn pytest(
+    interpreter: &str,
+    target: &Path,
+    package: &Path,
+    ports: &Ports,
+    extra: &[&str],
+) -> Output {
     let tests = package_dir().join("tests");
     let redlock: Vec<String> = ports.redlock.iter().map(u16::to_string).collect();
-    Command::new(python())
+    Command::new(interpreter)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .args(extra)
         .arg(target)
@@ -52,8 +61,9 @@ fn pytest(target: &Path, package: &Path, ports: &Ports, extra: &[&str]) -> Outpu
         .unwrap_or_else(|err| panic!("cannot run pytest ({err}): `make deps-test` installs it"))
 }
 
-#[test]
-fn the_python_package_installs_and_passes_its_pytest_suite() {
+/// Installs the package, starts every server its suite reads, and runs the suite on
+/// `interpreter`; the suite's output (it must pass).
+fn package_suite(interpreter: &str) -> String {
     let installed = tempdir("python");
     install_package(&installed);
 
@@ -79,20 +89,69 @@ fn the_python_package_installs_and_passes_its_pytest_suite() {
     };
 
     // the installed copy, not the source tree
-    let output = pytest(&package_dir().join("tests"), &installed, &ports, &["-rs"]);
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let output = pytest(
+        interpreter,
+        &package_dir().join("tests"),
+        &installed,
+        &ports,
+        &["-rs"],
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     assert!(
         output.status.success(),
-        "pytest failed ({}):\n{stdout}\n{}\nmaster's log:\n{}",
+        "pytest on {interpreter} failed ({}):\n{stdout}\n{}\nmaster's log:\n{}",
         output.status,
         String::from_utf8_lossy(&output.stderr),
         master.log()
     );
+    let _ = std::fs::remove_dir_all(&installed);
+    stdout
+}
+
+/// The redis-py version `interpreter` imports.
+fn redis_py_version(interpreter: &str) -> String {
+    let output = run(
+        Command::new(interpreter).args(["-c", "import redis; print(redis.__version__)"]),
+        "import redis",
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+#[test]
+fn the_python_package_installs_and_passes_its_pytest_suite() {
+    assert_eq!(redis_py_version(&python()), pinned("pip", "redis"));
+    let stdout = package_suite(&python());
     assert!(
         !stdout.contains("skipped"),
         "pytest skipped tests:\n{stdout}"
     );
-    let _ = std::fs::remove_dir_all(&installed);
+}
+
+/// The oldest redis-py the package supports (`pyproject.toml`'s `redis>=4.2`, the
+/// `oldest` pins): the whole suite passes there too, skipping only what that redis-py
+/// lacks (an asyncio cluster client, from 4.3 on), each skip saying so.
+#[test]
+fn the_python_package_passes_its_suite_on_the_oldest_redis_py_it_supports() {
+    let oldest = oldest_python();
+    assert_eq!(redis_py_version(&oldest), pinned("oldest", "redis"));
+    let pyproject = std::fs::read_to_string(package_dir().join("pyproject.toml"))
+        .expect("clients/python/pyproject.toml");
+    assert!(
+        pyproject.contains(&format!(
+            "\"redis>={}\"",
+            pinned("oldest", "redis").trim_end_matches(".0")
+        )),
+        "the oldest pin is not the package's own floor:\n{pyproject}"
+    );
+    let stdout = package_suite(&oldest);
+    let skips: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("SKIPPED"))
+        .collect();
+    assert!(
+        skips.iter().all(|line| line.contains("redis-py before")),
+        "skips for another reason than the old redis-py's:\n{stdout}"
+    );
 }
 
 #[test]
@@ -123,6 +182,7 @@ fn the_python_tests_fail_without_the_module() {
         failover: [free_port(), free_port(), free_port()],
     };
     let output = pytest(
+        &python(),
         &package_dir().join("tests/test_lock.py"),
         &package_dir().join("src"),
         &ports,
@@ -132,7 +192,8 @@ fn the_python_tests_fail_without_the_module() {
 }
 
 /// python-redis-lock imports as `redis_lock`: installed beside it (fetched from PyPI at
-/// test time), this package must leave it whole and stay importable itself.
+/// test time, at the version `scripts/pins.txt` pins), this package must leave it whole
+/// and stay importable itself.
 #[test]
 fn the_python_package_installs_beside_python_redis_lock() {
     let installed = tempdir("python-beside");
@@ -141,7 +202,10 @@ fn the_python_package_installs_beside_python_redis_lock() {
         Command::new(python())
             .args(["-m", "pip", "install", "--quiet", "--no-deps", "--target"])
             .arg(&installed)
-            .arg("python-redis-lock"),
+            .arg(format!(
+                "python-redis-lock=={}",
+                pinned("peer", "python-redis-lock")
+            )),
         "pip install python-redis-lock",
     );
     let program = "\
