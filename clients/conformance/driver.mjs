@@ -5,8 +5,14 @@
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
 
-const require = createRequire(new URL('../node/package.json', import.meta.url));
+// REDIS_LOCK_NODE_DIR: another copy of clients/node with its own node_modules (`make
+// peers-latest` runs the scenarios on the newest ioredis that way).
+const nodeDir = process.env.REDIS_LOCK_NODE_DIR;
+const require = createRequire(nodeDir
+  ? pathToFileURL(`${nodeDir}/package.json`)
+  : new URL('../node/package.json', import.meta.url));
 const Redis = require('ioredis');
 const {
   Locker, Redlock, ResourceLockedError, NotReplicatedError, LockLostError, ExecutionError,
