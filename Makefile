@@ -8,7 +8,7 @@ MODULE := target/release/libredis_lock.so
 # as it is instead of being rebuilt under the running tests.
 MODULE_SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 
-.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean dist faults
+.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean dist faults peers-latest
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -16,7 +16,7 @@ help: ## list the targets
 deps: ## install missing system packages (redis-server, libclang for the binding)
 	@scripts/install-deps.sh
 
-deps-test: ## also what the tests need (php-cli, php-redis, redis-py)
+deps-test: ## also what the tests need (php-cli, php-redis, node, the pinned Python test virtualenvs of scripts/pins.txt under target/)
 	@scripts/install-deps.sh --test
 
 servers: ## fetch the other servers the suite runs on (Redis 8.2, Valkey 8.1 and 9.1) into target/servers
@@ -52,6 +52,9 @@ fuzz: deps ## property tests (PROPTEST_CASES, default 100000), mutated RESTORE p
 
 faults: $(MODULE) ## the fault harness's full run (partitions, pauses, crashes, clock jumps; module vs recipe) on Redis 7.0.15 and Valkey 9.1.2, as root (minutes; target/faults/*.md, docs/faults.md)
 	@scripts/faults.sh
+
+peers-latest: ## the peers' suites (redis-py's lock tests, node-redlock's, the conformance scenarios) on the registries' newest releases beside the pinned ones: a table (not part of `make test`)
+	@scripts/peers-latest.sh
 
 test-cluster: deps ## run only the Redis Cluster and failover tests (real 6-node clusters)
 	$(CARGO) test --release --test cluster

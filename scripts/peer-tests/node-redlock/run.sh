@@ -8,6 +8,9 @@
 #   scripts/peer-tests/node-redlock/run.sh            # Debian's redis-server
 #   REDIS_SERVER=path/to/valkey-server scripts/peer-tests/node-redlock/run.sh
 #   NODE_REDLOCK_GIT=path/to/node-redlock/.git ...   # a snapshot already on the machine
+# The commit of node-redlock's tests and the versions of ava, ioredis and typescript are
+# the `snapshot` and `npm-peer` lines of scripts/pins.txt; `make peers-latest` runs it with
+# NODE_REDLOCK_REV=HEAD (the snapshot's newest commit) and NPM_PEERS=latest instead.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -16,6 +19,9 @@ SERVER=${REDIS_SERVER:-redis-server}
 CLI=redis-cli
 MODULE=$ROOT/target/release/libredis_lock.so
 BASE=${PEER_TEST_PORT:-17501}
+pin() { awk -v kind="$1" -v name="$2" '$1 == kind && $2 == name { print $3 }' "$ROOT/scripts/pins.txt"; }
+REV=${NODE_REDLOCK_REV:-$(pin snapshot node-redlock)}
+npm_peer() { if [ "${NPM_PEERS:-}" = latest ]; then echo "$1@latest"; else echo "$1@$(pin npm-peer "$1")"; fi; }
 (cd "$ROOT" && cargo build --release --quiet)
 rm -rf "$WORK/data"   # a cluster node's nodes.conf from a previous run would refuse to join anew
 mkdir -p "$WORK/build" "$WORK/data"
@@ -26,9 +32,18 @@ cat > package.json <<JSON
 { "name": "node-redlock-peer-tests", "private": true, "type": "module",
   "ava": { "files": ["build/*.test.js"], "timeout": "180s" } }
 JSON
-[ -d node_modules/ava ] || npm install --silent --no-audit --no-fund ava@4 ioredis@5 typescript@5 "$ROOT/clients/node"
+wanted="$(npm_peer ava) $(npm_peer ioredis) $(npm_peer typescript)"
+if [ "$(cat installed 2>/dev/null)" != "$wanted" ]; then
+  rm -rf node_modules package-lock.json
+  # shellcheck disable=SC2086
+  npm install --silent --no-audit --no-fund $wanted "$ROOT/clients/node"
+  echo "$wanted" > installed
+fi
+git --git-dir="$GIT" rev-parse --verify --quiet "$REV^{commit}" >/dev/null \
+  || { echo "node-redlock's snapshot has no commit $REV (fetch a newer one)" >&2; exit 1; }
+echo "node-redlock at $(git --git-dir="$GIT" rev-parse "$REV"), with $wanted"
 for t in single multi; do
-  git --git-dir="$GIT" show "HEAD:src/$t.test.ts" > "build/$t.orig.ts"
+  git --git-dir="$GIT" show "$REV:src/$t.test.ts" > "build/$t.orig.ts"
   python3 "$HERE/adapt.py" "build/$t.orig.ts" "build/$t.test.ts"
 done
 cp "$HERE/harness.js" "$HERE/index.js" build/
