@@ -173,8 +173,10 @@ fn fits(ctx: &Context, id: &KeyId, waiter: &Waiter) -> bool {
 }
 
 /// Grants waiter `waiter` (the oldest of every key it asks for, each of which fits it)
-/// all its keys at once, then looks at its other keys again: readers behind it may fit
-/// beside it there.
+/// all its keys at once, then serves its other keys in the same step: readers behind it
+/// that fit beside it there are granted with it, as the shared waiters behind a shared
+/// head are (docs/guarantees.md). Not later: a later command of the same transaction (a
+/// `DEL` of one of those keys) must find them holding already.
 fn grant_all(ctx: &Context, id: &KeyId, waiter: u64) {
     let Some(waiter) = queues::take(waiter) else {
         return;
@@ -188,7 +190,7 @@ fn grant_all(ctx: &Context, id: &KeyId, waiter: u64) {
     queues::answer(ctx, waiter, answer);
     for other in others {
         if queues::busy(&other) {
-            run_soon(other);
+            settle(ctx, &other);
         }
     }
 }
