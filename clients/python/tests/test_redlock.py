@@ -188,3 +188,51 @@ def test_a_master_is_free_for_the_next_call_once_the_last_one_answered():
         future = worker.submit(lambda: n)
         assert future is not None, f"call {n} found the worker busy after the last answer"
         assert future.result(timeout=5) == n
+
+
+@pytest.mark.parametrize("api", ["sync", "asyncio"])
+def test_every_attempt_asks_with_the_same_token(masters, redlock_ports, key, monkeypatch, api):
+    # A grant of an earlier attempt that a master makes late (its reply lost or slow) is
+    # then this lock's own: the later attempts re-acquire it, and the release or an
+    # extend reaches it with the rest.
+    for master in masters[1:]:
+        master.execute_command("LOCK.ACQUIRE", key, 300, "TOKEN", "other")
+    asked = []
+    if api == "sync":
+        original = Redlock._grant_on
+
+        def spy(self, master, token):
+            asked.append(token)
+            return original(self, master, token)
+
+        monkeypatch.setattr(Redlock, "_grant_on", spy)
+        lock = Redlock(masters, key, timeout=10, retry_count=50, retry_delay=0.05,
+                       retry_jitter=0, master_timeout=PATIENT)
+        assert lock.acquire()
+        attempts, token = lock.attempts, lock.token
+        assert lock.release() == 3
+    else:
+        original = AsyncRedlock._async_grant_on
+
+        async def spy(self, master, token):
+            asked.append(token)
+            return await original(self, master, token)
+
+        monkeypatch.setattr(AsyncRedlock, "_async_grant_on", spy)
+
+        async def scenario():
+            clients = [aioredis.Redis(port=p) for p in redlock_ports]
+            lock = AsyncRedlock(clients, key, timeout=10, retry_count=50, retry_delay=0.05,
+                                retry_jitter=0, master_timeout=PATIENT)
+            try:
+                assert await lock.acquire()
+                result = lock.attempts, lock.token
+                assert await lock.release() == 3
+                return result
+            finally:
+                for client in clients:
+                    await client.aclose()
+
+        attempts, token = asyncio.run(scenario())
+    assert attempts > 1 and len(asked) == 3 * attempts
+    assert set(asked) == {token}

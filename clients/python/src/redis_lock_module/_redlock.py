@@ -173,9 +173,11 @@ class Redlock(_RedlockState):
                 blocking_timeout: Optional[Number] = None) -> bool:
         deadline = self._deadline(blocking, blocking_timeout)
         self.attempts = 0
+        # One token for every attempt: a grant of an earlier attempt that arrives late is
+        # this lock's own, released or extended with the rest.
+        token = _protocol.new_token()
         while True:
             self.attempts += 1
-            token = _protocol.new_token()
             started = time.monotonic()
             answers = self._on_all(lambda r: self._grant_on(r, token))
             if self._held(started, answers, self._grant_fence):
@@ -258,9 +260,11 @@ class AsyncRedlock(_RedlockState):
                       blocking_timeout: Optional[Number] = None) -> bool:
         deadline = self._deadline(blocking, blocking_timeout)
         self.attempts = 0
+        # One token for every attempt: a grant of an earlier attempt that arrives late is
+        # this lock's own, released or extended with the rest.
+        token = _protocol.new_token()
         while True:
             self.attempts += 1
-            token = _protocol.new_token()
             started = time.monotonic()
             answers = await self._on_all(lambda r: self._async_grant_on(r, token))
             if self._held(started, answers, self._grant_fence):
