@@ -37,7 +37,8 @@ DIST ?= dist
 dist: $(MODULE) ## the release tarball, for a server without a Rust toolchain: $(DIST)/redis-lock-<version>-<arch>-linux-gnu.tar.gz (stripped module, its debug symbols, a loadmodule line, README, LICENSE, SHA256SUMS)
 	@scripts/dist.sh $(DIST)
 
-test: deps deps-test ## build once, run every test on every server CI tests (REDIS_SERVER=path: on that one only)
+test: deps ## build once, run every test on every server CI tests (REDIS_SERVER=path: on that one only); installs what the tests need (as deps-test; the virtualenvs beside the build)
+	@scripts/install-deps.sh --test --no-env
 	@scripts/test-servers.sh
 
 chaos: deps ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server

@@ -9,8 +9,12 @@
 set -euo pipefail
 
 with_test_deps=0
+with_env=1
 if [ "${1:-}" = --test ]; then
   with_test_deps=1
+  # --no-env: not the Python virtualenvs (scripts/test-servers.sh makes them beside the
+  # build, so that make test waits for neither one after the other).
+  [ "${2:-}" = --no-env ] && with_env=0
 fi
 
 missing=()
@@ -53,7 +57,7 @@ fi
 install_test_packages() {
   # redis-py, pytest, mypy, ... at the versions of scripts/pins.txt, in virtualenvs under
   # target/ (never the machine's own site-packages).
-  "$(dirname "$0")/test-env.sh" >/dev/null
+  [ "$with_env" = 0 ] || "$(dirname "$0")/test-env.sh" >/dev/null
   # The Node package's test dependencies (ioredis, redis, typescript), as locked.
   local node_dir
   node_dir="$(dirname "$0")/../clients/node"

@@ -20,23 +20,37 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -n "${REDIS_SERVER:-}" ]; then
-  servers=("$REDIS_SERVER")
-else
-  listing=$(scripts/fetch-servers.sh) || exit 1
-  mapfile -t servers < <(grep -v '^unsupported-' <<<"$listing" | cut -d' ' -f2-)
-  unsupported=$(grep '^unsupported-' <<<"$listing" | head -1 | cut -d' ' -f2-)
-  [ -n "$unsupported" ] && export UNSUPPORTED_SERVER="$unsupported"
-fi
 jobs=${TEST_JOBS:-4}
 threads=${TEST_THREADS:-4}
 run_timeout=${RUN_TIMEOUT:-900}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+started=$SECONDS
+
+# Beside the build, which keeps both cores busy on a fresh machine: the tests' pinned
+# virtualenvs (scripts/test-env.sh) and the servers (scripts/fetch-servers.sh), mostly
+# downloads and unpacking. Each is waited for, and its output shown, once the build ends.
+scripts/test-env.sh >"$work/env.log" 2>&1 &
+env_pid=$!
+if [ -z "${REDIS_SERVER:-}" ]; then
+  scripts/fetch-servers.sh >"$work/servers.txt" 2>"$work/servers.log" &
+  servers_pid=$!
+fi
 
 echo "==== building every test once"
 cargo test --release --workspace --no-run --message-format=json-render-diagnostics \
   >"$work/artifacts.json" || exit 1
+echo "==== built in $((SECONDS - started)) s"
+wait "$env_pid" || { cat "$work/env.log"; echo "scripts/test-env.sh failed"; exit 1; }
+if [ -n "${REDIS_SERVER:-}" ]; then
+  servers=("$REDIS_SERVER")
+else
+  wait "$servers_pid" || { cat "$work/servers.log"; echo "scripts/fetch-servers.sh failed"; exit 1; }
+  listing=$(cat "$work/servers.txt")
+  mapfile -t servers < <(grep -v '^unsupported-' <<<"$listing" | cut -d' ' -f2-)
+  unsupported=$(grep '^unsupported-' <<<"$listing" | head -1 | cut -d' ' -f2-)
+  [ -n "$unsupported" ] && export UNSUPPORTED_SERVER="$unsupported"
+fi
 # The test build leaves the module in target/release/deps only; put it where `make run`
 # (which the docs tests run) and the README look, so nothing rebuilds it under the tests.
 module=target/release/libredis_lock.so
@@ -155,5 +169,6 @@ if [ "${#failed[@]}" -gt 0 ]; then
 else
   echo "the suite passed: ${#ids[@]} runs of the test binaries, on ${#servers[@]} servers"
 fi
+echo "==== make test took $((SECONDS - started)) s (the build included)"
 echo "total: $passed_total passed, $failed_total failed"
 [ "${#failed[@]}" -eq 0 ]
