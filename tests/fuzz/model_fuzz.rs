@@ -269,7 +269,7 @@ impl Fuzz {
             let mut ask = |command: &[u8]| {
                 self.admin
                     .query(&[command.to_vec(), key_name(k)])
-                    .unwrap_or_else(|err| Value::SimpleString(err))
+                    .unwrap_or_else(Value::SimpleString)
             };
             let (info, holders) = (ask(b"LOCK.INFO"), ask(b"LOCK.HOLDERS"));
             let key = &self.model.keys[k];
