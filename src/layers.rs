@@ -374,3 +374,68 @@ fn the_circle_finder_reads_lists_super_and_children() {
     assert_eq!(circle(&planted), Some(vec![a.clone(), b.clone(), c, a]));
     assert_eq!(circle(&planted[..2]), None);
 }
+
+/// The imports among every file of the crate whose sources are `root`. A `mod.rs`'s
+/// paths into its own folder are left out: they declare and re-export its children (an
+/// index, which data does not flow through), while a child's use of what the `mod.rs`
+/// itself defines counts.
+fn crate_graph(root: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
+    let mut files = Vec::new();
+    sources(root, &mut files);
+    files.sort();
+    files
+        .iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(file).expect("a source file reads");
+            let mut found = imports(root, file, &text);
+            if file.ends_with("mod.rs") {
+                let folder = file.parent().expect("a folder");
+                found.retain(|target| !target.starts_with(folder));
+            }
+            (file.clone(), found)
+        })
+        .collect()
+}
+
+/// The sources of every Rust crate of the workspace: the module, the core, the client,
+/// the benchmark, its floor module and the test kit.
+const CRATES: [&str; 6] = [
+    "src",
+    "core/src",
+    "clients/rust/src",
+    "bench/src",
+    "bench/floor/src",
+    "testkit/src",
+];
+
+#[test]
+fn no_crate_of_the_workspace_imports_itself_in_a_circle() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut found = Vec::new();
+    let mut edges = 0;
+    for krate in CRATES {
+        let root = workspace.join(krate);
+        let mut graph = crate_graph(&root);
+        edges += graph.iter().map(|(_, i)| i.len()).sum::<usize>();
+        // Every circle, not only the first: each is taken out once reported.
+        while let Some(circle) = circle(&graph) {
+            let shown: Vec<String> = circle
+                .iter()
+                .map(|p| p.strip_prefix(workspace).unwrap_or(p).display().to_string())
+                .collect();
+            found.push(shown.join(" -> "));
+            let (from, to) = (&circle[0], &circle[1]);
+            for (file, imports) in &mut graph {
+                if file == from {
+                    imports.retain(|target| target != to);
+                }
+            }
+        }
+    }
+    assert!(edges > 200, "only {edges} imports read");
+    assert!(
+        found.is_empty(),
+        "circles of imports:\n{}",
+        found.join("\n")
+    );
+}

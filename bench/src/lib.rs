@@ -27,8 +27,8 @@ pub use config::Config;
 pub use report::Report;
 
 use scenarios::{
-    callgrind, contention, durability, election, expiry, fenced, replicas, sessions, shared,
-    throughput, transfers, waiters,
+    callgrind, contention, durability, election, expiry, fenced, instructions, replicas, sessions,
+    shared, throughput, transfers, waiters,
 };
 use server::{Launch, Server};
 
@@ -59,7 +59,7 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
         report.metrics.extend(throughput::run(cfg, &server)?);
     }
     if cfg.runs("callgrind") {
-        if callgrind::available() {
+        if instructions::available() {
             step("scenario 4: instructions per call under callgrind");
             report.metrics.extend(callgrind::run(cfg)?);
         } else {
@@ -107,7 +107,7 @@ pub fn run(cfg: &Config) -> io::Result<Report> {
         step("scenario 12: fenced writes: LOCK.DO against the compare-then-write script");
         let server = Server::start(&launch)?;
         report.metrics.extend(fenced::run(cfg, &server)?);
-        if callgrind::available() {
+        if instructions::available() {
             report.metrics.extend(fenced::instructions(cfg)?);
         }
     }

@@ -10,8 +10,6 @@
 //! the way the server redirects any command: `ASK` while the slot migrates, `MOVED` once
 //! it has.
 
-use crate::error::Error;
-
 /// Where the key of a waiter is served now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
@@ -23,16 +21,6 @@ pub enum Route {
     Moved(u16, String),
     /// Nobody serves the slot.
     Down(u16),
-}
-
-impl Route {
-    /// The error reply that redirects a client, as the server words it.
-    pub fn redirect(self) -> Option<Error> {
-        match self {
-            Route::Local => None,
-            elsewhere => Some(Error::Redirect(elsewhere)),
-        }
-    }
 }
 
 /// The hash slot of `key`, as every cluster node computes it: CRC16 (XMODEM) of the key,

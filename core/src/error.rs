@@ -15,6 +15,17 @@ use crate::cluster::Route;
 use crate::limits::{MAX_CONTENDED, MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
 use crate::rules::Refusal;
 
+impl Route {
+    /// The error reply that redirects a client, as the server words it (here, beside the
+    /// error it makes: the cluster's routing knows nothing of errors).
+    pub fn redirect(self) -> Option<Error> {
+        match self {
+            Route::Local => None,
+            elsewhere => Some(Error::Redirect(elsewhere)),
+        }
+    }
+}
+
 /// An error reply.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Error {

@@ -16,7 +16,7 @@ use crate::cpu;
 use crate::info;
 use crate::resp::Conn;
 use crate::results::{Better, Metric, Target};
-use crate::scenarios::callgrind;
+use crate::scenarios::instructions;
 use crate::server::Server;
 use crate::sides::Side;
 
@@ -149,16 +149,16 @@ pub fn instructions(cfg: &Config) -> io::Result<Vec<Metric>> {
             .collect();
         let n = cfg.callgrind_ops;
         for _ in 0..cfg.rounds.min(3) {
-            let (_, module) = callgrind::measured(&server, n, || send(&mut conn, &fenced, n))?;
-            let (_, script) = callgrind::measured(&server, n, || send(&mut conn, &scripted, n))?;
-            let (_, floor) = callgrind::measured(&server, n, || send(&mut conn, &alone, n))?;
+            let (_, module) = instructions::measured(&server, n, || send(&mut conn, &fenced, n))?;
+            let (_, script) = instructions::measured(&server, n, || send(&mut conn, &scripted, n))?;
+            let (_, floor) = instructions::measured(&server, n, || send(&mut conn, &alone, n))?;
             vs_script.push(Side::Module, module, None);
             vs_script.push(Side::Recipe, script, None);
             vs_floor.push(Side::Module, module, None);
             vs_floor.push(Side::Recipe, floor, None);
             if with_floor {
                 let (_, api) =
-                    callgrind::measured(&server, n, || send(&mut conn, &through_api, n))?;
+                    instructions::measured(&server, n, || send(&mut conn, &through_api, n))?;
                 api_vs_script.push(Side::Module, api, None);
                 api_vs_script.push(Side::Recipe, script, None);
                 api_vs_module.push(Side::Module, api, None);

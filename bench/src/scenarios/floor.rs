@@ -18,7 +18,7 @@ use crate::results::{Better, Metric};
 use crate::server::{Launch, Server};
 use crate::sides::{self, Side};
 
-use super::callgrind::{BATCH, measured};
+use super::instructions::{BATCH, TTL, measured};
 
 /// The floor module, built beside the lock module (`make bench` builds both).
 fn module_beside(lock_module: &Path) -> Option<PathBuf> {
@@ -112,7 +112,7 @@ pub fn run(
     );
     let mut call = metric("module command that does nothing: FLOOR.NOOP", own);
     let n = cfg.callgrind_ops;
-    let ttl = super::callgrind::TTL;
+    let ttl = TTL;
     for round in 0..native.release.len() {
         for (replicated, set, del) in [
             (true, &b"FLOOR.SETNX"[..], &b"FLOOR.DELIFEQ"[..]),

@@ -8,6 +8,7 @@ pub mod election;
 pub mod expiry;
 pub mod fenced;
 pub mod floor;
+pub mod instructions;
 pub mod memory;
 pub mod replicas;
 pub mod session_close;

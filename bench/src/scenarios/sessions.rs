@@ -19,7 +19,7 @@ use crate::cpu::{self, Meter};
 use crate::info;
 use crate::resp::{Conn, Reply};
 use crate::results::{Better, Metric, Target};
-use crate::scenarios::callgrind::{self, BATCH};
+use crate::scenarios::instructions::{self, BATCH};
 use crate::scenarios::session_close;
 use crate::server::{Launch, Server};
 use crate::sides::Side;
@@ -139,7 +139,7 @@ fn acquire_instructions(server: &Server, ops: usize, side: Side, db: usize) -> i
     let mut conn = server.conn()?;
     conn.cmd(&["SELECT", &db.to_string()])?.ok()?;
     let keys: Vec<String> = (0..ops).map(|i| format!("session:{i}")).collect();
-    let (_, in_command) = callgrind::measured(server, ops, || {
+    let (_, in_command) = instructions::measured(server, ops, || {
         for batch in keys.chunks(BATCH) {
             for key in batch {
                 let mut args: Vec<&[u8]> = vec![b"LOCK.ACQUIRE", key.as_bytes(), TTL];
@@ -223,7 +223,7 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
     }
     let mut metrics = vec![acquire, close];
     metrics.extend(session_close::run(cfg, &with_module, &bare)?);
-    if callgrind::available() {
+    if instructions::available() {
         let server = Server::start(&Launch {
             module: Some(&cfg.module),
             extra: &[],

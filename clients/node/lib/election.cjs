@@ -4,7 +4,8 @@
 // to the client's connection with a lock-delay (`SESSION`) and extended every third of
 // its TTL, its value is published with `VALUE`, and followers wait in `LOCK.WATCH`.
 
-const { Locker, checkMs, command, isServerReply } = require('./locker.cjs');
+const { Locker } = require('./locker.cjs');
+const { checkMs, command, isServerReply } = require('./steps.cjs');
 const { LockError, LockLostError, ResourceLockedError } = require('./errors.cjs');
 
 /** How long one LOCK.WATCH of `observe` waits before asking again (ms). */

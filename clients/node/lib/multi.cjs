@@ -3,9 +3,10 @@
 // MultiLock. What node-redlock's multi-resource locks do from the client, the server does
 // in one step, first come first served on every key, without deadlock.
 
+const { Replicas } = require('./replicas.cjs');
 const {
-  checkMs, randomToken, command, Replicas, whileWaiting, grantWithReplicas, keptOn,
-} = require('./locker.cjs');
+  checkMs, randomToken, command, whileWaiting, grantWithReplicas, keptOn,
+} = require('./steps.cjs');
 const { ResourceLockedError, LockLostError } = require('./errors.cjs');
 
 const MAX_KEYS = 64;

@@ -9,7 +9,8 @@
 
 const { EventEmitter } = require('node:events');
 const { performance } = require('node:perf_hooks');
-const { Locker, checkMs, randomToken, holdWhile, command, within } = require('./locker.cjs');
+const { Locker, holdWhile, within } = require('./locker.cjs');
+const { checkMs, randomToken, command } = require('./steps.cjs');
 const { resourcesOf } = require('./multi.cjs');
 const { ResourceLockedError, ExecutionError, LockLostError } = require('./errors.cjs');
 const { Replicas } = require('./replicas.cjs');

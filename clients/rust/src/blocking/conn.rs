@@ -130,7 +130,7 @@ impl Link {
             return Ok(replies);
         }
         let _ = key;
-        super::replicated::exchange(self, cmds)
+        exchange(self, cmds)
     }
 
     fn inner(&mut self) -> &mut dyn ConnectionLike {
@@ -247,4 +247,19 @@ impl Links {
             idle.push(link);
         }
     }
+}
+
+/// Sends `cmds` on `con` in one round trip (a pipeline): each reply, an error reply as
+/// its `Err`.
+pub(crate) fn exchange(
+    con: &mut dyn ConnectionLike,
+    cmds: &[redis::Cmd],
+) -> RedisResult<Vec<RedisResult<Value>>> {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    for cmd in cmds {
+        pipe.add_command(cmd.clone());
+    }
+    let replies: Vec<Value> = pipe.query(con)?;
+    Ok(replies.into_iter().map(Value::extract_error).collect())
 }

@@ -5,7 +5,8 @@ use redis::Connection;
 use redis::FromRedisValue;
 use redis::RedisResult;
 
-use super::replicated::{exchange, online_with};
+use super::conn::exchange;
+use super::replicated::online_with;
 use crate::blocking::connect;
 use crate::commands::Grant;
 use crate::commands::acquire_cmd;

@@ -3,27 +3,12 @@
 
 use std::time::Duration;
 
-use redis::{ConnectionLike, RedisResult, Value};
+use redis::{RedisResult, Value};
 
 use super::conn::{Link, Links};
 use crate::replicas::{
     Learned, Outcome, Policy, count_cmd, learn_cmds, learned_from, online_from, role_refused, slot,
 };
-
-/// Sends `cmds` on `con` in one round trip (a pipeline): each reply, an error reply as
-/// its `Err`.
-pub(crate) fn exchange(
-    con: &mut dyn ConnectionLike,
-    cmds: &[redis::Cmd],
-) -> RedisResult<Vec<RedisResult<Value>>> {
-    let mut pipe = redis::pipe();
-    pipe.ignore_errors();
-    for cmd in cmds {
-        pipe.add_command(cmd.clone());
-    }
-    let replies: Vec<Value> = pipe.query(con)?;
-    Ok(replies.into_iter().map(Value::extract_error).collect())
-}
 
 /// What `learned` knows of the master at `place`, else learned now with `send`.
 pub(crate) fn online_with(
