@@ -7,7 +7,7 @@ use std::path::Path;
 
 /// The public methods one face has and the other has not, on purpose: (type, method, the
 /// face that has it, why).
-const ONE_FACE_ONLY: [(&str, &str, &str, &str); 5] = [
+const ONE_FACE_ONLY: [(&str, &str, &str, &str); 7] = [
     (
         "Locker",
         "pooled",
@@ -28,6 +28,8 @@ const ONE_FACE_ONLY: [(&str, &str, &str, &str); 5] = [
     ),
     ("Leadership", "wait_lost", "blocking", "as Lock::wait_lost"),
     ("Leadership", "lost", "aio", "as Lock::lost"),
+    ("MultiLock", "wait_lost", "blocking", "as Lock::wait_lost"),
+    ("MultiLock", "lost", "aio", "as Lock::lost"),
 ];
 
 /// The differences an `Observer` has: the blocking one is an `Iterator` (its `next` is

@@ -14,6 +14,7 @@ use crate::lost::LockLost;
 use crate::lost::LostReason;
 use crate::replicas::Policy;
 use redis::RedisResult;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering;
@@ -87,14 +88,7 @@ impl Shared {
     }
 
     pub(super) fn set_lost(&self, reason: LostReason) {
-        self.lost.send_if_modified(|slot| {
-            if slot.is_none() {
-                *slot = Some(reason);
-                true
-            } else {
-                false
-            }
-        });
+        set_lost(&self.lost, reason);
     }
 
     pub(super) fn lost_error(&self, reason: LostReason) -> LockLost {
@@ -143,19 +137,53 @@ impl Shared {
 /// Extends the lock every `every` until aborted, the lock is found gone, or the server
 /// stays unreachable for a whole TTL.
 pub(super) async fn watchdog(shared: Arc<Shared>, every: Duration, ttl: Duration) {
+    watch_over(
+        every,
+        ttl,
+        |limit| shared.extend_within(ttl, limit),
+        |reason| shared.set_lost(reason),
+    )
+    .await;
+}
+
+/// A watchdog's loop, for one lock or every key of a `MultiLock`: `renew(limit)` every
+/// `every` (its answer awaited for at most `limit`), sooner again after a failure, until
+/// aborted, a renewal finds the lock gone, or nothing answered for a whole `ttl`
+/// (then `lose`).
+pub(super) async fn watch_over<F, Fut>(
+    every: Duration,
+    ttl: Duration,
+    renew: F,
+    lose: impl Fn(LostReason),
+) where
+    F: Fn(Duration) -> Fut,
+    Fut: Future<Output = RedisResult<bool>>,
+{
     let mut schedule = Schedule::new(every, ttl);
     let mut next = schedule.first();
     loop {
         tokio::time::sleep(next).await;
         let sent = Instant::now();
-        let extended = shared.extend_within(ttl, schedule.answer_limit()).await;
+        let extended = renew(schedule.answer_limit()).await;
         match schedule.after(sent, &extended) {
             Next::Wait(delay) => next = delay,
             Next::Stop => return,
             Next::Lost(reason) => {
-                shared.set_lost(reason);
+                lose(reason);
                 return;
             }
         }
     }
+}
+
+/// Marks `lost` with `reason`, unless it already holds one: the first reason stays.
+pub(super) fn set_lost(lost: &watch::Sender<Option<LostReason>>, reason: LostReason) {
+    lost.send_if_modified(|slot| {
+        if slot.is_none() {
+            *slot = Some(reason);
+            true
+        } else {
+            false
+        }
+    });
 }

@@ -132,9 +132,9 @@ impl Locker {
     /// and a fence per key: `Some(lock)` when granted, `None` when a key is busy (at once,
     /// or after the wait timed out). With a wait, the request queues on every key and
     /// holds none of them meanwhile, so two callers that take the same keys in different
-    /// orders never deadlock. [`Mode::Shared`] reads every key; a semaphore, a published
-    /// value and the watchdog are for one key. On a cluster the keys must share a slot
-    /// (a hash tag).
+    /// orders never deadlock. [`Mode::Shared`] reads every key; a semaphore and a
+    /// published value are for one key. A watchdog renews every key together. On a
+    /// cluster the keys must share a slot (a hash tag).
     pub fn lock_all(
         &self,
         keys: &[&[u8]],

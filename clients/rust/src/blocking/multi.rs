@@ -2,15 +2,17 @@
 //! what Redisson's `MultiLock` does from the client, one key after another, done by the
 //! server in one step, first come first served on every key, without deadlock.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::RedisResult;
 
 use super::conn::{Link, Links};
 use super::replicated::replicated;
+use super::shared::{Renew, Watchdog};
 use crate::commands::{GrantAll, extend_cmd};
 use crate::guard::outcome_unknown;
+use crate::lost::{LockLost, LostFlag, LostReason};
 use crate::multi::debug_multi;
 use crate::multi::multi_lock_accessors;
 use crate::multi::on_every_key;
@@ -20,17 +22,90 @@ use crate::replicas::Policy;
 /// Every key of one [`Locker::lock_all`](crate::Locker::lock_all), held by one token
 /// with a fence per key; released together when dropped, or with
 /// [`release`](Self::release). It keeps a connection of its own (a session-bound
-/// grant lives with it). No watchdog: extend all the keys with [`extend`](Self::extend).
+/// grant lives with it).
+///
+/// With a watchdog ([`LockOptions::watchdog`](crate::LockOptions::watchdog)), a
+/// background thread extends every key, in one round trip, until the guard is released
+/// or dropped, as it does for one lock: if an extend finds a key no longer held, or the
+/// server stays unreachable until the TTL runs out, the guard reports it
+/// ([`check`](Self::check), [`wait_lost`](Self::wait_lost)).
 pub struct MultiLock {
-    pub(super) links: Arc<Links>,
-    pub(super) command_timeout: Duration,
-    pub(super) con: Option<Link>,
-    pub(super) keys: Vec<Vec<u8>>,
-    pub(super) grant: GrantAll,
-    pub(super) released: bool,
+    shared: Arc<MultiShared>,
+    keys: Vec<Vec<u8>>,
+    grant: GrantAll,
+    watchdog: Option<Watchdog>,
+    released: bool,
+}
+
+/// What a `MultiLock` and its watchdog thread share.
+struct MultiShared {
+    links: Arc<Links>,
+    command_timeout: Duration,
+    keys: Vec<Vec<u8>>,
+    token: Vec<u8>,
+    /// The guard's connection; `None` after an error, reopened on next use.
+    con: Mutex<Option<Link>>,
+    lost: LostFlag,
     /// The replicas its extends wait for, and the keys' TTL.
-    pub(super) policy: Policy,
-    pub(super) ttl: Duration,
+    policy: Policy,
+    ttl: Duration,
+}
+
+impl MultiShared {
+    /// `work` on the guard's connection (opened anew after an error), its answers awaited
+    /// for at most `limit` (and the command timeout).
+    fn on_con<T>(
+        &self,
+        limit: Duration,
+        work: impl FnOnce(&mut Link) -> RedisResult<T>,
+    ) -> RedisResult<T> {
+        let mut slot = self.con.lock().unwrap_or_else(|e| e.into_inner());
+        let con = match slot.as_mut() {
+            Some(con) => con,
+            None => slot.insert(self.links.fresh(self.command_timeout)?),
+        };
+        let limit = limit.min(self.command_timeout);
+        con.set_read_timeout(Some(limit))?;
+        let result = work(con);
+        if result.is_err() {
+            // A late reply would answer the next command: never reuse it.
+            *slot = None;
+        } else {
+            con.set_read_timeout(Some(self.command_timeout))?;
+        }
+        result
+    }
+
+    /// Every key extended to `ttl` in one round trip, with the `WAIT` its replicas need;
+    /// `false` (the guard then counts as lost) unless every key was still held.
+    fn extend_within(&self, ttl: Duration, limit: Duration) -> RedisResult<bool> {
+        let cmds: Vec<redis::Cmd> = self
+            .keys
+            .iter()
+            .map(|key| extend_cmd(key, &self.token, ttl))
+            .collect();
+        let first = &self.keys[0];
+        let outcome = self.on_con(limit, |con| {
+            replicated(&self.links, con, first, cmds, self.policy, self.ttl)
+        })?;
+        let all = outcome.all_held()?;
+        if !all {
+            self.lost.set(LostReason::NotHeld);
+        } else if let Some(missing) = outcome.missing(first, "extended") {
+            return Err(missing);
+        }
+        Ok(all)
+    }
+}
+
+impl Renew for MultiShared {
+    fn renew(&self, ttl: Duration, limit: Duration) -> RedisResult<bool> {
+        self.extend_within(ttl, limit)
+    }
+
+    fn lost_flag(&self) -> &LostFlag {
+        &self.lost
+    }
 }
 
 impl std::fmt::Debug for MultiLock {
@@ -58,15 +133,25 @@ pub(super) fn lock_all(
         }
     };
     con.set_read_timeout(Some(command_timeout))?;
-    Ok(Some(MultiLock {
+    let shared = Arc::new(MultiShared {
         links: links.clone(),
         command_timeout,
-        con: Some(con),
-        keys,
-        grant,
-        released: false,
+        keys: keys.clone(),
+        token: grant.token.clone(),
+        con: Mutex::new(Some(con)),
+        lost: LostFlag::default(),
         policy: options.policy(),
         ttl: options.ttl(),
+    });
+    let watchdog = options
+        .watchdog_interval()
+        .map(|every| Watchdog::start(shared.clone(), every, options.ttl()));
+    Ok(Some(MultiLock {
+        shared,
+        keys,
+        grant,
+        watchdog,
+        released: false,
     }))
 }
 
@@ -131,53 +216,68 @@ fn release_all(con: &mut Link, keys: &[Vec<u8>], token: &[u8]) -> RedisResult<us
 impl MultiLock {
     multi_lock_accessors!();
 
-    pub(super) fn con(&mut self) -> RedisResult<&mut Link> {
-        if self.con.is_none() {
-            self.con = Some(self.links.fresh(self.command_timeout)?);
-        }
-        Ok(self.con.as_mut().expect("a connection"))
-    }
-
     /// Sets every key's remaining time to `ttl` (`LOCK.EXTEND` on each, one round trip).
-    /// `true` only if this token still held every key.
+    /// `true` only if this token still held every key; `false` means some key is no
+    /// longer held, and the guard then counts as lost.
     ///
     /// With the `WAIT` its replicas need: an error `is_not_replicated` recognizes when
     /// every key was extended but too few replicas acknowledged it.
     pub fn extend(&mut self, ttl: Duration) -> RedisResult<bool> {
-        let cmds: Vec<redis::Cmd> = self
-            .keys
-            .iter()
-            .map(|key| extend_cmd(key, &self.grant.token, ttl))
-            .collect();
-        let (links, policy, lock_ttl, first) = (
-            self.links.clone(),
-            self.policy,
-            self.ttl,
-            self.keys[0].clone(),
-        );
-        let outcome = replicated(&links, self.con()?, &first, cmds, policy, lock_ttl)?;
-        let all = outcome.all_held()?;
-        if all && let Some(missing) = outcome.missing(&first, "extended") {
-            return Err(missing);
-        }
-        Ok(all)
+        self.shared.extend_within(ttl, self.shared.command_timeout)
     }
 
-    /// Releases every key (`LOCK.RELEASE` on each, one round trip). `Ok(true)`: every key
-    /// was still held; `Ok(false)`: some had expired or been taken over, so whatever was
-    /// done under them may have overlapped with another holder.
+    /// Whether the keys are known to be lost (an extend found one gone, or the watchdog
+    /// could not reach the server for a whole TTL).
+    pub fn is_lost(&self) -> bool {
+        self.shared.lost.get().is_some()
+    }
+
+    /// `Err` once the keys are known to be lost: stop touching what they protect. The
+    /// error names the first key.
+    pub fn check(&self) -> Result<(), LockLost> {
+        match self.shared.lost.get() {
+            Some(reason) => Err(self.lost_error(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks until the keys are known to be lost, or `timeout` passes (`None`).
+    pub fn wait_lost(&self, timeout: Duration) -> Option<LockLost> {
+        self.shared
+            .lost
+            .wait(timeout)
+            .map(|reason| self.lost_error(reason))
+    }
+
+    fn lost_error(&self, reason: LostReason) -> LockLost {
+        LockLost {
+            key: self.keys[0].clone(),
+            reason,
+        }
+    }
+
+    /// Stops the watchdog and releases every key (`LOCK.RELEASE` on each, one round
+    /// trip). `Ok(true)`: every key was still held; `Ok(false)`: some had expired or been
+    /// taken over, so whatever was done under them may have overlapped with another
+    /// holder.
     pub fn release(mut self) -> RedisResult<bool> {
         self.released = true;
         self.release_now()
     }
 
-    pub(super) fn release_now(&mut self) -> RedisResult<bool> {
-        let (keys, token) = (self.keys.clone(), self.grant.token.clone());
-        let released = release_all(self.con()?, &keys, &token)?;
-        if let Some(con) = self.con.take() {
-            self.links.give_back(con);
+    fn release_now(&mut self) -> RedisResult<bool> {
+        if let Some(watchdog) = self.watchdog.take() {
+            watchdog.stop();
         }
-        Ok(released == keys.len())
+        let shared = &self.shared;
+        let released = shared.on_con(shared.command_timeout, |con| {
+            release_all(con, &shared.keys, &shared.token)
+        })?;
+        let con = shared.con.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(con) = con {
+            shared.links.give_back(con);
+        }
+        Ok(released == self.keys.len())
     }
 }
 

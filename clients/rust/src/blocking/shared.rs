@@ -145,6 +145,25 @@ impl Shared {
     }
 }
 
+/// What a watchdog renews: one lock ([`Shared`]) or every key of a `MultiLock`.
+pub(super) trait Renew: Send + Sync + 'static {
+    /// Extends to `ttl`, the answer awaited for at most `limit`: `false` (and marked
+    /// lost) when no longer held.
+    fn renew(&self, ttl: Duration, limit: Duration) -> RedisResult<bool>;
+    /// Where the watchdog marks the lock lost.
+    fn lost_flag(&self) -> &LostFlag;
+}
+
+impl Renew for Shared {
+    fn renew(&self, ttl: Duration, limit: Duration) -> RedisResult<bool> {
+        self.extend_within(ttl, limit)
+    }
+
+    fn lost_flag(&self) -> &LostFlag {
+        &self.lost
+    }
+}
+
 /// The background thread that extends a lock while its guard lives.
 pub(super) struct Watchdog {
     pub(super) stop: mpsc::Sender<()>,
@@ -152,7 +171,7 @@ pub(super) struct Watchdog {
 }
 
 impl Watchdog {
-    pub(super) fn start(shared: Arc<Shared>, every: Duration, ttl: Duration) -> Self {
+    pub(super) fn start<R: Renew>(shared: Arc<R>, every: Duration, ttl: Duration) -> Self {
         let (stop, stopped) = mpsc::channel();
         let thread = thread::Builder::new()
             .name("redis-lock-watchdog".into())
@@ -165,12 +184,12 @@ impl Watchdog {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                     let sent = Instant::now();
-                    let extended = shared.extend_within(ttl, schedule.answer_limit());
+                    let extended = shared.renew(ttl, schedule.answer_limit());
                     match schedule.after(sent, &extended) {
                         Next::Wait(delay) => next = delay,
                         Next::Stop => return,
                         Next::Lost(reason) => {
-                            shared.lost.set(reason);
+                            shared.lost_flag().set(reason);
                             return;
                         }
                     }

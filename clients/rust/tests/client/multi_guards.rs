@@ -1,12 +1,13 @@
 //! `lock_all` of the sync and async lockers against a real server (docs/clients.md,
 //! docs/commands.md "LOCK.ACQUIREALL"): several keys at once or none, one token and a
-//! fence per key, extended and released together, waiting without deadlock.
+//! fence per key, extended and released together, waiting without deadlock, and kept
+//! past their TTL by a watchdog that reports them lost.
 
 use std::thread;
 use std::time::Duration;
 
 use crate::common::*;
-use redis_lock_client::{LockOptions, Locker, Mode, aio};
+use redis_lock_client::{LockOptions, Locker, LostReason, Mode, aio};
 
 fn ttl(ms: u64) -> LockOptions {
     LockOptions::new(Duration::from_millis(ms))
@@ -118,4 +119,88 @@ async fn the_async_locker_takes_every_key_or_none() {
         .expect("granted after the release");
     assert_eq!(next.fences().len(), 2);
     assert!(next.release().await.unwrap());
+}
+
+/// The keys' `PTTL`s now.
+fn pttls(con: &mut redis::Connection, keys: &[&str]) -> Vec<i64> {
+    keys.iter().map(|key| pttl(con, key)).collect()
+}
+
+#[test]
+fn a_watchdog_keeps_every_key_past_its_ttl_and_reports_a_key_taken_away() {
+    let server = TestServer::start();
+    let locker = Locker::new(server.client());
+    let mut con = server.connection();
+    let keys = ["wd:1", "wd:2"];
+    let held = locker
+        .lock_all(&[b"wd:1", b"wd:2"], &ttl(300).watchdog())
+        .unwrap()
+        .expect("two free keys");
+    // Three TTLs later both keys are still held: extended, together, every 100 ms.
+    let (extends, lowest) = watch_extends(&server, "wd:1", Duration::from_millis(900));
+    assert_cadence(
+        extends / 2,
+        Duration::from_millis(900),
+        Duration::from_millis(100),
+    );
+    assert!(lowest > 0, "wd:1 ran out under the watchdog");
+    assert!(pttls(&mut con, &keys).iter().all(|&t| t > 0));
+    held.check().expect("not lost");
+    let (calls, extends) = (
+        command_calls(&mut con, "lock.extend"),
+        lock_stat(&mut con, "lock_extends"),
+    );
+    assert!(held.release().unwrap(), "every key was still held");
+    assert_eq!(dbsize(&mut con), 0);
+    // Ten of its periods later, no extend followed the release.
+    let _next = locker.acquire("wd:1", &ttl(1_000)).unwrap().expect("free");
+    assert_watchdog_stopped(&mut con, calls, extends, "wd:1");
+
+    // A key taken away under it: the watchdog's next extend finds it gone.
+    let held = locker
+        .lock_all(&[b"wd:1", b"wd:2"], &ttl(600).watchdog())
+        .unwrap()
+        .expect("free");
+    let _: i64 = redis::cmd("DEL").arg("wd:2").query(&mut con).unwrap();
+    let lost = held
+        .wait_lost(Duration::from_secs(5))
+        .expect("reported lost within a few periods");
+    assert_eq!(lost.reason, LostReason::NotHeld);
+    assert_eq!(lost.key, b"wd:1");
+    assert!(held.is_lost() && held.check().is_err());
+    assert!(!held.release().unwrap(), "wd:2 was no longer held");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_watchdog_keeps_every_key_past_its_ttl_and_reports_a_key_taken_away() {
+    let server = TestServer::start();
+    let locker = aio::Locker::new(server.client());
+    let held = locker
+        .lock_all(&[b"wd:1", b"wd:2"], &ttl(300).watchdog())
+        .await
+        .unwrap()
+        .expect("two free keys");
+    // Three TTLs pass: the keys stay held only if the watchdog extends them.
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    let mut con = server.connection();
+    assert!(
+        pttls(&mut con, &["wd:1", "wd:2"]).iter().all(|&t| t > 0),
+        "a key ran out under the watchdog"
+    );
+    held.check().expect("not lost");
+    assert!(held.release().await.unwrap(), "every key was still held");
+    assert_eq!(dbsize(&mut con), 0);
+
+    let held = locker
+        .lock_all(&[b"wd:1", b"wd:2"], &ttl(600).watchdog())
+        .await
+        .unwrap()
+        .expect("free");
+    let _: i64 = redis::cmd("DEL").arg("wd:1").query(&mut con).unwrap();
+    let lost = tokio::time::timeout(Duration::from_secs(5), held.lost())
+        .await
+        .expect("reported lost within a few periods");
+    assert_eq!(lost.reason, LostReason::NotHeld);
+    assert!(held.is_lost());
+    assert!(!held.release().await.unwrap(), "wd:1 was no longer held");
 }
