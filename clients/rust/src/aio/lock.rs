@@ -1,6 +1,6 @@
 //! `Lock`: a held lock on an async connection, released when dropped.
 
-use super::shared::Shared;
+use super::shared::{Shared, when_lost};
 use crate::commands::Grant;
 use crate::commands::LockInfo;
 use crate::commands::acquire_mode_cmd;
@@ -126,15 +126,7 @@ impl Lock {
     /// Resolves when the lock is known to be lost; never while it is held. Race it
     /// against the work with `tokio::select!`.
     pub async fn lost(&self) -> LockLost {
-        let mut changes = self.shared.lost.subscribe();
-        match changes.wait_for(Option::is_some).await {
-            Ok(reason) => {
-                let reason = reason.clone().expect("waited for Some");
-                self.shared.lost_error(reason)
-            }
-            // The sender lives in `self.shared`, so it cannot be gone while we borrow it.
-            Err(_) => std::future::pending().await,
-        }
+        when_lost(&self.shared.lost, |reason| self.shared.lost_error(reason)).await
     }
 
     /// Stops the watchdog and releases the lock. `Ok(true)`: it was still held and is

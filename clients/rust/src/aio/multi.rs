@@ -4,7 +4,7 @@
 use super::conn::{AsyncLink, Conn};
 use super::locker::Locker;
 use super::replicated::{OWN, replicated_on};
-use super::shared::{set_lost, watch_over};
+use super::shared::{set_lost, watch_over, when_lost};
 use super::within;
 use crate::commands::extend_cmd;
 use crate::guard::outcome_unknown;
@@ -247,15 +247,7 @@ impl MultiLock {
     /// Resolves when the keys are known to be lost; never while they are held. Race it
     /// against the work with `tokio::select!`.
     pub async fn lost(&self) -> LockLost {
-        let mut changes = self.shared.lost.subscribe();
-        match changes.wait_for(Option::is_some).await {
-            Ok(reason) => {
-                let reason = reason.clone().expect("waited for Some");
-                self.shared.lost_error(reason)
-            }
-            // The sender lives in `self.shared`, so it cannot be gone while we borrow it.
-            Err(_) => std::future::pending().await,
-        }
+        when_lost(&self.shared.lost, |reason| self.shared.lost_error(reason)).await
     }
 
     /// Stops the watchdog and releases every key, in one round trip. `Ok(true)`: every

@@ -176,6 +176,19 @@ pub(super) async fn watch_over<F, Fut>(
     }
 }
 
+/// Resolves when `lost` holds a reason, as `error` words it; never before. The guard
+/// holds the sender, so the channel cannot close while the guard waits on it.
+pub(super) async fn when_lost(
+    lost: &watch::Sender<Option<LostReason>>,
+    error: impl Fn(LostReason) -> LockLost,
+) -> LockLost {
+    let mut changes = lost.subscribe();
+    match changes.wait_for(Option::is_some).await {
+        Ok(reason) => error(reason.clone().expect("waited for Some")),
+        Err(_) => std::future::pending().await,
+    }
+}
+
 /// Marks `lost` with `reason`, unless it already holds one: the first reason stays.
 pub(super) fn set_lost(lost: &watch::Sender<Option<LostReason>>, reason: LostReason) {
     lost.send_if_modified(|slot| {
