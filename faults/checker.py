@@ -23,6 +23,10 @@ counts, per phase (the fault and the time after its heal) and per system:
   do refused      LOCK.DO writes the server refused (NOTHELD): a late holder stopped
   store refused   writes the fenced store refused (a fence below the highest)
   longest gap     the longest time, in seconds, without any grant of that system
+
+With `packages` (worker name -> the package it locks with: python, node, rust, php), the
+module's counts are kept per package too (`row["packages"]`), each count going to the
+package of the worker it is about (for `overlapping`, the later grant's).
 """
 
 import bisect
@@ -75,36 +79,42 @@ def below_highest(fences):
         high = fence if high is None else max(high, fence)
 
 
-def check(history, accepted, data, phases, run_end):
+def check(history, accepted, data, phases, run_end, packages=None):
     """history: entries of every worker, each worker's in its order; accepted: the store's
     (key, fence, writer, at) in acceptance order; data: key -> the final list's entries
-    ("<fence>:<writer>"); phases: [(name, start)]. Returns rows: one dict per phase, with
-    counts per system."""
+    ("<fence>:<writer>"); phases: [(name, start)]; packages: worker -> package, or None.
+    Returns rows: one dict per phase, with counts per system (and per package of the
+    module's workers under "packages")."""
+    packages = packages or {}
     rows = [{"phase": name, "start": start, "end": phases[i + 1][1] if i + 1 < len(phases) else run_end,
+             "packages": defaultdict(lambda: defaultdict(int)),
              **{s: defaultdict(int) for s in SYSTEMS}} for i, (name, start) in enumerate(phases)]
 
     starts = [start for _, start in phases]
 
-    def count(system, t, what):
-        """Counts `what` for `system` in the phase whose window holds time t."""
-        rows[max(0, bisect.bisect_right(starts, t) - 1)][system][what] += 1
+    def count(worker, t, what):
+        """Counts `what` for `worker`'s system (and package) in the phase whose window
+        holds time t."""
+        row = rows[max(0, bisect.bisect_right(starts, t) - 1)]
+        row[system_of(worker)][what] += 1
+        if worker in packages:
+            row["packages"][packages[worker]][what] += 1
 
     grants = grants_of(history)
     for e in history:
-        system = system_of(e["w"])
         if e["op"] == "acquire" and (e.get("err") or "").startswith("NOTREPLICATED"):
-            count(system, e["t1"], "unreplicated")
+            count(e["w"], e["t1"], "unreplicated")
         elif e["op"] == "do" and e.get("ok") is False and "NOTHELD" in (e.get("err") or ""):
-            count(system, e["t0"], "do refused")
+            count(e["w"], e["t0"], "do refused")
         elif e["op"] == "store" and e.get("ok") is False:
-            count(system, e["t0"], "store refused")
+            count(e["w"], e["t0"], "store refused")
     by_key = defaultdict(list)
     for g in grants:
         by_key[(g["system"], g["key"])].append(g)
-        count(g["system"], g["t1"], "grants")
+        count(g["w"], g["t1"], "grants")
         r = g["release"]
         if r is not None and r.get("ok") is False and not r.get("err") and r["t0"] < g["t0"] + g["ttl"]:
-            count(g["system"], r["t0"], "lost early")
+            count(g["w"], r["t0"], "lost early")
 
     for (system, key), gs in by_key.items():
         gs.sort(key=lambda g: g["t1"])
@@ -115,13 +125,13 @@ def check(history, accepted, data, phases, run_end):
             first = bisect.bisect_left(answered, g["t1"] - longest)
             if any(h["end"] > g["t1"] and h["w"] != g["w"] and not (h["mode"] == g["mode"] == "shared")
                    for h in gs[first:j]):
-                count(system, g["t1"], "overlapping")
+                count(g["w"], g["t1"], "overlapping")
         # late acked: a write answered OK though a newer grant of the key had been
         # answered before the write was sent (only exclusive holders write)
         for j, g in enumerate(gs):
             for w in g["writes"]:
                 if w.get("ok") and bisect.bisect_left(answered, w["t0"]) > j + 1:
-                    count(system, w["t0"], "late acked")
+                    count(g["w"], w["t0"], "late acked")
         # fence back: not above a fence answered before this grant was asked for
         if system == "module":
             prefix_max, best = [], 0
@@ -131,7 +141,7 @@ def check(history, accepted, data, phases, run_end):
             for g in gs:
                 before = bisect.bisect_left(answered, g["t0"])
                 if before and g["fence"] <= prefix_max[before - 1]:
-                    count(system, g["t1"], "fence back")
+                    count(g["w"], g["t1"], "fence back")
 
     # late kept: entries of the final lists below an entry before them
     last_write = {}
@@ -142,7 +152,7 @@ def check(history, accepted, data, phases, run_end):
         fences = [int(entry.split(":", 1)[0]) for entry in entries]
         for i in below_highest(fences):
             writer = entries[i].split(":", 1)[1]
-            count(system_of(writer), last_write.get(entries[i], run_end), "late kept")
+            count(writer, last_write.get(entries[i], run_end), "late kept")
 
     # store stale: accepted below the highest accepted before, per key
     by_store_key = defaultdict(list)
@@ -151,7 +161,7 @@ def check(history, accepted, data, phases, run_end):
     for writes in by_store_key.values():
         for i in below_highest([fence for fence, _, _ in writes]):
             _, writer, at = writes[i]
-            count(system_of(writer), at, "store stale")
+            count(writer, at, "store stale")
 
     # longest gap without a grant, per system, within each phase
     for system in SYSTEMS:

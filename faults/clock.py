@@ -12,22 +12,15 @@ import glob
 import os
 import subprocess
 
+from . import shims
+
 LIBFAKETIME = next(iter(sorted(glob.glob("/usr/lib/*/faketime/libfaketime.so.1"))), "libfaketime.so.1")
-HERE = os.path.dirname(os.path.abspath(__file__))
 WIDTH = 32   # the file is rewritten in place at this size: the shim maps it
 
 
 def links_shared_jemalloc(binary):
     out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
     return "libjemalloc" in out
-
-
-def build_shim(out_dir):
-    path = os.path.join(out_dir, "clockshim.so")
-    source = os.path.join(HERE, "clockshim.c")
-    if not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(source):
-        subprocess.run(["cc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", "-o", path, source], check=True)
-    return path
 
 
 class Clock:
@@ -38,7 +31,7 @@ class Clock:
         self.set(0)
         if links_shared_jemalloc(binary):
             self.library = "clockshim"
-            self.env = {"LD_PRELOAD": build_shim(work_dir), "CLOCKSHIM_FILE": path}
+            self.env = {"LD_PRELOAD": shims.build("clockshim", work_dir), "CLOCKSHIM_FILE": path}
         else:
             self.library = "libfaketime"
             self.env = {"LD_PRELOAD": LIBFAKETIME, "FAKETIME_TIMESTAMP_FILE": path,

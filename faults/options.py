@@ -22,6 +22,8 @@ class Options:
     ttl: int                     # the locks' TTL, ms
     workers: int                 # per system
     node_workers: int            # more of the module's, on the Node package
+    rust_workers: int            # more of the module's, on the Rust package
+    php_workers: int             # more of the module's, on the PHP package
     keys: int                    # locks per system
     counts: str                  # where to write the counts too, or ""
     min_replicas: int            # min-replicas-to-write on every node
@@ -55,6 +57,10 @@ def parser(description):
     p.add_argument("--workers", type=int, default=3, help="per system")
     p.add_argument("--node-workers", type=int, default=2,
                    help="more workers of the module's, written with the Node package (clients/node)")
+    p.add_argument("--rust-workers", type=int, default=1,
+                   help="more workers of the module's, written with the Rust package (clients/rust)")
+    p.add_argument("--php-workers", type=int, default=1,
+                   help="more workers of the module's, written with the PHP package (clients/php)")
     p.add_argument("--keys", type=int, default=2, help="locks per system")
     p.add_argument("--counts", default="",
                    help="also write the counts here: one 'phase<TAB>system<TAB>what<TAB>n' a line")

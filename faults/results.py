@@ -48,7 +48,8 @@ def check(run, master, phases, end):
     db = open_store(run.store_path)
     accepted = accepted_writes(db)
     db.close()
-    rows = checker.check(entries, accepted, data_lists(run.topology, master, run.o.keys), phases, end)
+    rows = checker.check(entries, accepted, data_lists(run.topology, master, run.o.keys), phases, end,
+                         run.workers.packages())
     return rows, server_version(run.topology, master), len(entries)
 
 

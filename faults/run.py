@@ -104,12 +104,16 @@ def sweep_runs(base):
 
 
 def write_counts(path, rows):
-    """The counts as `phase<TAB>system<TAB>what<TAB>n` lines (for tests/faults)."""
+    """The counts as `phase<TAB>system<TAB>what<TAB>n` lines (for tests/faults), then the
+    module's per package, with `module:<package>` for the system."""
     with open(path, "w") as f:
         for row in rows:
             for system in checker.SYSTEMS:
                 for what, n in sorted(row[system].items()):
                     f.write(f"{row['phase']}\t{system}\t{what}\t{n}\n")
+            for package, counts in sorted(row["packages"].items()):
+                for what, n in sorted(counts.items()):
+                    f.write(f"{row['phase']}\tmodule:{package}\t{what}\t{n}\n")
 
 
 def main(argv=None):

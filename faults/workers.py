@@ -8,12 +8,22 @@ import sys
 import time
 from dataclasses import dataclass
 
+from . import shims
 from .options import ROOT
 from .state import HolderState
 from .topology import SENTINELS, SERVICE
 from .worker import WorkerOptions
 
 SYSTEMS = ("module", "recipe")
+RUST_WORKER = os.path.join(ROOT, "target", "release", "examples", "fault_worker")
+
+
+def rust_worker():
+    """The Rust package's worker, built first if it is not (the tests' build makes it)."""
+    if not os.path.exists(RUST_WORKER):
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "redis-lock-client", "--example", "fault_worker"],
+                       cwd=ROOT, check=True)
+    return RUST_WORKER
 
 
 @dataclass
@@ -23,6 +33,7 @@ class WorkerProc:
     address: str
     proc: subprocess.Popen
     state_path: str
+    package: str = "python"     # the module's package it locks with (the recipe's: none)
 
     @property
     def name(self):
@@ -40,11 +51,11 @@ class Workers:
 
     def start(self):
         """Starts `workers` processes per system, each with its own address and seed, and
-        `node_workers` more of the module's written with the Node package."""
+        the module's workers on the other packages (Node, Rust, PHP)."""
         for system in SYSTEMS:
             keys = ",".join(f"{system[0]}{k}" for k in range(self.o.keys))
             if system == "module":
-                self._start_node_workers(keys)
+                self._start_package_workers(keys)
             for i in range(self.o.workers):
                 address = f"127.0.0.{20 + len(self.all)}"
                 worker = WorkerOptions(
@@ -57,24 +68,38 @@ class Workers:
                     replicas=self.o.replicas)
                 proc = subprocess.Popen([sys.executable, "-m", "faults.worker", *worker.args()],
                                         stdin=subprocess.DEVNULL, cwd=ROOT)
-                self.all.append(WorkerProc(system, i, address, proc, worker.state))
+                self.all.append(WorkerProc(system, i, address, proc, worker.state,
+                                           "python" if system == "module" else "none"))
 
-    def _start_node_workers(self, keys):
-        """The module's workers on the Node package (`node_worker.mjs`), named after the
-        Python ones (module-<workers>, ...): they take the same locks."""
-        for n in range(self.o.node_workers):
+    def _start_package_workers(self, keys):
+        """The module's workers on the other packages, named after the Python ones
+        (module-<workers>, ...) and taking the same locks: `node_workers` on the Node
+        package (`node_worker.mjs`, bound to its address by node-redis), then
+        `rust_workers` on the Rust package (`examples/fault_worker.rs`) and `php_workers`
+        on the PHP package (`php_worker.php`), whose clients cannot bind an address: a
+        preloaded library (`bindshim.c`) binds their connections."""
+        commands = ([("node", ["node", os.path.join(ROOT, "faults", "node_worker.mjs")])] * self.o.node_workers
+                    + ([("rust", [rust_worker()])] * self.o.rust_workers if self.o.rust_workers else [])
+                    + [("php", ["php", os.path.join(ROOT, "faults", "php_worker.php")])] * self.o.php_workers)
+        for n, (package, command) in enumerate(commands):
             i = self.o.workers + n
             address = f"127.0.0.{20 + len(self.all)}"
-            history = os.path.join(self.dir, f"module-{i}.jsonl")
             state = os.path.join(self.dir, f"module-{i}.state")
             args = ["--id", str(i), "--address", address, "--sentinels", ",".join(SENTINELS),
                     "--service", SERVICE, "--port", str(self.port), "--keys", keys,
                     "--ttl", str(self.o.ttl), "--wait", str(self.o.ttl // 2),
                     "--seed", str(self.rng.getrandbits(32)), "--seconds", "100000",
-                    "--history", history, "--state", state, "--replicas", self.o.replicas]
-            proc = subprocess.Popen(["node", os.path.join(ROOT, "faults", "node_worker.mjs"), *args],
-                                    stdin=subprocess.DEVNULL, cwd=ROOT)
-            self.all.append(WorkerProc("module", i, address, proc, state))
+                    "--history", os.path.join(self.dir, f"module-{i}.jsonl"), "--state", state,
+                    "--replicas", self.o.replicas]
+            env = None
+            if package != "node":
+                env = dict(os.environ, LD_PRELOAD=shims.build("bindshim", self.dir), BINDSHIM_ADDRESS=address)
+            proc = subprocess.Popen([*command, *args], stdin=subprocess.DEVNULL, cwd=ROOT, env=env)
+            self.all.append(WorkerProc("module", i, address, proc, state, package))
+
+    def packages(self):
+        """Each of the module's workers' name -> the package it locks with."""
+        return {w.name: w.package for w in self.all if w.system == "module"}
 
     def of(self, system):
         return [w for w in self.all if w.system == system]
@@ -90,10 +115,11 @@ class Workers:
     def stop_holder(self, system):
         """SIGSTOPs a worker of `system` that holds a lock as a writer and has not written
         under it yet (its state file says so once it is stopped); None if none did
-        within 10 s."""
+        within 10 s. Of the module's, a Python one: only they write to the fenced store
+        too, whose refusal of the late write is what the pause shows."""
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            ws = self.of(system)
+            ws = [w for w in self.of(system) if w.package in ("python", "none")]
             self.rng.shuffle(ws)
             for w in ws:
                 if self._holds_unwritten(w):

@@ -3,7 +3,7 @@
 # Redis 7.0.15 and Valkey 9.1.2 (FAULT_SERVERS="name=path ..." for others): for each seed of
 # FAULT_SEEDS (default "1 2 3"), every nemesis alone, then FAULT_MIXED (default 6) phases
 # drawn at random with the seed, each of one nemesis or two at once, the module's workers
-# on the Python package's defaults; then the partition and the crash again with the
+# on the packages' defaults (Python, Node, Rust and PHP workers); then the partition and the crash again with the
 # package's replicas off (the comparison: it overlaps), with min-replicas-to-write 1, and
 # with the recipe waiting WAIT 1 after every grant. Reports: target/faults/<name>-seed-<n>.md,
 # <name>-replicas-0.md, <name>-min-replicas-1.md and <name>-wait-replicas-1.md.
@@ -31,12 +31,18 @@ if [ -z "${FAULT_SERVERS:-}" ]; then
   FAULT_SERVERS="redis-7.0.15=$(awk '$1 == "redis-7.0" {print $2}' <<<"$listing") \
 valkey-9.1.2=$(awk '$1 == "valkey-9.1.2" {print $2}' <<<"$listing")"
 fi
+# The workers' packages: the Python one runs on the pinned test environment (target/venv,
+# scripts/pins.txt), the Node one on its locked modules, the PHP one on phpredis; the Rust
+# package's worker is built here (the module's build is the Makefile's).
+scripts/install-deps.sh --test --no-env || exit 1
+python=$(scripts/test-env.sh --no-oldest | head -1) || exit 1
+cargo build --release -q -p redis-lock-client --example fault_worker || exit 1
 seeds=${FAULT_SEEDS:-1 2 3}
 mixed=${FAULT_MIXED:-6}
 
 # Whatever ends this script, clean up after every run it started (a run cleans up after
 # itself; this covers one killed with SIGKILL).
-trap 'python3 -m faults --sweep' EXIT
+trap '"$python" -m faults --sweep' EXIT
 
 status=0
 started=$SECONDS
@@ -44,21 +50,21 @@ for entry in $FAULT_SERVERS; do
   name=${entry%%=*} server=${entry#*=}
   for seed in $seeds; do
     echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed), the packages' defaults"
-    python3 -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
+    "$python" -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
       --label "$name-seed-$seed" >/dev/null || status=1
     echo "     target/faults/$name-seed-$seed.md"
   done
   first=${seeds%% *}
   echo "==== $name: the partition and the crash with the package's replicas off (expected to overlap)"
-  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
+  "$python" -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
     --replicas 0 --label "$name-replicas-0" >/dev/null
   echo "     target/faults/$name-replicas-0.md (exit $?: 1 is the overlap it shows)"
   echo "==== $name: the partition and the crash with min-replicas-to-write 1"
-  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
+  "$python" -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
     --min-replicas 1 --label "$name-min-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-min-replicas-1.md"
   echo "==== $name: the partition and the crash, the recipe with WAIT 1 after every grant"
-  python3 -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
+  "$python" -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
     --wait-replicas 1 --label "$name-wait-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-wait-replicas-1.md"
 done

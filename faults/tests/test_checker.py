@@ -162,3 +162,22 @@ class CheckerTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class PerPackageTest(unittest.TestCase):
+    def test_each_count_goes_to_the_package_of_the_worker_it_is_about(self):
+        run = Recorded()
+        run.history[4] = acquire("module-1", 11, 0.12, 0.15)   # module-1 overlaps module-0
+        packages = {"module-0": "python", "module-1": "rust"}
+        rows = checker.check(run.history, run.accepted, run.data, run.phases, run.end, packages)
+        by_package = rows[0]["packages"]
+        self.assertEqual(by_package["python"]["grants"], 1)
+        self.assertEqual(by_package["rust"]["grants"], 1)
+        self.assertEqual(by_package["rust"]["overlapping"], 1)
+        self.assertEqual(by_package["python"]["overlapping"], 0)
+        self.assertEqual(rows[0]["module"]["overlapping"], 1)
+
+    def test_without_packages_only_the_systems_are_counted(self):
+        run = Recorded()
+        rows = checker.check(run.history, run.accepted, run.data, run.phases, run.end)
+        self.assertEqual(dict(rows[0]["packages"]), {})

@@ -72,7 +72,8 @@ fn the_checkers_own_tests_pass_on_recorded_histories() {
 /// A paused holder's late writes: the module refuses them (LOCK.DO answers NOTHELD, the
 /// fenced store refuses the old fence) and keeps none; the recipe takes them. Through a
 /// partition and its failover, the module's workers (the Python package with its
-/// defaults: a grant counts once a replica has it) never hold a lock two at a time.
+/// defaults: a grant counts once a replica has it) never hold a lock two at a time; nor
+/// do those on the Node, Rust and PHP packages, which are granted locks too.
 #[test]
 fn the_short_fault_run_finds_no_violation_and_shows_the_late_writes_refused() {
     let (output, rows) = short_run("faults-short", &[]);
@@ -98,6 +99,22 @@ fn the_short_fault_run_finds_no_violation_and_shows_the_late_writes_refused() {
         "{}",
         shown(&output)
     );
+    // Every package's workers took part: each was granted locks, and none of them held
+    // one beside another holder through the partition.
+    for package in ["python", "node", "rust", "php"] {
+        let system = format!("module:{package}");
+        assert!(
+            rows.total(&system, "grants") >= 1.0,
+            "no grant of the {package} workers: {}",
+            shown(&output)
+        );
+        assert_eq!(
+            partition.count(&system, "overlapping"),
+            0.0,
+            "{package}: {}",
+            shown(&output)
+        );
+    }
     for phase in [
         "no fault",
         "clock-forward",
@@ -184,6 +201,15 @@ mod counts {
     impl Rows {
         pub fn phase(&self, name: &str) -> Phase<'_> {
             Phase(self, name.to_string())
+        }
+
+        /// The count `what` of `system` summed over every phase.
+        pub fn total(&self, system: &str, what: &str) -> f64 {
+            self.0
+                .iter()
+                .filter(|[_, s, w, _]| s == system && w == what)
+                .filter_map(|row| row[3].parse::<f64>().ok())
+                .sum()
         }
     }
 
