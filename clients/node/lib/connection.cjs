@@ -17,6 +17,24 @@ const KINDS = {
   'node-redis': (client) => typeof client.sendCommand === 'function',
 };
 
+// How many MOVED/ASK answers an exchange on a cluster follows before it gives the last
+// one back as its reply.
+const REDIRECTIONS = 5;
+
+/** The cluster slot of `key` (cluster-key-slot: both clients depend on it). */
+function slotOf(key) {
+  return require('cluster-key-slot')(key);
+}
+
+/** `{ kind: 'MOVED' | 'ASK', address }` when `reply` is a redirection, else null. */
+function redirectionOf(reply) {
+  if (!(reply instanceof Error)) {
+    return null;
+  }
+  const match = /^(MOVED|ASK) \d+ (\S+)$/.exec(reply.message);
+  return match ? { kind: match[1], address: match[2] } : null;
+}
+
 class Connection {
   constructor(client) {
     this.client = client;
@@ -65,10 +83,83 @@ class Connection {
   }
 
   /**
+   * On a cluster, the address (`host:port`) of the master the client's slot map names
+   * for `key` now; null elsewhere, or while the map is not loaded.
+   */
+  nodeAddressOf(key) {
+    const c = this.client;
+    if (this.kind === 'ioredis' && c.isCluster) {
+      return (c.slots && c.slots[slotOf(key)] && c.slots[slotOf(key)][0]) || null;
+    }
+    if (this.kind === 'node-redis-cluster') {
+      const node = c.slots && c.slots[slotOf(key)] && c.slots[slotOf(key)].master;
+      return node ? `${node.host}:${node.port}` : null;
+    }
+    return null;
+  }
+
+  /** The cluster node at `address` as a Connection of its own (no redirections), or null. */
+  async nodeAt(address) {
+    const c = this.client;
+    if (address === null) {
+      return null;
+    }
+    if (this.kind === 'ioredis') {
+      const node = c.nodes('master').find((n) => `${n.options.host}:${n.options.port}` === address);
+      return node ? new Connection(node) : null;
+    }
+    const node = c.masters.find((n) => `${n.host}:${n.port}` === address);
+    return node ? new Connection(await c.nodeClient(node)) : null;
+  }
+
+  /**
    * Sends `commands` in order on one connection, in one round trip (a pipeline), to the
    * node of `key` on a cluster; resolves to their replies, each error as an Error.
+   *
+   * On a cluster they go on the connection of the master that serves `key`'s slot, all
+   * of them: a write and the WAIT after it never land on two nodes. A MOVED answer
+   * (the slot moved) makes the client read the slot map again and sends them anew to
+   * the node it names; an ASK answer (the slot is moving) sends them to the node named,
+   * after ASKING. `commands` may be a function (async) that makes them for each try, for
+   * commands that depend on the node (the WAIT a grant needs there).
    */
   async exchange(key, commands) {
+    const make = typeof commands === 'function' ? commands : () => commands;
+    if (!this.isCluster) {
+      return this.exchangeOnce(key, await make());
+    }
+    let asking = null;
+    for (let redirections = 0; ; redirections += 1) {
+      const node = await this.nodeAt(asking ?? this.nodeAddressOf(key));
+      const sent = await make();
+      const replies = node === null
+        ? await this.exchangeOnce(key, sent)
+        : await node.exchangeOnce(key, asking ? [['ASKING'], ...sent] : sent).then((r) => (asking ? r.slice(1) : r));
+      const redirection = replies.map(redirectionOf).find((r) => r !== null);
+      if (redirection === undefined || redirections >= REDIRECTIONS) {
+        return replies;
+      }
+      if (redirection.kind === 'ASK') {
+        asking = redirection.address;
+      } else {
+        asking = null;
+        await this.reroute(key);
+      }
+    }
+  }
+
+  /** Makes the cluster client read the slot map again (after a MOVED for `key`). */
+  async reroute(key) {
+    if (this.kind === 'ioredis') {
+      await new Promise((resolve) => this.client.refreshSlotsCache(() => resolve()));
+      return;
+    }
+    // node-redis reads the map again when a command of its own meets the MOVED.
+    await this.client.sendCommand(key, true, ['EXISTS', key]).catch(() => {});
+  }
+
+  /** `exchange` on this connection alone: no redirection followed. */
+  async exchangeOnce(key, commands) {
     const strings = commands.map((command) => command.map(String));
     const settle = (results) => results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
     switch (this.kind) {
@@ -183,4 +274,4 @@ class Connection {
 /** The `error` listener of a connection the package opened for itself (see `duplicate`). */
 function quiet() {}
 
-module.exports = { Connection };
+module.exports = { Connection, slotOf };

@@ -8,10 +8,12 @@
 // `'auto'` (the default) asks for 1 when the master has a replica online and for nothing
 // on a master without one. What a connection learned of its master (`ROLE`, or `WAIT 0 0`
 // for a user whose ACL denies `ROLE`) is forgotten when it connects again, after an error
-// or a shortfall, and after RELEARN_MS; a master that lists fewer replicas than before is
+// or a shortfall, and after RELEARN_MS; on a cluster it is kept per node, so a slot that
+// moved (a MOVED answer) is asked of its new node at once. A master that lists fewer replicas than before is
 // taken at its former count for HOLD_MS (a deposed master loses its replicas just before
 // it is demoted). An explicit `n` asks for `n`; a master with fewer online refuses at once.
 
+const { slotOf } = require('./connection.cjs');
 const { NotReplicatedError } = require('./errors.cjs');
 
 const AUTO = 'auto';
@@ -75,15 +77,10 @@ class Replicas {
 const learned = new WeakMap();
 const seen = new Map();
 
-function slotOf(key) {
-  try {
-    return require('cluster-key-slot')(key);
-  } catch {
-    return key;
-  }
-}
-
-/** Where what `connection` learned is kept: per client, and per slot on a cluster. */
+/**
+ * Where what `connection` learned is kept: per client, and on a cluster per node (the
+ * master the client's slot map names for the key now: after a MOVED, the new one).
+ */
 function placeOf(connection, key) {
   const client = connection.client;
   if (!learned.has(client)) {
@@ -95,7 +92,8 @@ function placeOf(connection, key) {
       }
     }
   }
-  return { places: learned.get(client), slot: connection.isCluster ? slotOf(key) : '' };
+  const node = connection.isCluster ? connection.nodeAddressOf(key) ?? `slot ${slotOf(key)}` : '';
+  return { places: learned.get(client), slot: node };
 }
 
 /** The count to go by: `online`, or the server's former count within HOLD_MS of a drop. */
@@ -151,9 +149,13 @@ function forget(connection, key) {
  * replies, an error reply as its Error).
  */
 async function replicated(connection, key, commands, replicas) {
-  const required = replicas.setting === 0 ? 0 : replicas.required(await online(connection, key), key);
-  const waits = replicas.off ? [] : replicas.waitCommands(required);
-  const replies = await connection.exchange(key, [...commands, ...waits]);
+  // Made for the node each try goes to: after a MOVED, the WAIT the new node needs.
+  let [required, waits] = [0, []];
+  const replies = await connection.exchange(key, async () => {
+    required = replicas.setting === 0 ? 0 : replicas.required(await online(connection, key), key);
+    waits = replicas.off ? [] : replicas.waitCommands(required);
+    return [...commands, ...waits];
+  });
   const answer = waits.length > 0 ? replies[commands.length] : undefined;
   const outcome = {
     replies: replies.slice(0, commands.length), required, answer, waited: waits.length > 0, fsync: replicas.fsync,

@@ -3,7 +3,8 @@
 // shared locks and semaphores; Redlock on one client and on three masters. Against the
 // servers clients/rust/tests/packages/node_package.rs starts (REDIS_LOCK_PORT, REDIS_LOCK_REDLOCK_PORTS,
 // REDIS_LOCK_CLUSTER_PORT, REDIS_LOCK_SENTINEL_PORT: a Sentinel watching the master as
-// `mymaster`).
+// `mymaster`; REDIS_LOCK_MOVING_CLUSTER_PORT: a cluster whose first master has a replica,
+// where a slot moves).
 import { test, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import IORedis from 'ioredis';
@@ -16,7 +17,8 @@ const port = Number(process.env.REDIS_LOCK_PORT);
 const redlockPorts = String(process.env.REDIS_LOCK_REDLOCK_PORTS || '').split(',').map(Number);
 const clusterPort = Number(process.env.REDIS_LOCK_CLUSTER_PORT);
 const sentinelPort = Number(process.env.REDIS_LOCK_SENTINEL_PORT);
-assert.ok(port > 0 && clusterPort > 0 && redlockPorts.length === 3, 'run through `make test`');
+const movingPort = Number(process.env.REDIS_LOCK_MOVING_CLUSTER_PORT);
+assert.ok(port > 0 && clusterPort > 0 && movingPort > 0 && redlockPorts.length === 3, 'run through `make test`');
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 let n = 0;
@@ -142,6 +144,96 @@ describe('node-redis', { timeout: 60_000 }, () => {
     await lock.release();
     await cluster.close();
   });
+});
+
+// The moving cluster's masters (CLUSTER NODES): [{ port, id, slots: [[lo, hi], ...] }],
+// the one with a replica and one without (node_package.rs gives one master a replica).
+async function masters() {
+  const admin = new IORedis({ port: movingPort });
+  try {
+    const nodes = String(await admin.call('CLUSTER', 'NODES')).trim().split('\n').map((line) => line.split(' '));
+    const list = nodes.filter((f) => f[2].includes('master')).map((f) => ({
+      port: Number(f[1].split('@')[0].split(':').pop()),
+      id: f[0],
+      slots: f.slice(8).filter((r) => !r.startsWith('[')).map((r) => r.split('-').map(Number)).map(([lo, hi]) => [lo, hi ?? lo]),
+    }));
+    const replicated = nodes.find((f) => f[2].includes('slave'))[3];
+    return { list, withReplica: list.find((m) => m.id === replicated), without: list.find((m) => m.id !== replicated) };
+  } finally {
+    admin.disconnect();
+  }
+}
+
+/** Moves the empty slot `slot` from the master `from` to `to`, on every master. */
+async function moveSlot(slot, from, to, all) {
+  const call = async (p, ...args) => {
+    const c = new IORedis({ port: p });
+    try {
+      return await c.call(...args);
+    } finally {
+      c.disconnect();
+    }
+  };
+  await call(to.port, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', from.id);
+  await call(from.port, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
+  for (const m of [to, from, ...all.filter((x) => x !== to && x !== from)]) {
+    await call(m.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+  }
+}
+
+/** The WAIT commands the server on `p` has run. */
+async function waitCalls(p) {
+  const c = new IORedis({ port: p });
+  try {
+    const stats = String(await c.info('commandstats'));
+    return Number((stats.match(/cmdstat_wait:calls=(\d+)/) || [0, 0])[1]);
+  } finally {
+    c.disconnect();
+  }
+}
+
+// A slot that moves (a resharding) answers MOVED; the package then asks the new node how
+// many replicas it has before the grant counts, at once: the first acquire there is
+// granted with the WAIT that node needs (none without a replica, one with), both on the
+// node that took the grant.
+// On a cluster of its own (REDIS_LOCK_MOVING_CLUSTER_PORT): the WAITs its nodes count are
+// this suite's, one test after the other.
+describe('a moved slot', { timeout: 60_000 }, () => {
+  for (const [library, connect] of [
+    ['ioredis', async () => new IORedis.Cluster([{ host: '127.0.0.1', port: movingPort }])],
+    ['node-redis', async () => createCluster({ rootNodes: [{ socket: { host: '127.0.0.1', port: movingPort } }] }).connect()],
+  ]) {
+    test(`${library}: the first acquire on the new node waits as that node needs`, async () => {
+      const { list, withReplica: a, without: b } = await masters();
+      const slotOf = (await import('cluster-key-slot')).default;
+      let tag = 0;
+      const onA = (k) => a.slots.some(([lo, hi]) => slotOf(k) >= lo && slotOf(k) <= hi);
+      while (!onA(`{moved-${library}-${tag}}:k`)) tag += 1;
+      const k = `{moved-${library}-${tag}}:k`;
+      const slot = slotOf(k);
+      const cluster = await connect();
+      const locker = new Locker(cluster);
+      try {
+        await (await locker.acquire(k, 10_000)).release(); // learned: a has a replica
+        await moveSlot(slot, a, b, list);
+        // The first try goes to a, which answers MOVED (its WAIT there runs, for nothing).
+        let onBWaits = await waitCalls(b.port);
+        const onB = await locker.acquire(k, 10_000);
+        assert.equal(await waitCalls(b.port), onBWaits, 'no WAIT on b: it has no replica');
+        await onB.release();
+        await moveSlot(slot, b, a, list);
+        const onAWaits = await waitCalls(a.port);
+        onBWaits = await waitCalls(b.port);
+        const onA2 = await locker.acquire(k, 10_000);
+        assert.equal(await waitCalls(a.port), onAWaits + 1, 'the WAIT for a\'s replica, on a');
+        assert.equal(await waitCalls(b.port), onBWaits);
+        assert.ok(onA2.fence > onB.fence);
+        await onA2.release();
+      } finally {
+        if (library === 'ioredis') cluster.disconnect(); else await cluster.close();
+      }
+    });
+  }
 });
 
 describe('shared locks and semaphores', { timeout: 60_000 }, () => {

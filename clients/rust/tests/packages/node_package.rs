@@ -24,12 +24,14 @@ fn output(command: &mut Command, what: &str) -> Output {
 /// Where the tests find their servers: `REDIS_LOCK_PORT` (the master),
 /// `REDIS_LOCK_REDLOCK_PORTS` (independent masters), `REDIS_LOCK_CLUSTER_PORT` (a node of
 /// a cluster), `REDIS_LOCK_SENTINEL_PORT` (a Sentinel watching the master),
-/// `REDIS_LOCK_REPLICA_PORT` (the master's replica).
+/// `REDIS_LOCK_REPLICA_PORT` (the master's replica), `REDIS_LOCK_MOVING_CLUSTER_PORT` (a
+/// node of a cluster whose first master has a replica, where a test moves a slot).
 struct Servers<'a> {
     master: &'a TestServer,
     replica: u16,
     redlock: Vec<u16>,
     cluster: u16,
+    moving_cluster: u16,
     sentinel: u16,
 }
 
@@ -54,6 +56,10 @@ fn node_tests(servers: &Servers) -> Output {
                 .join(","),
         )
         .env("REDIS_LOCK_CLUSTER_PORT", servers.cluster.to_string())
+        .env(
+            "REDIS_LOCK_MOVING_CLUSTER_PORT",
+            servers.moving_cluster.to_string(),
+        )
         .env("REDIS_LOCK_SENTINEL_PORT", servers.sentinel.to_string())
         .env("REDIS_LOCK_REPLICA_PORT", servers.replica.to_string())
         .current_dir(package_dir())
@@ -78,12 +84,17 @@ fn the_node_package_passes_its_tests_with_ioredis_and_node_redis() {
     let replica = start_replica(&server, &[]);
     let redlock: Vec<TestServer> = (0..3).map(|_| TestServer::start()).collect();
     let cluster = MiniCluster::start(3);
+    // The moved-slot tests' own: a lock moves between its first master (with a replica)
+    // and a master without one.
+    let moving = MiniCluster::start(3);
+    let _moving_replica = moving.add_replica(moving.nodes[0].port);
     let sentinel = Sentinel::watch(&server);
     let result = node_tests(&Servers {
         master: &server,
         replica: replica.port,
         redlock: redlock.iter().map(|s| s.port).collect(),
         cluster: cluster.nodes[0].port,
+        moving_cluster: moving.nodes[0].port,
         sentinel: sentinel.port,
     });
     let stdout = String::from_utf8_lossy(&result.stdout);
@@ -135,6 +146,7 @@ fn the_node_tests_fail_without_the_module() {
         replica: free_port(),
         redlock: vec![server.port],
         cluster: server.port,
+        moving_cluster: server.port,
         sentinel: free_port(),
     };
     assert!(
