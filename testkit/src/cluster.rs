@@ -152,4 +152,55 @@ impl MiniCluster {
         }
         panic!("no node serves slot {slot}")
     }
+
+    /// Moves `key`'s slot, which must hold no key, from the master on `from` to the one
+    /// on `to` (a resharding: `IMPORTING`, `MIGRATING`, then `NODE` on every master);
+    /// returns once the cluster names `to` for it.
+    pub fn move_slot(&self, key: &str, from: u16, to: u16) {
+        let id_of = |port: u16| -> String {
+            let mut con = self.node(port).connection();
+            redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut con)
+                .expect("MYID")
+        };
+        let (from_id, to_id) = (id_of(from), id_of(to));
+        let slot: u16 = redis::cmd("CLUSTER")
+            .arg("KEYSLOT")
+            .arg(key)
+            .query(&mut self.node(from).connection())
+            .expect("CLUSTER KEYSLOT");
+        let setslot = |port: u16, args: &[&str]| {
+            let () = redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg(args)
+                .query(&mut self.node(port).connection())
+                .unwrap_or_else(|err| panic!("CLUSTER SETSLOT {slot} {args:?} on {port}: {err}"));
+        };
+        setslot(to, &["IMPORTING", &from_id]);
+        setslot(from, &["MIGRATING", &to_id]);
+        let mut order = vec![to, from];
+        order.extend(
+            self.nodes
+                .iter()
+                .map(|n| n.port)
+                .filter(|p| *p != to && *p != from),
+        );
+        for port in order {
+            setslot(port, &["NODE", &to_id]);
+        }
+        poll_until(
+            Duration::from_secs(10),
+            "the cluster to name the new node",
+            || self.port_of(key) == to,
+        );
+    }
+
+    fn node(&self, port: u16) -> &TestServer {
+        self.nodes
+            .iter()
+            .find(|node| node.port == port)
+            .expect("a node of the cluster")
+    }
 }

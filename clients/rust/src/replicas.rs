@@ -95,6 +95,15 @@ impl Policy {
         self.replicas == Replicas::Exactly(0)
     }
 
+    /// What this policy asks of a node with `online` replicas that took the writes
+    /// already (a grant made: too few replicas there is then a shortfall, not a refusal).
+    pub(crate) fn asked_of(&self, online: usize) -> usize {
+        match self.replicas {
+            Replicas::Auto => usize::from(online > 0),
+            Replicas::Exactly(n) => n,
+        }
+    }
+
     /// The acknowledgements a grant needs from a master with `online` replicas.
     pub(crate) fn required(&self, online: usize, key: &[u8]) -> RedisResult<usize> {
         match self.replicas {
@@ -208,6 +217,39 @@ impl Outcome {
         policy.shortfall(key, what, self.required, &self.answer)
     }
 
+    /// The writes went to another node than the one the wait was chosen for (the slot
+    /// moved), which has `online` replicas: what `policy` asks of that node. `None` when
+    /// the answer in hand settles it (enough acknowledged, or too few replicas there to
+    /// ask: a shortfall); else the `WAIT` still to send there, whose answer goes to
+    /// [`waited_again`](Self::waited_again).
+    pub(crate) fn on_new_node(
+        &mut self,
+        policy: Policy,
+        online: usize,
+        ttl: Duration,
+    ) -> Option<redis::Cmd> {
+        let required = policy.asked_of(online);
+        let acked = match (&self.waited, &self.answer) {
+            (Some(_), Ok(Value::Int(n))) => usize::try_from(*n).unwrap_or(0),
+            _ => 0,
+        };
+        self.required = required;
+        if required == 0 || required <= acked || policy.fsync {
+            return None;
+        }
+        self.waited = Some(policy);
+        if online < required {
+            self.answer = Ok(Value::Int(acked as i64));
+            return None;
+        }
+        policy.wait_cmd(required, ttl)
+    }
+
+    /// The answer of the `WAIT` [`on_new_node`](Self::on_new_node) asked for.
+    pub(crate) fn waited_again(&mut self, answer: RedisResult<Value>) {
+        self.answer = answer;
+    }
+
     /// The first write's reply as `T` (its error reply as `Err`).
     pub(crate) fn first<T: redis::FromRedisValue>(&mut self) -> RedisResult<T> {
         let reply = self.replies.remove(0)?;
@@ -226,9 +268,15 @@ impl Outcome {
 
 /// The commands that learn what a master has: `ROLE` and `CLIENT INFO` (its address).
 pub(crate) fn learn_cmds() -> [redis::Cmd; 2] {
+    [redis::cmd("ROLE"), node_cmd()]
+}
+
+/// `CLIENT INFO`: which node a cluster exchange went to (its `laddr`), sent after the
+/// writes, so that a `MOVED` the cluster client followed is seen.
+pub(crate) fn node_cmd() -> redis::Cmd {
     let mut info = redis::cmd("CLIENT");
     info.arg("INFO");
-    [redis::cmd("ROLE"), info]
+    info
 }
 
 /// `WAIT 0 0`: the replicas that have this connection's writes, for a user without `ROLE`.
@@ -342,7 +390,8 @@ pub(crate) struct Learned {
 
 #[derive(Debug, Default)]
 struct Inner {
-    places: HashMap<u16, (usize, Instant, u64)>,
+    /// place -> (count, when, generation, the address it was learned on)
+    places: HashMap<u16, (usize, Instant, u64, String)>,
     seen: HashMap<String, (usize, Option<Instant>)>,
 }
 
@@ -351,9 +400,22 @@ impl Learned {
     pub(crate) fn known(&self, place: u16, generation: u64) -> Option<usize> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         match inner.places.get(&place) {
-            Some(&(online, at, of)) if of == generation && at.elapsed() < RELEARN => Some(online),
+            Some(&(online, at, of, _)) if of == generation && at.elapsed() < RELEARN => {
+                Some(online)
+            }
             _ => None,
         }
+    }
+
+    /// Whether `info` (the `CLIENT INFO` answer of the node that took a cluster
+    /// exchange) names another node than the one `place` was learned on: the slot moved
+    /// (a `MOVED` the cluster client followed), and what was learned is of the old node.
+    pub(crate) fn moved(&self, place: u16, info: &RedisResult<Value>) -> bool {
+        let Some(address) = info.as_ref().ok().and_then(address_from) else {
+            return false;
+        };
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        matches!(inner.places.get(&place), Some((_, _, _, learned_on)) if *learned_on != address)
     }
 
     /// Keeps what was learned; the count to go by (the former one within HOLD of a drop).
@@ -370,19 +432,21 @@ impl Learned {
             Some((most, since)) if online < most => {
                 let since = since.unwrap_or(now);
                 if now.duration_since(since) < HOLD {
-                    inner.seen.insert(address, (most, Some(since)));
+                    inner.seen.insert(address.clone(), (most, Some(since)));
                     most
                 } else {
-                    inner.seen.insert(address, (online, None));
+                    inner.seen.insert(address.clone(), (online, None));
                     online
                 }
             }
             _ => {
-                inner.seen.insert(address, (online, None));
+                inner.seen.insert(address.clone(), (online, None));
                 online
             }
         };
-        inner.places.insert(place, (count, now, generation));
+        inner
+            .places
+            .insert(place, (count, now, generation, address));
         count
     }
 

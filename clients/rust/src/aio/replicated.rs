@@ -7,8 +7,10 @@ use std::time::Duration;
 use redis::RedisResult;
 
 use super::conn::{AsyncLink, Conn};
+use redis::Value;
+
 use crate::replicas::{
-    Outcome, Policy, count_cmd, learn_cmds, learned_from, online_from, role_refused, slot,
+    Outcome, Policy, count_cmd, learn_cmds, learned_from, node_cmd, online_from, role_refused, slot,
 };
 
 /// The generation of a connection of its own (a waiting acquire's, a multi-key lock's):
@@ -46,8 +48,21 @@ pub(crate) async fn online(
         .learn(place, generation, address, online_from(&role?)))
 }
 
+/// Whether `con` is a cluster's: its exchanges may follow a `MOVED` to another node.
+fn on_cluster(con: &AsyncLink) -> bool {
+    #[cfg(feature = "cluster-async")]
+    if matches!(con, AsyncLink::Cluster(_)) {
+        return true;
+    }
+    let _ = con;
+    false
+}
+
 /// Sends `cmds` (writes that make or keep a grant on `key`) and the `WAIT` `policy` asks
-/// for a lock of `ttl`, in one round trip on `con` (of `generation`).
+/// for a lock of `ttl`, in one round trip on `con` (of `generation`). On a cluster,
+/// `CLIENT INFO` follows them: when the slot moved (the cluster client followed a
+/// `MOVED`), the node that took the writes is asked for its replicas at once, and the
+/// `WAIT` it needs is sent there.
 pub(crate) async fn replicated_on(
     conn: &Conn,
     generation: u64,
@@ -70,9 +85,26 @@ pub(crate) async fn replicated_on(
     };
     let waited = wait.is_some().then_some(policy);
     cmds.extend(wait);
-    let outcome = Outcome::of(con.exchange(key, &cmds).await?, count, required, waited);
+    let cluster = on_cluster(con) && !policy.asks_no_replica();
+    if cluster {
+        cmds.push(node_cmd());
+    }
+    let mut replies = con.exchange(key, &cmds).await?;
+    let node = if cluster { replies.pop() } else { None };
+    let mut outcome = Outcome::of(replies, count, required, waited);
+    let place = place(con, key);
+    if let Some(node) = node
+        && conn.learned.moved(place, &node)
+    {
+        conn.learned.forget(place);
+        let online = online(conn, generation, con, key).await?;
+        if let Some(wait) = outcome.on_new_node(policy, online, ttl) {
+            let answer = con.exchange(key, &[wait]).await?.pop();
+            outcome.waited_again(answer.unwrap_or(Ok(Value::Nil)));
+        }
+    }
     if outcome.missing(key, "granted").is_some() {
-        conn.learned.forget(place(con, key));
+        conn.learned.forget(place);
     }
     Ok(outcome)
 }

@@ -7,7 +7,8 @@ use redis::{RedisResult, Value};
 
 use super::conn::{Link, Links};
 use crate::replicas::{
-    Learned, Outcome, Policy, count_cmd, learn_cmds, learned_from, online_from, role_refused, slot,
+    Learned, Outcome, Policy, count_cmd, learn_cmds, learned_from, node_cmd, online_from,
+    role_refused, slot,
 };
 
 /// What `learned` knows of the master at `place`, else learned now with `send`.
@@ -42,8 +43,21 @@ pub(crate) fn online(links: &Links, con: &mut Link, key: &[u8]) -> RedisResult<u
     online_with(&links.learned, place, |cmds| con.exchange(key, cmds))
 }
 
+/// Whether `con` is a cluster's: its exchanges may follow a `MOVED` to another node.
+fn on_cluster(con: &Link) -> bool {
+    #[cfg(feature = "cluster")]
+    if matches!(con, Link::Cluster(_)) {
+        return true;
+    }
+    let _ = con;
+    false
+}
+
 /// Sends `cmds` (writes that make or keep a grant on `key`) and the `WAIT` `policy` asks
-/// for a lock of `ttl`, in one round trip on `con`.
+/// for a lock of `ttl`, in one round trip on `con`. On a cluster, whose exchange sends
+/// one command after another anyway, `CLIENT INFO` follows the writes, before the
+/// `WAIT`: when the slot moved (the cluster client followed a `MOVED`), the node that
+/// took the writes is asked for its replicas at once, and the `WAIT` is the one it needs.
 pub(crate) fn replicated(
     links: &Links,
     con: &mut Link,
@@ -52,12 +66,24 @@ pub(crate) fn replicated(
     policy: Policy,
     ttl: Duration,
 ) -> RedisResult<Outcome> {
-    let required = if policy.asks_no_replica() {
+    let place = place(con, key);
+    let mut required = if policy.asks_no_replica() {
         0
     } else {
         policy.required(online(links, con, key)?, key)?
     };
     let count = cmds.len();
+    let mut replies = Vec::new();
+    if on_cluster(con) && !policy.asks_no_replica() {
+        cmds.push(node_cmd());
+        replies = con.exchange(key, &cmds)?;
+        let node = replies.pop().unwrap_or(Ok(Value::Nil));
+        cmds.clear();
+        if links.learned.moved(place, &node) {
+            links.learned.forget(place);
+            required = policy.asked_of(online(links, con, key)?);
+        }
+    }
     let wait = if policy.off() {
         None
     } else {
@@ -65,9 +91,12 @@ pub(crate) fn replicated(
     };
     let waited = wait.is_some().then_some(policy);
     cmds.extend(wait);
-    let outcome = Outcome::of(con.exchange(key, &cmds)?, count, required, waited);
+    if !cmds.is_empty() {
+        replies.extend(con.exchange(key, &cmds)?);
+    }
+    let outcome = Outcome::of(replies, count, required, waited);
     if outcome.missing(key, "granted").is_some() {
-        links.learned.forget(place(con, key));
+        links.learned.forget(place);
     }
     Ok(outcome)
 }

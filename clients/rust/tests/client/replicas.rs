@@ -350,3 +350,85 @@ fn on_a_cluster_the_grant_waits_on_the_key_s_node_for_that_node_s_replica() {
     assert!(is_not_replicated(&err), "{err}");
     assert!(!exists(&mut admin, key));
 }
+
+/// A slot that moves (a resharding): the cluster client follows the `MOVED`, and the
+/// package asks the node that took the grant for its replicas at once. The first
+/// acquire on a node without a replica is granted (it used to be refused as not
+/// replicated, the old node's replica counted), and the first on a node with one waits
+/// for it there (it used to be granted without a wait).
+#[test]
+fn after_a_slot_moved_the_first_grant_waits_as_the_new_node_needs() {
+    let cluster = MiniCluster::start(3);
+    let key = "{moving}:k";
+    let a = cluster.port_of(key);
+    let _replica = cluster.add_replica(a);
+    let b = cluster
+        .nodes
+        .iter()
+        .map(|n| n.port)
+        .find(|p| *p != a)
+        .expect("another master");
+    let waits = |port: u16| {
+        let node = cluster
+            .nodes
+            .iter()
+            .find(|n| n.port == port)
+            .expect("a node");
+        command_calls(&mut node.connection(), "wait")
+    };
+    let urls: Vec<String> = cluster.nodes.iter().map(TestServer::url).collect();
+    let options = ttl(10_000);
+
+    // the blocking face: the writes and CLIENT INFO, then the WAIT the node needs
+    let locker = Locker::cluster(redis::cluster::ClusterClient::new(urls.clone()).unwrap());
+    assert!(
+        locker
+            .acquire(key, &options)
+            .unwrap()
+            .expect("on a")
+            .release()
+            .unwrap()
+    );
+    cluster.move_slot(key, a, b);
+    let before = waits(b);
+    let lock = locker
+        .acquire(key, &options)
+        .expect("granted on b, first try")
+        .expect("free");
+    assert_eq!(waits(b), before, "no WAIT on b: it has no replica");
+    assert!(lock.release().unwrap());
+    cluster.move_slot(key, b, a);
+    let before = waits(a);
+    let lock = locker
+        .acquire(key, &options)
+        .unwrap()
+        .expect("granted on a");
+    assert_eq!(waits(a), before + 1, "the WAIT for a's replica, on a");
+    assert!(lock.release().unwrap());
+
+    // the async face: one round trip, the node named at its end
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let locker = aio::Locker::cluster(redis::cluster::ClusterClient::new(urls).unwrap());
+        let lock = locker.acquire(key, &options).await.unwrap().expect("on a");
+        assert!(lock.release().await.unwrap());
+        cluster.move_slot(key, a, b);
+        let lock = locker
+            .acquire(key, &options)
+            .await
+            .expect("granted on b, first try");
+        assert!(lock.expect("free").release().await.unwrap());
+        cluster.move_slot(key, b, a);
+        let before = waits(a);
+        let lock = locker
+            .acquire(key, &options)
+            .await
+            .unwrap()
+            .expect("granted on a");
+        assert_eq!(waits(a), before + 1, "the WAIT for a's replica, on a");
+        assert!(lock.release().await.unwrap());
+    });
+}
