@@ -105,11 +105,13 @@ class Workers:
         return [w for w in self.all if w.system == system]
 
     def near_clients(self):
-        """The addresses of the first half of each system's workers."""
+        """The addresses of the first half of each system's workers, per package of the
+        module's and at least one of each: every package meets the split brain."""
         near = []
         for system in SYSTEMS:
-            ws = self.of(system)
-            near += [w.address for w in ws[: len(ws) // 2]]
+            for package in dict.fromkeys(w.package for w in self.of(system)):
+                ws = [w for w in self.of(system) if w.package == package]
+                near += [w.address for w in ws[: max(1, len(ws) // 2)]]
         return near
 
     def stop_holder(self, system):
