@@ -9,7 +9,9 @@ counts, per phase (the fault and the time after its heal) and per system:
                   (two writers, or a writer and a reader), each grant taken as held from
                   its answer until its release was sent or its TTL, counted from when the
                   acquire (or the last renewal) was sent, ran out: what a careful client
-                  believes it holds
+                  believes it holds (so a grant answered after that, its reply held up
+                  by a partition, overlaps nothing: it is held by nobody's belief, and
+                  its late writes are counted as such)
   late acked      protected writes (LOCK.DO, or the recipe's RPUSH) a server acknowledged
                   after a newer grant of the same key had been acknowledged
   late kept       writes in the final data list below a write before them: a superseded
@@ -122,6 +124,10 @@ def check(history, accepted, data, phases, run_end, packages=None):
         # overlapping: an earlier grant still believed held when this one was answered
         longest = max(g["ttl"] for g in gs)
         for j, g in enumerate(gs):
+            if g["end"] <= g["t1"]:
+                # answered after its TTL, counted from when it was asked, had run out (a
+                # reply held up by a partition): no careful client believes it holds it
+                continue
             first = bisect.bisect_left(answered, g["t1"] - longest)
             if any(h["end"] > g["t1"] and h["w"] != g["w"] and not (h["mode"] == g["mode"] == "shared")
                    for h in gs[first:j]):

@@ -14,6 +14,7 @@ filter rule and every clock file is removed at the end, also on SIGTERM or Ctrl-
 run killed with SIGKILL is cleaned up by the next one (or `--sweep`)."""
 
 import glob
+import json
 import os
 import random
 import shutil
@@ -69,6 +70,8 @@ class Run:
     def results(self):
         end = time.monotonic()
         self.workers.stop()
+        with open(os.path.join(self.dir, "phases.json"), "w") as f:
+            json.dump({"phases": self.phases, "end": end, "packages": self.workers.packages()}, f)
         master = phases.settled(self.topology, every_replica=False)
         return results.check(self, master, self.phases, end)
 
@@ -151,11 +154,13 @@ def main(argv=None):
     print(text)
     if o.counts:
         write_counts(o.counts, rows)
-    if not o.keep:
-        shutil.rmtree(work, ignore_errors=True)
     broken = checker.violations(rows, ["partition-master"] if o.short else None)
     for line in broken:
         print("VIOLATION:", line)
+    if broken and not o.short:
+        print(f"the run's files, for a look at the violation: {work}")
+    elif not o.keep:
+        shutil.rmtree(work, ignore_errors=True)
     return 1 if broken else 0
 
 

@@ -89,6 +89,23 @@ class CheckerTest(unittest.TestCase):
         self.assertEqual(rows[0]["module"]["overlapping"], 1)
         self.assertEqual(checker.violations(rows), [])
 
+    def test_a_grant_answered_after_its_ttl_overlaps_nothing(self):
+        # Its reply held up past the TTL counted from when it was asked (a partition):
+        # a careful client knows it holds nothing, so it is not a second holder.
+        run = Recorded()
+        run.history[4] = acquire("module-1", 11, 0.05, 1.10)
+        run.history[7] = release("module-1", 11, 1.2, ok=False)
+        run.history[0] = acquire("module-0", 12, 1.00, 1.05)
+        run.history[3] = release("module-0", 12, 1.3)
+        run.history[1], run.history[2] = do("module-0", 12, 1.06), store("module-0", 12, 1.07)
+        run.history[5], run.history[6] = do("module-1", 11, 1.15, ok=False, err="NOTHELD"), store("module-1", 11, 1.16, ok=False)
+        run.accepted = [("m0", 12, "module-0", 1.07)]
+        run.data = {"m0": ["12:module-0"]}
+        run.end = 2.0
+        counts = run.counts()
+        self.assertEqual(counts.get("overlapping", 0), 0)
+        self.assertEqual(counts["grants"], 2)
+
     def test_two_readers_at_once_do_not_overlap(self):
         run = Recorded()
         run.history[0] = acquire("module-0", 10, 0.00, 0.01, mode="shared")
