@@ -47,7 +47,7 @@ def parser(description):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server", default=os.environ.get("REDIS_SERVER", "redis-server"))
     p.add_argument("--module", default=os.path.join(ROOT, "target/release/libredis_lock.so"))
-    p.add_argument("--nemeses", default="all", help="comma-separated, or all: " + ", ".join(nemesis.ALL))
+    p.add_argument("--nemeses", default="all", help="comma-separated (a+b: two at once, as a mixed phase), or all: " + ", ".join(nemesis.ALL))
     p.add_argument("--mixed", type=int, default=0,
                    help="then N phases drawn at random with the seed, each one nemesis or two at once")
     p.add_argument("--seed", type=int, default=1)

@@ -11,7 +11,7 @@ from .topology import NODES
 
 def schedule(opts, rng):
     """The phases: lists of nemeses applied together."""
-    phases = [[name] for name in opts.phase_names]
+    phases = [name.split("+") for name in opts.phase_names]  # "a+b": two at once
     for _ in range(opts.mixed):
         first = rng.choice(nemesis.ALL)
         phase = [first]
