@@ -432,3 +432,81 @@ fn after_a_slot_moved_the_first_grant_waits_as_the_new_node_needs() {
         assert!(lock.release().await.unwrap());
     });
 }
+
+/// What every package's `WAIT` after a grant relies on: the grant moves the replication
+/// offset of the connection that is told of it, whoever made the write. A grant handed
+/// to a blocked waiter by another client's release or by the holder's expiry, and a
+/// same-token re-acquire or an extend on a connection of its own, are each followed by
+/// a `WAIT 1` that counts only a replica that has them: 0 while the replica is stopped.
+#[test]
+fn a_wait_after_any_grant_counts_only_a_replica_that_has_it() {
+    let (master, replica) = master_with_replica();
+    let wait_on = |con: &mut redis::Connection| -> i64 {
+        redis::cmd("WAIT").arg(1).arg(200).query(con).unwrap()
+    };
+    let acquire = |con: &mut redis::Connection, ttl: u64, token: &str, wait: Option<u64>| {
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg("h").arg(ttl).arg("TOKEN").arg(token);
+        if let Some(ms) = wait {
+            cmd.arg("WAIT").arg(ms);
+        }
+        cmd.query::<redis::Value>(con).unwrap()
+    };
+    for by_expiry in [false, true] {
+        let mut holder = master.connection();
+        acquire(
+            &mut holder,
+            if by_expiry { 2_000 } else { 10_000 },
+            "a",
+            None,
+        );
+        assert_eq!(wait_on(&mut holder), 1, "the replica has the first grant");
+        let url = master.url();
+        let waiter = std::thread::spawn(move || {
+            let mut con = redis::Client::open(url).unwrap().get_connection().unwrap();
+            let granted = acquire(&mut con, 10_000, "w", Some(5_000));
+            (con, granted)
+        });
+        wait_for_waiters(&mut master.connection(), 1);
+        let frozen = freeze(&replica);
+        if !by_expiry {
+            let released: i64 = redis::cmd("LOCK.RELEASE")
+                .arg("h")
+                .arg("a")
+                .query(&mut holder)
+                .unwrap();
+            assert_eq!(released, 1);
+        }
+        let (mut con, granted) = waiter.join().unwrap();
+        assert!(matches!(granted, redis::Value::Array(_)), "{granted:?}");
+        assert_eq!(
+            wait_on(&mut con),
+            0,
+            "by_expiry {by_expiry}: the replica is stopped"
+        );
+        for cmd in [
+            redis::cmd("LOCK.ACQUIRE")
+                .arg("h")
+                .arg(10_000)
+                .arg("TOKEN")
+                .arg("w")
+                .clone(),
+            redis::cmd("LOCK.EXTEND")
+                .arg("h")
+                .arg("w")
+                .arg(10_000)
+                .clone(),
+        ] {
+            let mut own = master.connection();
+            let _: redis::Value = cmd.query(&mut own).unwrap();
+            assert_eq!(wait_on(&mut own), 0, "{cmd:?}: the replica is stopped");
+        }
+        drop(frozen);
+        in_sync(&master);
+        let _: i64 = redis::cmd("LOCK.RELEASE")
+            .arg("h")
+            .arg("w")
+            .query(&mut con)
+            .unwrap();
+    }
+}
