@@ -10,7 +10,8 @@
 #   NODE_REDLOCK_GIT=path/to/node-redlock/.git ...   # a snapshot already on the machine
 # The commit of node-redlock's tests and the versions of ava, ioredis and typescript are
 # the `snapshot` and `npm-peer` lines of scripts/pins.txt; `make peers-latest` runs it with
-# NODE_REDLOCK_REV=HEAD (the snapshot's newest commit) and NPM_PEERS=latest instead.
+# NODE_REDLOCK_REV=HEAD (the snapshot's newest commit) and NPM_PEERS=latest (the newest
+# ioredis) instead.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../../.." && pwd)
@@ -21,7 +22,11 @@ MODULE=$ROOT/target/release/libredis_lock.so
 BASE=${PEER_TEST_PORT:-17501}
 pin() { awk -v kind="$1" -v name="$2" '$1 == kind && $2 == name { print $3 }' "$ROOT/scripts/pins.txt"; }
 REV=${NODE_REDLOCK_REV:-$(pin snapshot node-redlock)}
-npm_peer() { if [ "${NPM_PEERS:-}" = latest ]; then echo "$1@latest"; else echo "$1@$(pin npm-peer "$1")"; fi; }
+# NPM_PEERS=latest floats the peer under test, ioredis; the test tools (ava, typescript)
+# stay pinned: their newest releases are not what this run is about.
+npm_peer() {
+  if [ "${NPM_PEERS:-}" = latest ] && [ "$1" = ioredis ]; then echo "$1@latest"; else echo "$1@$(pin npm-peer "$1")"; fi
+}
 (cd "$ROOT" && cargo build --release --quiet)
 rm -rf "$WORK/data"   # a cluster node's nodes.conf from a previous run would refuse to join anew
 mkdir -p "$WORK/build" "$WORK/data"
@@ -36,7 +41,7 @@ wanted="$(npm_peer ava) $(npm_peer ioredis) $(npm_peer typescript)"
 if [ "$(cat installed 2>/dev/null)" != "$wanted" ]; then
   rm -rf node_modules package-lock.json
   # shellcheck disable=SC2086
-  npm install --silent --no-audit --no-fund $wanted "$ROOT/clients/node"
+  npm install --loglevel=error --no-audit --no-fund $wanted "$ROOT/clients/node"
   echo "$wanted" > installed
 fi
 git --git-dir="$GIT" rev-parse --verify --quiet "$REV^{commit}" >/dev/null \
