@@ -130,12 +130,21 @@ fn the_short_fault_run_finds_no_violation_and_shows_the_late_writes_refused() {
 }
 
 /// The mutation: a store that takes every write. The paused holder's late write is then
-/// accepted, and the run must fail naming it.
+/// accepted, and the run must fail naming it. (The mutations run without the Rust and
+/// PHP workers, which the short run above covers: fewer processes on a 2-core machine.)
 #[test]
 fn the_checker_fails_the_run_when_the_store_takes_a_late_write() {
     let (output, rows) = short_run(
         "faults-mutation",
-        &["--nemeses", "pause-client", "--unchecked-store"],
+        &[
+            "--nemeses",
+            "pause-client",
+            "--unchecked-store",
+            "--rust-workers",
+            "0",
+            "--php-workers",
+            "0",
+        ],
     );
     assert_eq!(output.status.code(), Some(1), "{}", shown(&output));
     assert!(
@@ -163,6 +172,10 @@ fn the_checker_fails_the_run_when_the_package_does_not_wait_for_a_replica() {
             "0",
             "--fault-seconds",
             "3",
+            "--rust-workers",
+            "0",
+            "--php-workers",
+            "0",
         ],
     );
     assert_eq!(output.status.code(), Some(1), "{}", shown(&output));
