@@ -75,12 +75,7 @@ impl MiniCluster {
     /// lists it online.
     pub fn add_replica(&self, master_port: u16) -> TestServer {
         let replica = cluster_node(&[]);
-        let mut master = self
-            .nodes
-            .iter()
-            .find(|node| node.port == master_port)
-            .expect("a master of the cluster")
-            .connection();
+        let mut master = self.node(master_port).connection();
         let id: String = redis::cmd("CLUSTER")
             .arg("MYID")
             .query(&mut master)
@@ -197,7 +192,8 @@ impl MiniCluster {
         );
     }
 
-    fn node(&self, port: u16) -> &TestServer {
+    /// The node listening on `port`.
+    pub fn node(&self, port: u16) -> &TestServer {
         self.nodes
             .iter()
             .find(|node| node.port == port)

@@ -308,19 +308,10 @@ fn on_a_cluster_the_grant_waits_on_the_key_s_node_for_that_node_s_replica() {
     let key = "{replicated}:k";
     let port = cluster.port_of(key);
     let replica = cluster.add_replica(port);
-    let node = cluster
-        .nodes
-        .iter()
-        .find(|node| node.port == port)
-        .expect("the key's node");
+    let node = cluster.node(port);
     in_sync(node);
     let urls: Vec<String> = cluster.nodes.iter().map(TestServer::url).collect();
     let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
-    let node = cluster
-        .nodes
-        .iter()
-        .find(|node| node.port == port)
-        .expect("the key's node");
     let mut admin = node.connection();
     let others: u64 = cluster
         .nodes
@@ -368,14 +359,7 @@ fn after_a_slot_moved_the_first_grant_waits_as_the_new_node_needs() {
         .map(|n| n.port)
         .find(|p| *p != a)
         .expect("another master");
-    let waits = |port: u16| {
-        let node = cluster
-            .nodes
-            .iter()
-            .find(|n| n.port == port)
-            .expect("a node");
-        command_calls(&mut node.connection(), "wait")
-    };
+    let waits = |port: u16| command_calls(&mut cluster.node(port).connection(), "wait");
     let urls: Vec<String> = cluster.nodes.iter().map(TestServer::url).collect();
     let options = ttl(10_000);
 
