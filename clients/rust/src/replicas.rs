@@ -222,6 +222,7 @@ impl Outcome {
     /// the answer in hand settles it (enough acknowledged, or too few replicas there to
     /// ask: a shortfall); else the `WAIT` still to send there, whose answer goes to
     /// [`waited_again`](Self::waited_again).
+    #[cfg(feature = "tokio")] // the async face settles after its one round trip
     pub(crate) fn on_new_node(
         &mut self,
         policy: Policy,
@@ -246,6 +247,7 @@ impl Outcome {
     }
 
     /// The answer of the `WAIT` [`on_new_node`](Self::on_new_node) asked for.
+    #[cfg(feature = "tokio")] // the async face settles after its one round trip
     pub(crate) fn waited_again(&mut self, answer: RedisResult<Value>) {
         self.answer = answer;
     }
