@@ -19,12 +19,7 @@ pub(crate) const OWN: u64 = u64::MAX - 1;
 
 /// Where what is learned of `key`'s master is kept: its slot on a cluster, else 0.
 fn place(con: &AsyncLink, key: &[u8]) -> u16 {
-    #[cfg(feature = "cluster-async")]
-    if matches!(con, AsyncLink::Cluster(_)) {
-        return slot(key);
-    }
-    let _ = (con, key, slot);
-    0
+    if on_cluster(con) { slot(key) } else { 0 }
 }
 
 /// The replicas `key`'s master has online, learned on `con` (of `generation`) now if

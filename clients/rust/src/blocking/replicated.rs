@@ -29,12 +29,7 @@ pub(crate) fn online_with(
 
 /// Where what is learned of `key`'s master is kept: its slot on a cluster, else 0.
 fn place(con: &Link, key: &[u8]) -> u16 {
-    #[cfg(feature = "cluster")]
-    if matches!(con, Link::Cluster(_)) {
-        return slot(key);
-    }
-    let _ = (con, key, slot);
-    0
+    if on_cluster(con) { slot(key) } else { 0 }
 }
 
 /// The replicas `key`'s master has online, learned on `con` now if not known.
