@@ -87,15 +87,14 @@ class Connection {
    * for `key` now; null elsewhere, or while the map is not loaded.
    */
   nodeAddressOf(key) {
-    const c = this.client;
-    if (this.kind === 'ioredis' && c.isCluster) {
-      return (c.slots && c.slots[slotOf(key)] && c.slots[slotOf(key)][0]) || null;
+    if (!this.isCluster) {
+      return null;
     }
-    if (this.kind === 'node-redis-cluster') {
-      const node = c.slots && c.slots[slotOf(key)] && c.slots[slotOf(key)].master;
-      return node ? `${node.host}:${node.port}` : null;
+    const shard = this.client.slots?.[slotOf(key)];
+    if (this.kind === 'ioredis') {
+      return shard?.[0] ?? null;
     }
-    return null;
+    return shard?.master ? `${shard.master.host}:${shard.master.port}` : null;
   }
 
   /** The cluster node at `address` as a Connection of its own (no redirections), or null. */
