@@ -107,12 +107,11 @@ impl Policy {
     /// The acknowledgements a grant needs from a master with `online` replicas.
     pub(crate) fn required(&self, online: usize, key: &[u8]) -> RedisResult<usize> {
         match self.replicas {
-            Replicas::Auto => Ok(usize::from(online > 0)),
             Replicas::Exactly(n) if online < n => Err(not_replicated(format!(
                 "{}: the master has {online} replicas online and {n} are required: not acquired",
                 String::from_utf8_lossy(key)
             ))),
-            Replicas::Exactly(n) => Ok(n),
+            _ => Ok(self.asked_of(online)),
         }
     }
 
