@@ -114,7 +114,7 @@ const COMMANDS: [CommandSpec; 13] = [
         entry: command_entry!(commands::extend::extend),
         flags: c"write fast",
         keys: Keys::One(KeyUse::Update),
-        arity: 4,
+        arity: -4,
         doc: Some(&docs::EXTEND),
         categories: c"lock",
     },
@@ -262,7 +262,7 @@ fn check_server(ctx: &Context) -> Option<server::identity::Server> {
     Some(found)
 }
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let Some(found) = check_server(ctx) else {
         return Status::Err;
     };
@@ -292,6 +292,14 @@ fn init(ctx: &Context, _args: &[RedisString]) -> Status {
     lock_core::stats::allocate();
     commands::info_section::follow_resets(ctx);
     keyspace::waiting::init(found.unblock_is_safe());
+    keyspace::waiting::held::init(found.replica_wait_needs());
+    keyspace::replicated::init();
+    if let Err(why) = server::settings::register(ctx, args) {
+        ctx.log_warning(&format!(
+            "lock: redis-lock {MODULE_SEMVER} cannot load: {why}"
+        ));
+        return Status::Err;
+    }
     lock_core::footprint::set_server_cells(found.memory_usage_leaves_out());
     lock_core::footprint::set_allocator(&ffi::server_allocator(ctx));
     keyspace::watching::init(found.key_moves_can_be_followed());

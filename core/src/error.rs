@@ -12,7 +12,9 @@
 use std::fmt;
 
 use crate::cluster::Route;
-use crate::limits::{MAX_CONTENDED, MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
+use crate::limits::{
+    MAX_CONTENDED, MAX_KEYS, MAX_LIMIT, MAX_REPLICAS, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN,
+};
 use crate::rules::Refusal;
 
 impl Route {
@@ -54,8 +56,23 @@ pub enum Error {
     SessionWithoutConnection,
     /// An option name the command does not know, as the client gave it.
     UnknownOption(Vec<u8>),
+    /// An option `LOCK.EXTEND` does not know, as the client gave it.
+    UnknownExtendOption(Vec<u8>),
     /// An option that appeared twice.
     RepeatedOption(Vec<u8>),
+    /// `REPLICAS n` was not an integer from 0 to `MAX_REPLICAS`.
+    InvalidReplicas,
+    /// `REPLTIMEOUT ms` was not an integer from 1 to `MAX_TTL_MS`.
+    InvalidReplTimeout,
+    /// Fewer replicas than required acknowledged a grant (or an extend) in time: the
+    /// grant was undone (an extend keeps the lock).
+    NotReplicated { acked: u32, required: u32 },
+    /// `REPLICAS n` (n > 0) on a server where the module cannot wait for replicas: the
+    /// oldest server of its family that can.
+    ReplicasUnsupported(&'static str),
+    /// `REPLICAS n` (n > 0) where the server forbids holding a reply: inside MULTI/EXEC
+    /// or a script.
+    ReplicasCannotWait,
     /// An option whose value is missing at the end of the arguments.
     MissingValue(Vec<u8>),
     /// `COUNT n` (`LOCK.CONTENDED`) was not an integer from 1 to `MAX_CONTENDED`.
@@ -192,8 +209,30 @@ impl fmt::Display for Error {
             ),
             Error::UnknownOption(given) => write!(
                 f,
-                "ERR unknown option '{}': expected TOKEN, WAIT, SESSION, SHARED, LIMIT or VALUE",
+                "ERR unknown option '{}': expected TOKEN, WAIT, SESSION, SHARED, LIMIT, VALUE, REPLICAS or REPLTIMEOUT",
                 Printable(given)
+            ),
+            Error::UnknownExtendOption(given) => write!(
+                f,
+                "ERR unknown option '{}': expected REPLICAS or REPLTIMEOUT",
+                Printable(given)
+            ),
+            Error::InvalidReplicas => write!(
+                f,
+                "ERR invalid REPLICAS: expected an integer from 0 to {MAX_REPLICAS}"
+            ),
+            Error::InvalidReplTimeout => write!(
+                f,
+                "ERR invalid REPLTIMEOUT: expected an integer from 1 to {MAX_TTL_MS}"
+            ),
+            Error::NotReplicated { acked, required } => {
+                write!(f, "NOTREPLICATED acked {acked} required {required}")
+            }
+            Error::ReplicasUnsupported(oldest) => {
+                write!(f, "ERR REPLICAS needs {oldest} or later")
+            }
+            Error::ReplicasCannotWait => f.write_str(
+                "ERR REPLICAS cannot hold a reply inside MULTI/EXEC or a script: send the command on its own",
             ),
             Error::InvalidCount => write!(
                 f,

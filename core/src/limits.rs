@@ -17,3 +17,8 @@ pub const MAX_KEYS: usize = 64;
 pub const MAX_CONTENDED: usize = 1000;
 /// How many keys `LOCK.CONTENDED` lists without `COUNT`.
 pub const DEFAULT_CONTENDED: usize = 10;
+/// Largest `REPLICAS n`: the most replicas a grant may wait for.
+pub const MAX_REPLICAS: u32 = 100;
+/// The longest replica wait a command gets when it gives no `REPLTIMEOUT`: a tenth of
+/// its TTL, at most this.
+pub const MAX_DEFAULT_REPLTIMEOUT_MS: i64 = 1000;

@@ -151,6 +151,7 @@ proptest! {
                         client: 0,
                         kind: crate::rules::Kind::Exclusive,
                         value: None,
+                        replicas: Default::default(),
                         arrived_us: next_handle as u64,
                     });
                     model[slot].push((id, next_handle));

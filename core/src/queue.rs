@@ -40,6 +40,9 @@ pub struct Waiter {
     pub kind: Kind,
     /// The value it will publish once granted (`VALUE v`), if any.
     pub value: Option<Box<[u8]>>,
+    /// The replicas its grant waits for before it is answered (`REPLICAS n`, the
+    /// `lock.replicas` setting), as asked: decided when it is granted.
+    pub replicas: crate::replicas::Asked,
     /// When it arrived, on the module's monotonic clock (us): how long it waited.
     pub arrived_us: u64,
 }
@@ -75,6 +78,7 @@ impl Waiter {
             client: 0,
             kind,
             value: None,
+            replicas: Default::default(),
             arrived_us: handle as u64,
         }
     }
@@ -317,6 +321,7 @@ mod tests {
             client: 0,
             kind: Kind::Exclusive,
             value: None,
+            replicas: Default::default(),
             arrived_us: handle as u64,
         }
     }

@@ -18,6 +18,8 @@ use crate::keyspace::renewal::{self, Renewal};
 use crate::keyspace::store;
 use crate::keyspace::waiting;
 use crate::keyspace::waiting::Request;
+use crate::keyspace::waiting::held::Undo;
+use crate::keyspace::waiting::queues::Answer;
 use lock_core::error::Error;
 use lock_core::grant::GrantRequest;
 use lock_core::key::KeyRef;
@@ -72,6 +74,27 @@ pub(super) fn session_of(client: u64, grace_ms: Option<i64>) -> Result<Option<Se
     Ok(Some(Session { grace_ms, client }))
 }
 
+/// Holds the reply of a grant (`answer`) of `key` in database `db` until `wait`
+/// replicas have it; a shortfall releases it by its token.
+fn hold_grant(
+    ctx: &Context,
+    db: i32,
+    key: &[u8],
+    answer: Answer,
+    wait: lock_core::replicas::Wait,
+) -> Reply {
+    let token = match &answer {
+        Answer::Granted { token, .. } | Answer::GrantedAll { token, .. } => token.to_vec(),
+        _ => Vec::new(),
+    };
+    let undo = Undo {
+        db,
+        keys: vec![key.to_vec()],
+        token,
+    };
+    waiting::hold_reply(ctx, answer, db, Some(undo), wait)
+}
+
 /// LOCK.ACQUIRE <key> <ttl-ms> [TOKEN <token>] [WAIT <timeout-ms>] [SESSION <grace-ms>]
 /// [SHARED] [LIMIT <n>]
 ///
@@ -91,6 +114,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
         return Err(Error::WrongArity);
     }
     let (options, _) = args::acquire(&argv[2..])?;
+    super::check_replicas(ctx, options.replicas)?;
     let client = connection_of(ctx);
     let session = session_of(client, options.grace_ms)?;
 
@@ -116,11 +140,18 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                 session,
                 value: options.value,
             };
-            store::grant(ctx, &mut opened, request, |token, fence| {
-                ffi::reply_granted(ctx, token, fence)
+            let wait = super::replica_wait(ctx, options.replicas, options.ttl_ms);
+            let (fence, token) = store::grant(ctx, &mut opened, request, |token, fence| {
+                if wait.is_none() {
+                    ffi::reply_granted(ctx, token, fence);
+                }
+                Box::<[u8]>::from(token)
             })?;
             waiting::watch_holders(ctx, key, &opened);
-            Ok(RedisValue::NoReply)
+            match wait {
+                Some(wait) => hold_grant(ctx, db, argv[1], Answer::Granted { token, fence }, wait),
+                None => Ok(RedisValue::NoReply),
+            }
         }
         Decision::Renew => {
             let token = options.token.ok_or(Error::RenewWithoutToken)?;
@@ -134,8 +165,16 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
             };
             let (token, fence) = renewal::renew(ctx, &mut opened, key, &renewal)?;
             waiting::renewed(ctx, key, &opened, options.kind);
-            ffi::reply_granted(ctx, &token, fence);
-            Ok(RedisValue::NoReply)
+            match super::replica_wait(ctx, options.replicas, options.ttl_ms) {
+                Some(wait) => {
+                    let token = Box::<[u8]>::from(&token[..]);
+                    hold_grant(ctx, db, argv[1], Answer::Granted { token, fence }, wait)
+                }
+                None => {
+                    ffi::reply_granted(ctx, &token, fence);
+                    Ok(RedisValue::NoReply)
+                }
+            }
         }
         Decision::Busy => {
             stats::CONTENDED.bump();
@@ -152,6 +191,7 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                         client,
                         kind: options.kind,
                         value: options.value.map(Box::from),
+                        replicas: options.replicas,
                     };
                     waiting::wait(ctx, key, request, timeout_ms, expire_at)
                 }

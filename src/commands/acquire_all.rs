@@ -15,6 +15,8 @@ use crate::ffi::Reply;
 use crate::ffi::call::{self, KeyFlags};
 use crate::ffi::command::Args;
 use crate::keyspace::all_keys::{self, AllRequest, Verdict};
+use crate::keyspace::waiting::held::Undo;
+use crate::keyspace::waiting::queues::Answer;
 use crate::keyspace::waiting::{self, Request};
 use lock_core::error::Error;
 use lock_core::key::KeyRef;
@@ -60,6 +62,7 @@ fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
         return Err(Error::WrongArity);
     }
     let (names, options) = args::acquire_all(&argv[1..])?;
+    super::check_replicas(ctx, options.replicas)?;
     let client = super::acquire::connection_of(ctx);
     let session = super::acquire::session_of(client, options.grace_ms)?;
 
@@ -82,8 +85,21 @@ fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
             let granted = all_keys::grant(ctx, &keys, &mut opened, &decisions, &request);
             waiting::all_renewed(ctx, &keys, &opened, &decisions, request.kind);
             let (token, fences) = granted?;
-            ffi::reply_granted_all(ctx, &token, &fences);
-            Ok(RedisValue::NoReply)
+            match super::replica_wait(ctx, options.replicas, options.ttl_ms) {
+                Some(wait) => {
+                    let undo = Undo {
+                        db,
+                        keys: names.iter().map(|name| name.to_vec()).collect(),
+                        token: token.to_vec(),
+                    };
+                    let answer = Answer::GrantedAll { token, fences };
+                    waiting::hold_reply(ctx, answer, db, Some(undo), wait)
+                }
+                None => {
+                    ffi::reply_granted_all(ctx, &token, &fences);
+                    Ok(RedisValue::NoReply)
+                }
+            }
         }
         Verdict::Busy(deadlines) => {
             drop(opened);
@@ -97,6 +113,7 @@ fn run_acquire_all(ctx: &Context, args: &Args) -> Reply {
                         client,
                         kind: options.kind,
                         value: None,
+                        replicas: options.replicas,
                     };
                     waiting::wait_all(ctx, &keys, &deadlines, request, timeout_ms)
                 }

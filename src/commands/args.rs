@@ -5,6 +5,7 @@
 
 use lock_core::error::Error;
 use lock_core::limits::{MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
+use lock_core::replicas::{self, Asked};
 use lock_core::rules::Kind;
 
 /// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]
@@ -23,6 +24,8 @@ pub struct AcquireOptions<'a> {
     pub kind: Kind,
     /// The public value to publish with the grant, if `VALUE` was given.
     pub value: Option<&'a [u8]>,
+    /// `REPLICAS n` and `REPLTIMEOUT ms`, each if given.
+    pub replicas: Asked,
 }
 
 /// Parses a decimal integer the way the server does (`string2ll`): an optional `-`,
@@ -134,6 +137,55 @@ const SESSION: u64 = word(b"session");
 const SHARED: u64 = word(b"shared");
 const LIMIT: u64 = word(b"limit");
 const VALUE: u64 = word(b"value");
+const REPLICAS: u64 = word(b"replicas");
+/// `REPLTIMEOUT`, longer than `folded` takes.
+const REPLTIMEOUT: &[u8] = b"REPLTIMEOUT";
+
+/// `REPLTIMEOUT ms`: an integer from 1 to [`MAX_TTL_MS`].
+pub fn repl_timeout(arg: &[u8]) -> Result<i64, Error> {
+    millis(arg, 1, Error::InvalidReplTimeout)
+}
+
+/// Reads the replica options at `options[i]` (`REPLICAS n`, `REPLTIMEOUT ms`) into
+/// `asked`: whether it was one of them (its value is then `options[i + 1]`).
+fn replica_option(options: &[&[u8]], i: usize, asked: &mut Asked) -> Result<bool, Error> {
+    let name = options[i];
+    let timeout = name.eq_ignore_ascii_case(REPLTIMEOUT);
+    if !timeout && folded(name) != Some(REPLICAS) {
+        return Ok(false);
+    }
+    let given = if timeout {
+        asked.timeout_ms.is_some()
+    } else {
+        asked.replicas.is_some()
+    };
+    if given {
+        return Err(Error::RepeatedOption(name.to_vec()));
+    }
+    let value = options
+        .get(i + 1)
+        .copied()
+        .ok_or_else(|| Error::MissingValue(name.to_vec()))?;
+    if timeout {
+        asked.timeout_ms = Some(repl_timeout(value)?);
+    } else {
+        asked.replicas = Some(replicas::count(value).ok_or(Error::InvalidReplicas)?);
+    }
+    Ok(true)
+}
+
+/// Parses `[REPLICAS n] [REPLTIMEOUT ms]`, the options of `LOCK.EXTEND` after its TTL.
+pub fn extend(options: &[&[u8]]) -> Result<Asked, Error> {
+    let mut asked = Asked::default();
+    let mut i = 0;
+    while i < options.len() {
+        if !replica_option(options, i, &mut asked)? {
+            return Err(Error::UnknownExtendOption(options[i].to_vec()));
+        }
+        i += 2;
+    }
+    Ok(asked)
+}
 
 /// `VALUE v`: 0 to [`MAX_VALUE_LEN`] bytes, binary-safe.
 pub fn value(arg: &[u8]) -> Result<&[u8], Error> {
@@ -187,12 +239,17 @@ fn parse_acquire<'a>(
         grace_ms: None,
         kind: Kind::Exclusive,
         value: None,
+        replicas: Asked::default(),
     };
     let (mut shared, mut limit_given) = (false, None);
     let mut token_at = None;
     let mut i = 0;
     while i < options.len() {
         let name = options[i];
+        if replica_option(options, i, &mut parsed.replicas)? {
+            i += 2;
+            continue;
+        }
         let option = folded(name).ok_or_else(|| Error::UnknownOption(name.to_vec()))?;
         if option == SHARED {
             if shared {
@@ -249,6 +306,38 @@ mod tests {
 
     fn msg(result: Result<impl std::fmt::Debug, Error>) -> String {
         result.unwrap_err().to_string()
+    }
+
+    #[test]
+    fn replicas_and_their_timeout_are_options_of_acquire_and_extend() {
+        let (opts, _) = acquire(&[b"100", b"replicas", b"2", b"REPLTIMEOUT", b"50"]).unwrap();
+        assert_eq!(
+            opts.replicas,
+            Asked {
+                replicas: Some(2),
+                timeout_ms: Some(50)
+            }
+        );
+        let (opts, _) = acquire(&[b"100", b"ReplTimeout", b"9", b"WAIT", b"0"]).unwrap();
+        assert_eq!(opts.replicas.timeout_ms, Some(9));
+        assert_eq!(opts.replicas.replicas, None);
+        assert!(msg(acquire(&[b"100", b"REPLICAS", b"101"])).contains("REPLICAS"));
+        assert!(msg(acquire(&[b"100", b"REPLICAS", b"-1"])).contains("REPLICAS"));
+        assert!(msg(acquire(&[b"100", b"REPLICAS"])).contains("REPLICAS"));
+        assert!(msg(acquire(&[b"100", b"REPLTIMEOUT", b"0"])).contains("REPLTIMEOUT"));
+        assert!(msg(acquire(&[b"100", b"REPLICAS", b"1", b"replicas", b"1"])).contains("replicas"));
+        let (_, opts) = acquire_all(&[b"1", b"k", b"100", b"REPLICAS", b"1"]).unwrap();
+        assert_eq!(opts.replicas.replicas, Some(1));
+        assert_eq!(extend(&[]).unwrap(), Asked::default());
+        assert_eq!(
+            extend(&[b"REPLICAS", b"0", b"REPLTIMEOUT", b"3"]).unwrap(),
+            Asked {
+                replicas: Some(0),
+                timeout_ms: Some(3)
+            }
+        );
+        assert!(msg(extend(&[b"WAIT", b"1"])).contains("expected REPLICAS or REPLTIMEOUT"));
+        assert!(msg(extend(&[b"REPLICAS"])).contains("REPLICAS"));
     }
 
     #[test]
@@ -347,6 +436,7 @@ mod tests {
                 grace_ms: None,
                 kind: Kind::Exclusive,
                 value: None,
+                replicas: Asked::default(),
             }
         );
         assert_eq!(at, Some(4));

@@ -13,6 +13,9 @@ const ALL_KEYS: &std::ffi::CStr = c"0.2.0";
 /// The module version that added `LOCK.CONTENDED`.
 const HEALTH: &std::ffi::CStr = c"0.3.0";
 
+const REPLICAS: Arg = Arg::option(c"n", c"REPLICAS", ArgKind::Integer);
+const REPLTIMEOUT: Arg = Arg::option(c"ms", c"REPLTIMEOUT", ArgKind::Integer);
+
 const KEY: Arg = Arg::required(c"key", ArgKind::Key);
 const TOKEN: Arg = Arg::required(c"token", ArgKind::String);
 const TTL: Arg = Arg::required(c"ttl-ms", ArgKind::Integer);
@@ -32,6 +35,8 @@ pub const ACQUIRE: Doc = Doc {
         Arg::option(c"shared", c"SHARED", ArgKind::PureToken),
         Arg::option(c"n", c"LIMIT", ArgKind::Integer),
         Arg::option(c"value", c"VALUE", ArgKind::String),
+        REPLICAS,
+        REPLTIMEOUT,
     ],
 };
 
@@ -52,6 +57,8 @@ pub const ACQUIREALL: Doc = Doc {
         Arg::option(c"timeout-ms", c"WAIT", ArgKind::Integer),
         Arg::option(c"grace-ms", c"SESSION", ArgKind::Integer),
         Arg::option(c"shared", c"SHARED", ArgKind::PureToken),
+        REPLICAS,
+        REPLTIMEOUT,
     ],
 };
 
@@ -63,12 +70,12 @@ pub const RELEASE: Doc = Doc {
     args: &[KEY, TOKEN],
 };
 
-/// `LOCK.EXTEND key token ttl-ms`
+/// `LOCK.EXTEND key token ttl-ms [REPLICAS n] [REPLTIMEOUT ms]`
 pub const EXTEND: Doc = Doc {
-    summary: c"Sets the lock's remaining time to ttl-ms if the token holds it",
+    summary: c"Sets the lock's remaining time to ttl-ms if the token holds it; with REPLICAS, replies once replicas have it",
     since: FIRST,
     complexity: c"O(1) for an exclusive lock; O(log N) for a shared holder, where N is the number of the key's holders",
-    args: &[KEY, TOKEN, TTL],
+    args: &[KEY, TOKEN, TTL, REPLICAS, REPLTIMEOUT],
 };
 
 /// `LOCK.INFO key`

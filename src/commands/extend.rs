@@ -10,15 +10,18 @@ use crate::ffi::command::Args;
 use crate::keyspace::renewal;
 use crate::keyspace::store::{self, EVENT_EXTEND};
 use crate::keyspace::waiting;
+use crate::keyspace::waiting::queues::Answer;
 use lock_core::error::Error;
 use lock_core::key::KeyRef;
 use lock_core::stats;
 use lock_core::value::LockValue;
 
-/// LOCK.EXTEND <key> <token> <ttl-ms>
+/// LOCK.EXTEND <key> <token> <ttl-ms> [REPLICAS <n> [REPLTIMEOUT <ms>]]
 ///
 /// If `token` holds the lock (or a shared place in it), sets its remaining time to
-/// `ttl-ms` from now: `1` extended, `0` not held by this token.
+/// `ttl-ms` from now: `1` extended, `0` not held by this token. With replicas to wait
+/// for, the `1` is held until they have the extend; a shortfall keeps the lock and
+/// answers `NOTREPLICATED`.
 pub fn extend(ctx: &Context, args: &Args) -> Reply {
     super::settled(ctx, run_extend(ctx, args))
 }
@@ -27,11 +30,13 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
     if args.len() > 2 {
         ffi::redact(ctx, 2);
     }
-    if args.len() != 4 {
+    if args.len() < 4 {
         return Err(Error::WrongArity);
     }
     let token = args::token(args.get(2))?;
     let ttl_ms = args::ttl(args.get(3))?;
+    let asked = args::extend(&args.bytes()[4..])?;
+    super::check_replicas(ctx, asked)?;
 
     let db = ffi::selected_db(ctx);
     let key = KeyRef::new(db, args.get(1));
@@ -61,5 +66,8 @@ fn run_extend(ctx: &Context, args: &Args) -> Reply {
         drop(opened);
         waiting::handoff(ctx, key);
     }
-    Ok(RedisValue::Integer(i64::from(extended)))
+    match super::replica_wait(ctx, asked, ttl_ms).filter(|_| extended) {
+        Some(wait) => waiting::hold_reply(ctx, Answer::Extended, db, None, wait),
+        None => Ok(RedisValue::Integer(i64::from(extended))),
+    }
 }

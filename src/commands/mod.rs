@@ -22,15 +22,12 @@ pub mod internal;
 pub mod release;
 pub mod watch;
 
-use redis_module::{Context, RedisString};
+use redis_module::Context;
 
-use crate::datatype::LockKey;
-use crate::ffi::Key;
 use crate::ffi::Reply;
 use crate::keyspace::waiting;
 use crate::keyspace::watching;
 use lock_core::error::Error;
-use lock_core::key::KeyRef;
 use lock_core::lock::LockState;
 
 /// The reply of a command that may have changed keys, once the watchers of what it
@@ -48,24 +45,30 @@ fn can_block(ctx: &Context) -> bool {
         && !crate::ffi::is_replica(ctx)
 }
 
-/// Opens `name` (raw `raw`, in database `db`) for a release or an extend with the lock's
-/// waiters served first, when it was freed where the server runs the handoff only later:
-/// a `DEL` earlier in the same `MULTI`/`EXEC` (post-notification jobs run when the
-/// transaction is over) or, on Redis 7.0, a command just before. The command then sees
-/// the key as every later one will, as `LOCK.ACQUIRE` does. A held key costs no lookup.
-fn open_served<'c>(
-    ctx: &'c Context,
-    db: i32,
-    name: &'c RedisString,
-    raw: &[u8],
-) -> Result<Key<'c>, Error> {
-    let opened = Key::open_write(ctx, name);
-    if opened.lock()?.is_some() || !waiting::queued(KeyRef::new(db, raw)) {
-        return Ok(opened);
+use crate::keyspace::release::open_served;
+
+/// The replica wait of a grant (of `ttl_ms`, asked `asked`) made by the calling command:
+/// `None` to answer at once, as inside MULTI/EXEC or a script, where the server forbids
+/// holding a reply (there the setting does not apply; an explicit `REPLICAS` was
+/// refused before anything was touched).
+fn replica_wait(
+    ctx: &Context,
+    asked: lock_core::replicas::Asked,
+    ttl_ms: i64,
+) -> Option<lock_core::replicas::Wait> {
+    if !can_block(ctx) {
+        return None;
     }
-    drop(opened);
-    waiting::handoff(ctx, KeyRef::new(db, raw));
-    Ok(Key::open_write(ctx, name))
+    waiting::held::wait_for(ctx, asked, ttl_ms)
+}
+
+/// Refuses an explicit `REPLICAS n` the server cannot honour here, before any key is
+/// touched.
+fn check_replicas(ctx: &Context, asked: lock_core::replicas::Asked) -> Result<(), Error> {
+    if !asked.explicit() {
+        return Ok(());
+    }
+    waiting::held::check(asked, can_block(ctx))
 }
 
 /// The `session` and `connected` fields of `lock` (`LOCK.INFO`, `LOCK.HOLDERS`): its

@@ -18,10 +18,12 @@ pub mod call;
 pub mod cell;
 pub mod command;
 pub mod command_info;
+pub mod config;
 pub mod guard;
 pub mod keys;
 pub mod main_thread;
 pub mod replicate;
+pub mod replication;
 pub mod reply;
 pub mod server_events;
 pub mod timers;
@@ -29,6 +31,7 @@ pub mod value_type;
 
 pub use keys::{Key, KeyKind, register_value_type};
 pub use replicate::*;
+pub use replication::{replication, request_acks, watch_before_sleep};
 pub use reply::*;
 pub use timers::*;
 

@@ -6,7 +6,9 @@
 pub mod all_keys;
 pub mod changes;
 pub mod registry;
+pub mod release;
 pub mod renewal;
+pub mod replicated;
 pub mod routing;
 pub mod session;
 pub mod slot_import;

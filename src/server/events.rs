@@ -10,6 +10,7 @@ use redis_module::Context;
 use crate::ffi;
 use crate::ffi::guard;
 use crate::ffi::server_events::{ServerEvent, SlotMigration, SlotMigrationEvent};
+use crate::keyspace::replicated;
 use crate::keyspace::session;
 use crate::keyspace::slot_import;
 use crate::keyspace::waiting;
@@ -74,17 +75,20 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
     match event {
         ServerEvent::ClientClosed(client) => session::disconnected(ctx, client),
         ServerEvent::Flushed(db) => {
+            replicated::flushed(db);
             session::flushed(ctx, db);
             waiting::many_keys_changed();
             watching::everything_changed();
         }
         ServerEvent::Swapped(a, b) => {
+            replicated::swapped(a, b);
             session::swapped(a, b);
             waiting::many_keys_changed();
             watching::everything_changed();
         }
         ServerEvent::NowReplica => {
             stats::set_serving(false);
+            replicated::demoted();
             session::demoted(ctx);
             waiting::demoted(ctx);
             watching::demoted(ctx);

@@ -73,6 +73,18 @@ impl Server {
         })
     }
 
+    /// The oldest server of this one's family that can hold a reply until replicas have
+    /// a grant (`REPLICAS n`), if this one cannot: asking replicas to acknowledge needs a
+    /// `WAIT` the module may block and abandon (`RedisModule_Call` with `K`,
+    /// `CallReplyPromiseAbort`), Redis 7.2's; on Redis 7.0 a `WAIT` from a module blocks a
+    /// client the module cannot unblock.
+    pub fn replica_wait_needs(&self) -> Option<&'static str> {
+        match self.family {
+            Family::Redis if self.version < (7, 2, 0) => Some("Redis 7.2"),
+            _ => None,
+        }
+    }
+
     /// Whether a blocked client the module has already answered (`UnblockClient`) is
     /// left alone by the server's timeout and `CLIENT UNBLOCK` until the answer is sent.
     /// Older servers run the timeout path over it: Redis 7.0 then drops the answer (the

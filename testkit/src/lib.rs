@@ -176,6 +176,13 @@ impl ServerKind {
         }
     }
 
+    /// Whether the module can hold a reply until replicas have a grant (`REPLICAS n`):
+    /// Redis 7.2+ and every supported Valkey; Redis 7.0 answers `ERR REPLICAS needs Redis
+    /// 7.2 or later`.
+    pub fn can_wait_for_replicas(&self) -> bool {
+        self.valkey || self.version >= (7, 2, 0)
+    }
+
     /// Whether the server runs post-notification jobs (Redis 7.2+, every Valkey), so
     /// that a lock removed by `DEL` or expiry is handed over inside that same event.
     pub fn has_post_jobs(&self) -> bool {

@@ -439,6 +439,15 @@ impl Waiter {
         waiter
     }
 
+    /// Sends `command` in database 0 on a new connection without waiting for its reply
+    /// (one the server may hold: `... REPLICAS n`).
+    pub fn send_command(server: &TestServer, command: &[&str]) -> Self {
+        let mut waiter = Self::connect(server, &[], 0);
+        let command: Vec<&[u8]> = command.iter().map(|arg| arg.as_bytes()).collect();
+        waiter.write(&command);
+        waiter
+    }
+
     /// Sends `LOCK.ACQUIREALL numkeys keys... ttl [extra...]` in database 0 on a new
     /// connection without waiting for it to block.
     pub fn send_all(server: &TestServer, keys: &[&str], ttl_ms: u64, extra: &[&str]) -> Self {

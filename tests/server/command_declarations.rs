@@ -48,7 +48,7 @@ fn every_command_declares_its_arity_and_how_it_uses_its_key() {
     for (name, arity, flags) in [
         ("lock.acquire", -3, &["RW", "update"][..]),
         ("lock.release", 3, &["RW", "delete"]),
-        ("lock.extend", 4, &["RW", "update"]),
+        ("lock.extend", -4, &["RW", "update"]),
         ("lock.info", 2, &["RO", "access"]),
     ] {
         let (got_arity, got_flags) = arity_and_key_flags(&mut con, name);

@@ -14,14 +14,17 @@ use crate::common::{TestServer, fresh_dir, poll_until, server_binary};
 const SYNOPSES: [(&str, &str); 9] = [
     (
         "LOCK.ACQUIRE",
-        "key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE value]",
+        "key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE value] [REPLICAS n] [REPLTIMEOUT ms]",
     ),
     (
         "LOCK.ACQUIREALL",
-        "numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED]",
+        "numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [REPLICAS n] [REPLTIMEOUT ms]",
     ),
     ("LOCK.RELEASE", "key token"),
-    ("LOCK.EXTEND", "key token ttl-ms"),
+    (
+        "LOCK.EXTEND",
+        "key token ttl-ms [REPLICAS n] [REPLTIMEOUT ms]",
+    ),
     ("LOCK.INFO", "key"),
     ("LOCK.HOLDERS", "key"),
     ("LOCK.CONTENDED", "[COUNT n]"),

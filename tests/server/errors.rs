@@ -231,8 +231,6 @@ fn every_command_answers_the_servers_arity_error() {
         argv(&[b"LOCK.EXTEND"]),
         argv(&[b"LOCK.EXTEND", h]),
         argv(&[b"LOCK.EXTEND", h, t]),
-        argv(&[b"LOCK.EXTEND", h, t, b"5000", b"extra"]),
-        argv(&[b"LOCK.EXTEND", ABSENT.as_bytes(), t, b"5000", b"extra"]),
         argv(&[b"LOCK.INFO"]),
         argv(&[b"LOCK.INFO", h, b"extra"]),
     ];
@@ -441,6 +439,11 @@ fn an_unknown_option_is_an_error_naming_it_as_given() {
             (
                 argv(&[b"LOCK.ACQUIRE", k, b"1000", b"WAIT", b"5", b"KeepTTL"]),
                 ["KeepTTL"],
+            ),
+            (argv(&[b"LOCK.EXTEND", k, t, b"5000", b"extra"]), ["extra"]),
+            (
+                argv(&[b"LOCK.EXTEND", k, t, b"5000", b"REPLICAS", b"1", b"Wait"]),
+                ["Wait"],
             ),
         ]
     });

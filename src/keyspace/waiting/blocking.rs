@@ -18,12 +18,14 @@
 use redis_module::{Context, RedisValue};
 
 use super::handoff;
+use super::held::{self, Undo};
 use super::queues::{self, Answer, Request};
 use crate::ffi::Reply;
 use crate::ffi::{self, blocked};
 use lock_core::error::Error;
 use lock_core::key::KeyRef;
 use lock_core::queue::{KeyId, Waiter};
+use lock_core::replicas::Wait;
 use lock_core::stats;
 
 /// Blocks the calling client until it is answered: granted the lock on `key` (and, for
@@ -51,6 +53,7 @@ pub fn wait(
         client: request.client,
         kind: request.kind,
         value: request.value,
+        replicas: request.replicas,
         arrived_us: ffi::monotonic_us(),
     });
     if timeout_ms > 0 {
@@ -58,6 +61,16 @@ pub fn wait(
         queues::set_wake_timer(id, timer);
     }
     stats::WAITS.bump();
+    Ok(RedisValue::NoReply)
+}
+
+/// Blocks the calling client, just granted (`answer`), until `wait` replicas have the
+/// grant, or its timeout: then `replicated.rs` answers it, or undoes `undo`.
+pub fn hold_reply(ctx: &Context, answer: Answer, db: i32, undo: Option<Undo>, wait: Wait) -> Reply {
+    let Some(handle) = blocked::block::<LockWaits>(ctx, queues::admin_unblock()) else {
+        return Err(Error::ClientNotBlocked);
+    };
+    held::hold(ctx, handle.id(), answer, db, undo, wait);
     Ok(RedisValue::NoReply)
 }
 
@@ -92,11 +105,14 @@ impl blocked::Waits for LockWaits {
     }
 
     /// The client disconnected, was killed, or the server unblocked it with an error (a
-    /// role change, `CLIENT UNBLOCK ERROR`): it leaves its queue.
+    /// role change, `CLIENT UNBLOCK ERROR`): it leaves its queue, or, granted and held
+    /// for its replicas, its grant is undone.
     fn disconnected(ctx: &Context, handle: blocked::Handle<Answer>) {
         if let Some(waiter) = queues::waiter_of(handle.id()).and_then(leave) {
             queues::stop_wake_timer(ctx, &waiter);
             blocked::unblock(handle, None);
+        } else {
+            held::gone(handle.id());
         }
     }
 
@@ -110,6 +126,9 @@ impl blocked::Waits for LockWaits {
             queues::waited(&waiter);
             // The nil goes out from the callback; the handle is freed without a reply.
             blocked::unblock(handle, None);
+        } else {
+            // Granted and held for its replicas: the grant is undone, as the nil says.
+            held::gone(handle.id());
         }
     }
 }

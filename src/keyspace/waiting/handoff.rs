@@ -31,6 +31,7 @@ use std::collections::{HashMap, HashSet};
 
 use redis_module::{Context, RedisString};
 
+use super::held;
 use super::queues::{self, Answer};
 use crate::datatype::LockKey;
 use crate::ffi::{self, Key};
@@ -136,7 +137,7 @@ fn settle(ctx: &Context, id: &KeyId) {
                         break;
                     };
                     let (waiter, answer) = grant_to(ctx, &mut opened, waiter);
-                    queues::answer(ctx, waiter, answer);
+                    held::answer(ctx, waiter, answer);
                 }
             }
             Handoff::All(waiter) => grant_all(ctx, id, waiter),
@@ -187,7 +188,7 @@ fn grant_all(ctx: &Context, id: &KeyId, waiter: u64) {
         .filter(|other| *other != id)
         .cloned()
         .collect();
-    queues::answer(ctx, waiter, answer);
+    held::answer(ctx, waiter, answer);
     for other in others {
         if queues::busy(&other) {
             settle(ctx, &other);

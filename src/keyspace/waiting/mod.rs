@@ -33,6 +33,7 @@
 
 mod blocking;
 pub mod handoff;
+pub mod held;
 pub mod queues;
 
 use redis_module::Context;
@@ -40,6 +41,7 @@ use redis_module::Context;
 use crate::ffi::Reply;
 use lock_core::key::KeyRef;
 
+pub use blocking::hold_reply;
 pub use handoff::{
     all_renewed, deadline_moved, demoted, handoff, lock_gone, many_keys_changed, open_for_newcomer,
     renewed, serving, shared_arrived, watch_holders,

@@ -49,6 +49,8 @@ pub enum Answer {
     },
     /// Its wait ended without the lock: nil.
     Nil,
+    /// Its extend took effect, and replicas have it (`LOCK.EXTEND ... REPLICAS n`): `1`.
+    Extended,
     /// An error reply (a cluster redirection, a refusal), starting with its code.
     Error(Error),
 }
@@ -165,6 +167,8 @@ pub struct Request {
     pub kind: Kind,
     /// The value to publish once granted (`VALUE v`), if any.
     pub value: Option<Box<[u8]>>,
+    /// The replicas its grant waits for before it is answered (`REPLICAS n`).
+    pub replicas: lock_core::replicas::Asked,
 }
 
 /// Answers a waiter that has left its queue: the server sends `answer` from the reply
@@ -241,6 +245,9 @@ pub fn reply(ctx: &Context, answer: Option<&Answer>) {
         }
         Some(Answer::Error(message)) => {
             ctx.reply(Err(ffi::error_reply(message.clone())));
+        }
+        Some(Answer::Extended) => {
+            ctx.reply(Ok(RedisValue::Integer(1)));
         }
         Some(Answer::Nil) | None => {
             ctx.reply(Ok(RedisValue::Null));

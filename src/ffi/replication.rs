@@ -1,0 +1,208 @@
+//! What a held grant's reply waits on (`REPLICAS n`): the master's replication offset,
+//! the offsets its online replicas acknowledged, asking them to acknowledge now, and
+//! the event-loop hook that looks at them before the server sleeps.
+
+use std::os::raw::{c_int, c_void};
+use std::ptr;
+use std::sync::OnceLock;
+
+use redis_module::{Context, raw};
+
+use lock_core::replicas;
+
+/// The replication state of the server, from `INFO replication`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Replication {
+    /// Whether the server is a master.
+    pub master: bool,
+    /// `master_repl_offset`: the end of everything it has replicated so far.
+    pub offset: i64,
+    /// The offset each online replica acknowledged.
+    pub acked: Vec<i64>,
+}
+
+/// The server's replication state now.
+pub fn replication(ctx: &Context) -> Replication {
+    let info = ctx.server_info("replication");
+    let field = |name: &str| info.field(name).map(|value| value.to_string());
+    let master = field("role").as_deref() == Some("master");
+    let offset = field("master_repl_offset")
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0);
+    let linked: usize = field("connected_slaves")
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(0);
+    let acked = (0..linked)
+        .filter_map(|i| field(&format!("slave{i}")))
+        .filter_map(|line| replicas::online_offset(&line))
+        .collect();
+    Replication {
+        master,
+        offset,
+        acked,
+    }
+}
+
+/// Asks every replica to acknowledge its offset now (the server's `REPLCONF GETACK`,
+/// sent before it sleeps, and held back while writes are paused): a `WAIT` for more
+/// replicas than can exist, allowed to block (`K`), and abandoned at once. Only the
+/// server's own request for acknowledgements outlives it. Redis 7.2 and Valkey 7.2 on;
+/// the caller checks.
+pub fn request_acks(ctx: &Context) {
+    // SAFETY: ctx is a live module context; the format names two C strings that follow,
+    // NUL-terminated and static. The reply, if any, is freed here exactly once.
+    unsafe {
+        let reply = raw::RedisModule_Call.expect("RedisModule_Call")(
+            ctx.get_raw(),
+            c"WAIT".as_ptr(),
+            c"Kcc".as_ptr(),
+            c"1000000".as_ptr(),
+            c"0".as_ptr(),
+        );
+        if reply.is_null() {
+            return;
+        }
+        let kind = raw::RedisModule_CallReplyType.expect("RedisModule_CallReplyType")(reply);
+        if kind == raw::REDISMODULE_REPLY_PROMISE as c_int {
+            raw::RedisModule_CallReplyPromiseAbort.expect("RedisModule_CallReplyPromiseAbort")(
+                reply,
+                ptr::null_mut(),
+            );
+        }
+        raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
+    }
+}
+
+/// Who looks at the held replies before the server sleeps (set once).
+static BEFORE_SLEEP: OnceLock<fn(&Context)> = OnceLock::new();
+
+thread_local! {
+    /// Whether `on_event_loop` is subscribed now.
+    static SUBSCRIBED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes `handler` the one `watch_before_sleep` subscribes (once, at load).
+pub fn on_before_sleep(handler: fn(&Context)) {
+    let _ = BEFORE_SLEEP.set(handler);
+}
+
+/// Calls the `on_before_sleep` handler each time the server is about to sleep (`on`),
+/// or no more (`!on`): subscribed only while replies are held, so that nothing runs per
+/// turn of the event loop otherwise. Never turned off from inside the handler itself:
+/// the server still reads the subscription it would free. False if the server refused.
+pub fn watch_before_sleep(ctx: &Context, on: bool) -> bool {
+    if SUBSCRIBED.with(std::cell::Cell::get) == on {
+        return true;
+    }
+    let callback: raw::RedisModuleEventCallback = if on { Some(on_event_loop) } else { None };
+    // SAFETY: ctx is a live module context; the callback lives as long as the module
+    // (none: unsubscribes).
+    let status = unsafe {
+        raw::RedisModule_SubscribeToServerEvent.expect("SubscribeToServerEvent")(
+            ctx.get_raw(),
+            raw::RedisModuleEvent {
+                id: raw::REDISMODULE_EVENT_EVENTLOOP,
+                dataver: 1,
+            },
+            callback,
+        )
+    };
+    let done = status == raw::REDISMODULE_OK as c_int;
+    if done {
+        SUBSCRIBED.with(|s| s.set(on));
+    }
+    done
+}
+
+extern "C" fn on_event_loop(
+    ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    if subevent != raw::REDISMODULE_SUBEVENT_EVENTLOOP_BEFORE_SLEEP {
+        return;
+    }
+    crate::ffi::guard::callback((), || {
+        if let Some(handler) = BEFORE_SLEEP.get() {
+            handler(&Context::new(ctx));
+        }
+    })
+}
+
+/// Who is told that a replica's acknowledgement arrived (set once).
+static ON_ACK: OnceLock<fn()> = OnceLock::new();
+
+thread_local! {
+    /// The command filter that spots acknowledgements, while registered.
+    static ACK_FILTER: std::cell::Cell<*mut raw::RedisModuleCommandFilter> =
+        const { std::cell::Cell::new(ptr::null_mut()) };
+}
+
+/// Makes `handler` the one told of each replica acknowledgement (`REPLCONF ACK`) while
+/// `watch_acks` is on (once, at load). It runs before the server applies the
+/// acknowledgement: it may only arrange for a look right after (a timer), which the
+/// server runs before it sends this turn's replies.
+pub fn on_ack(handler: fn()) {
+    let _ = ON_ACK.set(handler);
+}
+
+/// Spots replica acknowledgements (`on`), or no more: a command filter, registered only
+/// while replies are held, so that no other command pays for it. False if the server
+/// refused.
+pub fn watch_acks(ctx: &Context, on: bool) -> bool {
+    let current = ACK_FILTER.with(std::cell::Cell::get);
+    if current.is_null() != on {
+        return true;
+    }
+    if on {
+        // SAFETY: ctx is a live module context; the callback lives as long as the module.
+        let filter = unsafe {
+            raw::RedisModule_RegisterCommandFilter.expect("RegisterCommandFilter")(
+                ctx.get_raw(),
+                Some(on_command),
+                0,
+            )
+        };
+        ACK_FILTER.with(|f| f.set(filter));
+        !filter.is_null()
+    } else {
+        // SAFETY: current is the filter this module registered and has not unregistered.
+        let status = unsafe {
+            raw::RedisModule_UnregisterCommandFilter.expect("UnregisterCommandFilter")(
+                ctx.get_raw(),
+                current,
+            )
+        };
+        ACK_FILTER.with(|f| f.set(ptr::null_mut()));
+        status == raw::REDISMODULE_OK as c_int
+    }
+}
+
+/// The filter's argument `i`, as bytes (empty if absent).
+///
+/// SAFETY (caller): `fctx` is the live filter context of the current call.
+unsafe fn filter_arg<'a>(fctx: *mut raw::RedisModuleCommandFilterCtx, i: c_int) -> &'a [u8] {
+    // SAFETY: the caller's promise; an argument the server gives lives for this call.
+    unsafe {
+        let arg = raw::RedisModule_CommandFilterArgGet.expect("CommandFilterArgGet")(fctx, i);
+        if arg.is_null() {
+            return &[];
+        }
+        redis_module::RedisString::string_as_slice(arg)
+    }
+}
+
+extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    crate::ffi::guard::callback((), || {
+        // SAFETY: fctx is the live filter context of this call; arguments are only read.
+        let is_ack = unsafe {
+            raw::RedisModule_CommandFilterArgsCount.expect("CommandFilterArgsCount")(fctx) >= 2
+                && filter_arg(fctx, 0).eq_ignore_ascii_case(b"REPLCONF")
+                && filter_arg(fctx, 1).eq_ignore_ascii_case(b"ACK")
+        };
+        if is_ack && let Some(handler) = ON_ACK.get() {
+            handler();
+        }
+    })
+}

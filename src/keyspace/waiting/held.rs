@@ -1,0 +1,244 @@
+//! Replies held until replicas have the grant (`REPLICAS n`, the `lock.replicas`
+//! setting): which replies are held, for which grant, until when, and what a shortfall
+//! undoes. Only the records: what reads the replicas and ends a held reply is
+//! `keyspace/replicated.rs`, above; it runs before the server sleeps, in the same turn
+//! of the event loop as the grant.
+//!
+//! A held reply is ended exactly once: answered (enough replicas, or a shortfall), or
+//! its client went away (`gone`: the grant waits in `undos` to be undone by the layer
+//! above, where writes are allowed).
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+
+use redis_module::Context;
+
+use super::queues::{self, Answer};
+use crate::ffi::{self, blocked};
+use lock_core::error::Error;
+use lock_core::queue::Waiter;
+use lock_core::replicas::{Asked, Setting, Wait};
+
+/// What a shortfall undoes: the grant of `token` on `keys` of database `db`, released
+/// by its token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undo {
+    /// The database of the keys.
+    pub db: i32,
+    /// The keys granted.
+    pub keys: Vec<Vec<u8>>,
+    /// The token that holds them.
+    pub token: Vec<u8>,
+}
+
+/// A reply held until replicas acknowledge the grant.
+#[derive(Debug)]
+pub struct Held {
+    /// What the client is told once enough replicas have the grant.
+    pub answer: Answer,
+    /// The database the grant is in.
+    pub db: i32,
+    /// What a shortfall undoes (`None`: an extend, which keeps the lock).
+    pub undo: Option<Undo>,
+    /// How many replicas, for how long.
+    pub wait: Wait,
+    /// When the wait runs out (ms, the server's clock).
+    pub deadline_ms: i64,
+    /// The replication offset that holds the grant, once read (before the server
+    /// sleeps, when the grant has been replicated).
+    pub target: Option<i64>,
+    /// How many replicas had acknowledged it when last looked at.
+    pub acked: u32,
+}
+
+thread_local! {
+    /// The held replies, by the handle of their blocked client.
+    static HELD: RefCell<HashMap<usize, Held>> = RefCell::new(HashMap::new());
+    /// Grants whose client went away while held: to be undone.
+    static UNDOS: RefCell<Vec<Undo>> = const { RefCell::new(Vec::new()) };
+    /// `lock.replicas`.
+    static SETTING: Cell<Setting> = const { Cell::new(Setting::Off) };
+    /// The oldest server of this one's family that can hold a reply for replicas, when
+    /// this one cannot (set at load).
+    static NEEDS: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// Records, at load, the server a replica wait needs if this one cannot do it.
+pub fn init(needs: Option<&'static str>) {
+    NEEDS.with(|n| n.set(needs));
+}
+
+/// The oldest server of this one's family that can hold a reply for replicas, when this
+/// one cannot.
+pub fn needs() -> Option<&'static str> {
+    NEEDS.with(Cell::get)
+}
+
+/// `lock.replicas` now.
+pub fn setting() -> Setting {
+    SETTING.with(Cell::get)
+}
+
+/// Sets `lock.replicas`: refused (with the error's text) for a count on a server that
+/// cannot wait (`auto` is accepted there, and waits for nothing).
+pub fn set_setting(setting: Setting) -> Result<(), Error> {
+    if let (Setting::Count(_), Some(oldest)) = (setting, needs()) {
+        return Err(Error::ReplicasUnsupported(oldest));
+    }
+    SETTING.with(|s| s.set(setting));
+    Ok(())
+}
+
+/// Checks a command's `REPLICAS` before anything is touched: refused where the server
+/// cannot wait, or cannot hold this reply (`can_hold`: not inside MULTI/EXEC or a script).
+pub fn check(asked: Asked, can_hold: bool) -> Result<(), Error> {
+    if !asked.explicit() {
+        return Ok(());
+    }
+    if let Some(oldest) = needs() {
+        return Err(Error::ReplicasUnsupported(oldest));
+    }
+    if !can_hold {
+        return Err(Error::ReplicasCannotWait);
+    }
+    Ok(())
+}
+
+/// The replica wait of a grant of `ttl_ms` whose command asked `asked`, on this server
+/// now: `None` to answer at once. Reads the replicas only under `auto`.
+pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
+    let setting = setting();
+    if needs().is_some() || (asked.replicas.is_none() && !setting.waits()) {
+        return None;
+    }
+    let online = if asked.replicas.is_none() && setting == Setting::Auto {
+        let replication = ffi::replication(ctx);
+        if !replication.master {
+            return None;
+        }
+        replication.acked.len()
+    } else {
+        0
+    };
+    asked.wait(setting, online, ttl_ms)
+}
+
+/// Holds the reply of blocked client `handle` (`answer`) until `wait` is met; the
+/// replicas are looked at before the server next sleeps.
+pub fn hold(ctx: &Context, handle: usize, answer: Answer, db: i32, undo: Option<Undo>, wait: Wait) {
+    if !ffi::watch_before_sleep(ctx, true) || !ffi::replication::watch_acks(ctx, true) {
+        ffi::log_warning(
+            "lock: could not follow the event loop or the replicas' acknowledgements: a held reply may end at its timeout",
+        );
+    }
+    let held = Held {
+        answer,
+        db,
+        undo,
+        wait,
+        deadline_ms: ffi::now_ms().saturating_add(wait.timeout_ms),
+        target: None,
+        acked: 0,
+    };
+    HELD.with(|h| h.borrow_mut().insert(handle, held));
+}
+
+/// Answers a waiter the handoff granted (or refused): at once, or once its replicas have
+/// the grant (its reply held here).
+pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
+    let token = match &answer {
+        Answer::Granted { token, .. } | Answer::GrantedAll { token, .. } => token.to_vec(),
+        _ => return queues::answer(ctx, waiter, answer),
+    };
+    let Some(wait) = wait_for(ctx, waiter.replicas, waiter.ttl_ms) else {
+        return queues::answer(ctx, waiter, answer);
+    };
+    queues::waited(&waiter);
+    queues::stop_wake_timer(ctx, &waiter);
+    let db = waiter.key.db;
+    let keys = waiter.keys().map(|key| key.name.clone()).collect();
+    let undo = Undo { db, keys, token };
+    hold(ctx, waiter.handle, answer, db, Some(undo), wait);
+}
+
+/// Whether replies are held.
+pub fn any() -> bool {
+    HELD.with(|h| !h.borrow().is_empty())
+}
+
+/// Whether anything is held or waits to be undone.
+pub fn busy() -> bool {
+    any() || UNDOS.with(|u| !u.borrow().is_empty())
+}
+
+/// Runs `f` over the held replies.
+pub fn with_held<T>(f: impl FnOnce(&mut HashMap<usize, Held>) -> T) -> T {
+    HELD.with(|h| f(&mut h.borrow_mut()))
+}
+
+/// Ends the held reply of `handle` with `reply` (none: the client is gone): the
+/// client's record, if it was held.
+pub fn end(handle: usize, reply: Option<Answer>) -> Option<Held> {
+    let held = HELD.with(|h| h.borrow_mut().remove(&handle))?;
+    blocked::unblock(blocked::Handle::<Answer>::from_id(handle), reply);
+    Some(held)
+}
+
+/// Ends the held reply of `handle` with its grant: enough replicas have it.
+pub fn granted(handle: usize) {
+    if let Some(held) = HELD.with(|h| h.borrow_mut().remove(&handle)) {
+        blocked::unblock(
+            blocked::Handle::<Answer>::from_id(handle),
+            Some(held.answer),
+        );
+    }
+}
+
+/// Ends the held reply of `handle` with `NOTREPLICATED`, its grant to be undone (an
+/// extend keeps the lock) when `undo`.
+pub fn short(handle: usize, undo: bool) {
+    let Some(held) = HELD.with(|h| h.borrow().get(&handle).map(|h| (h.acked, h.wait.replicas)))
+    else {
+        return;
+    };
+    let (acked, required) = held;
+    let reply = Answer::Error(Error::NotReplicated { acked, required });
+    let ended = end(handle, Some(reply));
+    if let (
+        true,
+        Some(Held {
+            undo: Some(grant), ..
+        }),
+    ) = (undo, ended)
+    {
+        UNDOS.with(|u| u.borrow_mut().push(grant));
+    }
+}
+
+/// The client of held reply `handle` went away (or an admin unblocked it): its grant is
+/// to be undone; whether it was held.
+pub fn gone(handle: usize) -> bool {
+    let Some(held) = end(handle, None) else {
+        return false;
+    };
+    if let Some(undo) = held.undo {
+        UNDOS.with(|u| u.borrow_mut().push(undo));
+    }
+    true
+}
+
+/// Grants to be undone, taken.
+pub fn take_undos() -> Vec<Undo> {
+    UNDOS.with(|u| std::mem::take(&mut *u.borrow_mut()))
+}
+
+/// Puts back grants that could not be undone yet (writes are paused).
+pub fn defer_undos(undos: Vec<Undo>) {
+    UNDOS.with(|u| u.borrow_mut().extend(undos));
+}
+
+/// Forgets every grant waiting to be undone (the server is a replica now, and writes
+/// nothing of its own).
+pub fn forget_undos() {
+    UNDOS.with(|u| u.borrow_mut().clear());
+}
