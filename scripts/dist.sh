@@ -39,8 +39,10 @@ chmod 0644 "$dir/libredis_lock.so.debug"
 cat >"$dir/redis-lock.conf" <<CONF
 # redis-lock $version: add this line to redis.conf (or valkey.conf, or include this file),
 # with the folder you unpacked the tarball to. Load it on every node of a replicated or
-# clustered deployment. The module takes no arguments.
+# clustered deployment. The second line makes a grant's reply wait until a replica has
+# it, when the master has an online replica (0: never; n: that many replicas).
 loadmodule /opt/$name/libredis_lock.so
+lock.replicas auto
 CONF
 cp README.md LICENSE "$dir/"
 (cd "$dir" && sha256sum libredis_lock.so libredis_lock.so.debug redis-lock.conf README.md LICENSE >SHA256SUMS)
