@@ -80,6 +80,11 @@ pub static SESSION_RECLAIMS: Counter = Counter::new();
 /// `LOCK.WATCH` replies that carried the key's state (at once or after a change; not
 /// timeouts).
 pub static WATCH_REPLIES: Counter = Counter::new();
+/// Replies held until replicas had the grant or the extend (`REPLICAS n`, the
+/// `lock.replicas` setting).
+pub static REPLICA_WAITS: Counter = Counter::new();
+/// Held replies that fell short (`NOTREPLICATED`): the grant undone, the extend kept.
+pub static REPLICA_SHORTFALLS: Counter = Counter::new();
 
 /// Lock keys in the keyspace (of every database; values being loaded in the background
 /// included).
@@ -140,6 +145,8 @@ pub fn reset() {
         &SESSION_RELEASES,
         &SESSION_RECLAIMS,
         &WATCH_REPLIES,
+        &REPLICA_WAITS,
+        &REPLICA_SHORTFALLS,
     ] {
         counter.reset();
     }

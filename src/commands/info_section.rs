@@ -55,6 +55,8 @@ pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: i
             ("watch_replies", stats::WATCH_REPLIES.get()),
             ("session_releases", stats::SESSION_RELEASES.get()),
             ("session_reclaims", stats::SESSION_RECLAIMS.get()),
+            ("replica_waits", stats::REPLICA_WAITS.get()),
+            ("replica_shortfalls", stats::REPLICA_SHORTFALLS.get()),
             ("keys", stats::KEYS.get()),
             ("holders", stats::HOLDERS.get()),
             ("sessions_in_grace", in_grace),

@@ -9,7 +9,7 @@ use crate::common::*;
 
 /// The section's fields as the server prints them, in order: the counters and the
 /// gauges, the bytes the module holds, then the two distributions.
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 20] = [
     "lock_grants",
     "lock_contended",
     "lock_releases",
@@ -22,6 +22,8 @@ const FIELDS: [&str; 18] = [
     "lock_watch_replies",
     "lock_session_releases",
     "lock_session_reclaims",
+    "lock_replica_waits",
+    "lock_replica_shortfalls",
     "lock_keys",
     "lock_holders",
     "lock_sessions_in_grace",
@@ -31,7 +33,7 @@ const FIELDS: [&str; 18] = [
 ];
 
 /// The counters among them.
-const COUNTERS: &[&str] = FIELDS.split_at(12).0;
+const COUNTERS: &[&str] = FIELDS.split_at(14).0;
 
 /// Every `field:value` line of `INFO section`.
 fn info_fields(con: &mut redis::Connection, section: &str) -> BTreeMap<String, i64> {
@@ -57,13 +59,13 @@ fn stats(con: &mut redis::Connection) -> BTreeMap<String, i64> {
 }
 
 fn expected(values: [i64; 8]) -> BTreeMap<String, i64> {
-    // The watch and session counters come last; no test of this file watches a key or
-    // binds a lock to a connection, so they stay 0 (tests/server/watching.rs and
-    // session.rs check them).
+    // The watch, session and replica counters come last; no test of this file watches
+    // a key, binds a lock to a connection or waits for a replica, so they stay 0
+    // (tests/server/watching.rs, session.rs and replica_wait.rs check them).
     COUNTERS
         .iter()
         .map(|field| field.to_string())
-        .zip(values.into_iter().chain([0, 0, 0, 0]))
+        .zip(values.into_iter().chain([0, 0, 0, 0, 0, 0]))
         .collect()
 }
 

@@ -129,6 +129,8 @@ fn a_stopped_replica_gets_notreplicated_by_the_timeout_and_nothing_stays_held() 
         "ended by its timeout"
     );
     assert_eq!(info(&mut m, "k"), None, "the grant was undone");
+    assert_eq!(lock_stat(&mut m, "lock_replica_waits"), 1);
+    assert_eq!(lock_stat(&mut m, "lock_replica_shortfalls"), 1);
 
     // More replicas than there are: the one that has it is counted.
     drop(_stopped);

@@ -141,6 +141,7 @@ pub fn hold(ctx: &Context, handle: usize, answer: Answer, db: i32, undo: Option<
         acked: 0,
     };
     HELD.with(|h| h.borrow_mut().insert(handle, held));
+    lock_core::stats::REPLICA_WAITS.bump();
 }
 
 /// Answers a waiter the handoff granted (or refused): at once, or once its replicas have
@@ -202,6 +203,7 @@ pub fn short(handle: usize, undo: bool) {
         return;
     };
     let (acked, required) = held;
+    lock_core::stats::REPLICA_SHORTFALLS.bump();
     let reply = Answer::Error(Error::NotReplicated { acked, required });
     let ended = end(handle, Some(reply));
     if let (
