@@ -57,6 +57,7 @@ pub extern "C" fn section(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: i
             ("session_reclaims", stats::SESSION_RECLAIMS.get()),
             ("replica_waits", stats::REPLICA_WAITS.get()),
             ("replica_shortfalls", stats::REPLICA_SHORTFALLS.get()),
+            ("replica_ack_requests", stats::REPLICA_ACK_REQUESTS.get()),
             ("keys", stats::KEYS.get()),
             ("holders", stats::HOLDERS.get()),
             ("sessions_in_grace", in_grace),

@@ -103,6 +103,7 @@ fn before_sleep(ctx: &Context) {
     count(&replication, &mut fresh);
     if fresh {
         ffi::request_acks(ctx);
+        lock_core::stats::REPLICA_ACK_REQUESTS.bump();
     }
     arm_deadline(ctx);
 }

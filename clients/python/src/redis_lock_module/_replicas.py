@@ -2,10 +2,14 @@
 "Failover-safe by default").
 
 Every write that makes or keeps a grant (an acquire, an extend, the watchdog's extends)
-goes with `WAIT n timeout` on the same connection, in the same round trip: the server
-runs the `WAIT` right after the grant, however long the grant waited in the queue. When
-fewer than `n` replicas acknowledge it in time, an acquire's grant is released at once
-by its token and reported as not replicated, never as granted.
+asks the server to hold its reply until `n` replicas have it (`REPLICAS n REPLTIMEOUT
+ms`): the server counts the acknowledgements of the grant's own offset and, when fewer
+than `n` come in time, undoes the grant itself and answers `NOTREPLICATED`. A server
+that does not take `REPLICAS` (Redis 7.0, or an older module: it refuses the command,
+changing nothing) gets the write again with `WAIT n timeout` on the same connection, in
+the same round trip, from then on; there a grant too few replicas acknowledged is
+released at once by its token. Either way it is reported as not replicated, never as
+granted.
 
 `replicas="auto"` (the default) asks for 1 when the master has a replica online, and for
 nothing on a master without one. What a connection learned of its master (`ROLE`, or
@@ -266,14 +270,70 @@ def online(connection: Any) -> int:
     return remember(connection, online_from(reply))
 
 
+# Whether the server at an address holds a grant's reply for its replicas itself
+# (`REPLICAS n`): learned from its first answer to it.
+_SERVER_WAITS: Dict[Any, bool] = {}
+
+
+def server_waits(connection: Any, replicas: Replicas, required: int) -> bool:
+    """Whether to ask the server to wait (`REPLICAS`): replicas are required, no fsync
+    (the server's wait is for replicas only), and the server has not refused it."""
+    return required > 0 and not replicas.fsync and _SERVER_WAITS.get(_address(connection), True)
+
+
+def with_replicas(commands: Sequence[Sequence[Any]], replicas: Replicas,
+                  required: int) -> List[List[Any]]:
+    return [[*command, "REPLICAS", required, "REPLTIMEOUT", replicas.timeout_ms]
+            for command in commands]
+
+
+def _error_text(reply: Any) -> str:
+    text = str(reply)
+    return text[4:] if text.startswith("ERR ") else text
+
+
+def learned_server_waits(connection: Any, replies: Sequence[Any]) -> bool:
+    """Whether the server took `REPLICAS` (kept for its address): a server that cannot
+    wait answers `ERR REPLICAS needs ...`, an older module `unknown option 'REPLICAS'`,
+    and changes nothing."""
+    refused = any(isinstance(reply, ResponseError) and (
+        _error_text(reply).startswith("REPLICAS needs")
+        or "unknown option 'REPLICAS'" in _error_text(reply)) for reply in replies)
+    _SERVER_WAITS[_address(connection)] = not refused
+    return not refused
+
+
+def not_replicated(reply: Any, name: Any,
+                   what: str = "granted") -> Optional[LockNotReplicatedError]:
+    """The server's `NOTREPLICATED acked <a> required <n>` (it undid the grant; an extend
+    kept the lock) as LockNotReplicatedError, else None."""
+    text = str(reply) if isinstance(reply, ResponseError) else ""
+    if not text.startswith("NOTREPLICATED"):
+        return None
+    words = text.split()
+    try:
+        acked, required = int(words[2]), int(words[4])
+    except (IndexError, ValueError):
+        acked, required = 0, 1
+    return lock_error(
+        LockNotReplicatedError,
+        f"The lock was {what}, but only {acked} of {required} replicas acknowledged it in "
+        f"time (the server undid the grant; an extend keeps the lock)", str(name)).counted(
+            acked, required)
+
+
 def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                name: Any) -> "Outcome":
-    """Sends `args` (a write that makes or keeps a grant) and the `WAIT` it needs, in one
-    round trip on `connection`."""
+    """Sends `args` (a write that makes or keeps a grant) asking the server to wait for
+    its replicas, or with the `WAIT` it needs, in one round trip on `connection`."""
     required = 0 if replicas.setting == 0 else replicas.required(online(connection), name)
+    if server_waits(connection, replicas, required):
+        replies = exchange(connection, with_replicas([args], replicas, required))
+        if learned_server_waits(connection, replies):
+            return Outcome(replies, required, None, name)
     waits = [] if replicas.off else replicas.wait_command(required)
     replies = exchange(connection, [list(args), *waits])
-    return Outcome(replies, required, replicas if waits else None)
+    return Outcome(replies, required, replicas if waits else None, name)
 
 
 async def async_exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
@@ -304,25 +364,32 @@ async def async_online(connection: Any) -> int:
 async def async_replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                            name: Any) -> "Outcome":
     required = 0 if replicas.setting == 0 else replicas.required(await async_online(connection), name)
+    if server_waits(connection, replicas, required):
+        replies = await async_exchange(connection, with_replicas([args], replicas, required))
+        if learned_server_waits(connection, replies):
+            return Outcome(replies, required, None, name)
     waits = [] if replicas.off else replicas.wait_command(required)
     replies = await async_exchange(connection, [list(args), *waits])
-    return Outcome(replies, required, replicas if waits else None)
+    return Outcome(replies, required, replicas if waits else None, name)
 
 
 class Outcome:
-    """The replies of a write and its `WAIT`: `reply` (raised if it was an error), and
-    `missing(name)`, the shortfall's error or None."""
+    """The replies of a write and its `WAIT`: `reply` (raised if it was an error; a
+    `NOTREPLICATED` as LockNotReplicatedError), and `missing(name)`, the shortfall's
+    error or None."""
 
-    def __init__(self, replies: List[Any], required: int, waited: Optional[Replicas]):
+    def __init__(self, replies: List[Any], required: int, waited: Optional[Replicas],
+                 name: Any = None):
         self.replies = replies
         self.required = required
         self.waited = waited  # the setting whose wait was sent, None when none was
+        self.name = name
 
     @property
     def reply(self) -> Any:
         reply = self.replies[0]
         if isinstance(reply, BaseException):
-            raise reply
+            raise not_replicated(reply, self.name) or reply
         return reply
 
     def missing(self, name: Any, what: str = "granted") -> Optional[LockNotReplicatedError]:
@@ -333,13 +400,23 @@ class Outcome:
 
 # A grant: the write, its WAIT, and the release of a grant too few replicas have.
 
+def _granted_reply(connection: Any, outcome: Outcome) -> Any:
+    """The acquire's reply; a shortfall the server answered (it undid the grant) raised,
+    what the connection learned of its master forgotten."""
+    try:
+        return outcome.reply
+    except LockNotReplicatedError:
+        forget(connection)
+        raise
+
+
 def granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
             releases: Sequence[Sequence[Any]]) -> Any:
     """The reply of the acquire `args`, sent with the `WAIT` it needs; when too few
     replicas acknowledged a grant, `releases` are sent at once (on the same connection)
     and LockNotReplicatedError is raised."""
     outcome = replicated(connection, args, replicas, name)
-    missing = outcome.missing(name) if outcome.reply is not None else None
+    missing = outcome.missing(name) if _granted_reply(connection, outcome) is not None else None
     if missing is None:
         return outcome.reply
     forget(connection)
@@ -353,7 +430,7 @@ def granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
 async def async_granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
                         releases: Sequence[Sequence[Any]]) -> Any:
     outcome = await async_replicated(connection, args, replicas, name)
-    missing = outcome.missing(name) if outcome.reply is not None else None
+    missing = outcome.missing(name) if _granted_reply(connection, outcome) is not None else None
     if missing is None:
         return outcome.reply
     forget(connection)
@@ -443,6 +520,10 @@ def kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
     """The replies of `commands` (extends: 1 where still held), sent with the `WAIT` they
     need; LockNotReplicatedError when all were kept but too few replicas acknowledged."""
     required = 0 if replicas.setting == 0 else replicas.required(online(connection), name)
+    if server_waits(connection, replicas, required):
+        replies = exchange(connection, with_replicas(commands, replicas, required))
+        if learned_server_waits(connection, replies):
+            return _kept(replies, len(commands), required, name, None)
     waits = [] if replicas.off else replicas.wait_command(required)
     return _kept(exchange(connection, [*commands, *waits]), len(commands), required, name,
                  replicas if waits else None)
@@ -451,6 +532,10 @@ def kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
 async def async_kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
                      name: Any) -> List[Any]:
     required = 0 if replicas.setting == 0 else replicas.required(await async_online(connection), name)
+    if server_waits(connection, replicas, required):
+        replies = await async_exchange(connection, with_replicas(commands, replicas, required))
+        if learned_server_waits(connection, replies):
+            return _kept(replies, len(commands), required, name, None)
     waits = [] if replicas.off else replicas.wait_command(required)
     return _kept(await async_exchange(connection, [*commands, *waits]), len(commands), required,
                  name, replicas if waits else None)
@@ -461,7 +546,7 @@ def _kept(replies: List[Any], count: int, required: int, name: Any,
     held = replies[:count]
     for reply in held:
         if isinstance(reply, BaseException):
-            raise reply
+            raise not_replicated(reply, name, "extended") or reply
     if waited is not None and all(reply == 1 for reply in held):
         missing = waited.shortfall(name, required, replies[count], "extended")
         if missing is not None:
