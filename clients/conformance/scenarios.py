@@ -92,6 +92,12 @@ def step(driver, words, state):
         return shown(driver.server(int(args[0]), args[1:]))
     if verb == "calls":
         return str(calls(driver.server(int(args[0]), ["INFO", "commandstats"]), args[1]))
+    if verb in ("waits", "own-waits"):
+        stats = driver.server(int(args[0]), ["INFO", "commandstats"])
+        if verb == "waits":
+            return str(calls(stats, "wait") + calls(stats, "waitaof"))
+        server = driver.server(int(args[0]), ["INFO", "server"])
+        return str(calls(stats, "wait") if server_waits(server) else 0)
     if verb == "eventually":
         index, command, limit = int(args[0]), args[1:-2], int(args[-1])
         deadline = time.monotonic() + limit / 1000
@@ -133,6 +139,17 @@ def calls(info, command):
         if line.startswith(f"cmdstat_{command.lower()}:"):
             return int(line.split("calls=", 1)[1].split(",", 1)[0])
     return 0
+
+
+def server_waits(info):
+    """Whether the server an `INFO server` reply describes holds a grant's reply for its
+    replicas itself (`REPLICAS n`): Redis 7.2+ and every Valkey."""
+    text = info.decode() if isinstance(info, bytes) else str(info)
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    if "valkey_version" in fields:
+        return True
+    version = tuple(int(part) for part in fields.get("redis_version", "0.0").strip().split(".")[:2])
+    return version >= (7, 2)
 
 
 def attach_replica(driver, ports):

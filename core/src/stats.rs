@@ -86,7 +86,7 @@ pub static REPLICA_WAITS: Counter = Counter::new();
 /// Held replies that fell short (`NOTREPLICATED`): the grant undone, the extend kept.
 pub static REPLICA_SHORTFALLS: Counter = Counter::new();
 /// Requests that the replicas acknowledge now, one per turn of the event loop that held
-/// a new reply: each is a `WAIT` the module runs (counted in `INFO commandstats`).
+/// a new reply: each is a `WAITAOF` the module runs (counted in `INFO commandstats`).
 pub static REPLICA_ACK_REQUESTS: Counter = Counter::new();
 
 /// Lock keys in the keyspace (of every database; values being loaded in the background

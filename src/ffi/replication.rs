@@ -44,18 +44,21 @@ pub fn replication(ctx: &Context) -> Replication {
 }
 
 /// Asks every replica to acknowledge its offset now (the server's `REPLCONF GETACK`,
-/// sent before it sleeps, and held back while writes are paused): a `WAIT` for more
-/// replicas than can exist, allowed to block (`K`), and abandoned at once. Only the
-/// server's own request for acknowledgements outlives it. Redis 7.2 and Valkey 7.2 on;
-/// the caller checks.
+/// sent before it sleeps, and held back while writes are paused): a `WAITAOF 0` for more
+/// replicas than can exist (no local fsync asked, so it runs without `appendonly`),
+/// allowed to block (`K`), and abandoned at once. Only the server's own request for
+/// acknowledgements outlives it. `WAITAOF` rather than `WAIT`, so that `INFO
+/// commandstats` tells the clients' `WAIT`s apart. Redis 7.2 and Valkey 7.2 on; the
+/// caller checks.
 pub fn request_acks(ctx: &Context) {
     // SAFETY: ctx is a live module context; the format names two C strings that follow,
     // NUL-terminated and static. The reply, if any, is freed here exactly once.
     unsafe {
         let reply = raw::RedisModule_Call.expect("RedisModule_Call")(
             ctx.get_raw(),
-            c"WAIT".as_ptr(),
-            c"Kcc".as_ptr(),
+            c"WAITAOF".as_ptr(),
+            c"Kccc".as_ptr(),
+            c"0".as_ptr(),
             c"1000000".as_ptr(),
             c"0".as_ptr(),
         );

@@ -3,11 +3,15 @@
 //! what its answer means, and what a locker learned of its masters.
 //!
 //! Every write that makes or keeps a grant (an acquire, `lock_all`, an extend, the
-//! watchdog's extends) goes with `WAIT n timeout` on the same connection, pipelined in
-//! the same round trip (on a blocking cluster connection, right after it on the key's
-//! node). When fewer than `n` replicas acknowledge a grant in time, the grant is released
-//! at once by its token and the acquire answers an error that
-//! [`is_not_replicated`] recognizes.
+//! watchdog's extends) asks the server to hold its reply until `n` replicas have it
+//! (`REPLICAS n REPLTIMEOUT ms`): the server counts the acknowledgements of the grant's
+//! own offset and, when too few come in time, undoes the grant itself and answers
+//! `NOTREPLICATED`. Where the server does not take `REPLICAS` (Redis 7.0, an older
+//! module: it refuses the command and changes nothing), and on a cluster connection,
+//! the write goes with `WAIT n timeout` on the same connection, pipelined in the same
+//! round trip (on a blocking cluster connection, right after it on the key's node); a
+//! grant too few replicas acknowledged is then released at once by its token. Either
+//! way the acquire answers an error that [`is_not_replicated`] recognizes.
 //!
 //! [`Replicas::Auto`] (the default) asks for 1 when the master has a replica online and
 //! for nothing on a master without one. What a locker learned of a master (`ROLE`, or
@@ -45,7 +49,10 @@ pub enum Replicas {
 /// released: nothing is held), or of a master with fewer replicas online than an
 /// explicit [`Replicas::Exactly`] asks for.
 pub fn is_not_replicated(err: &RedisError) -> bool {
-    err.kind() == ErrorKind::Extension && err.to_string().starts_with(NOT_REPLICATED)
+    // The package's own error names the code first; the server's `NOTREPLICATED acked
+    // <a> required <n>` is an extension error with that code.
+    err.kind() == ErrorKind::Extension
+        && (err.code() == Some(NOT_REPLICATED) || err.to_string().starts_with(NOT_REPLICATED))
 }
 
 /// Whether `err` refused an acquire before anything was sent: the master had fewer
@@ -115,18 +122,44 @@ impl Policy {
         }
     }
 
-    /// `WAIT required timeout-ms` for a lock of `ttl` (with `fsync`, `WAITAOF 1 required
-    /// timeout-ms`), or `None` when nothing is waited for: the timeout given, or a tenth
-    /// of the TTL, at most 1 s (with `fsync` a third, at most 2 s: a replica reports its
+    /// The wait's timeout for a lock of `ttl`, in ms: the timeout given, or a tenth of
+    /// the TTL, at most 1 s (with `fsync` a third, at most 2 s: a replica reports its
     /// fsync once a second), never 0 (which `WAIT` reads as no limit).
-    pub(crate) fn wait_cmd(&self, required: usize, ttl: Duration) -> Option<redis::Cmd> {
+    fn timeout_ms(&self, ttl: Duration) -> u64 {
         let default = if self.fsync {
             (ttl / 3).min(2 * MAX_DEFAULT_TIMEOUT)
         } else {
             (ttl / 10).min(MAX_DEFAULT_TIMEOUT)
         };
         let timeout = self.timeout.unwrap_or(default);
-        let timeout = timeout.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+        timeout.as_millis().clamp(1, u128::from(u64::MAX)) as u64
+    }
+
+    /// Whether the server is asked to wait for the replicas itself (`REPLICAS`): some
+    /// are required, and no fsync (the server's wait is for replicas only).
+    pub(crate) fn server_side(&self, required: usize) -> bool {
+        required > 0 && !self.fsync
+    }
+
+    /// `cmd` asking the server to hold its reply until `required` replicas have it.
+    pub(crate) fn with_replicas(
+        &self,
+        cmd: &redis::Cmd,
+        required: usize,
+        ttl: Duration,
+    ) -> redis::Cmd {
+        let mut cmd = cmd.clone();
+        cmd.arg("REPLICAS")
+            .arg(required)
+            .arg("REPLTIMEOUT")
+            .arg(self.timeout_ms(ttl));
+        cmd
+    }
+
+    /// `WAIT required timeout-ms` for a lock of `ttl` (with `fsync`, `WAITAOF 1 required
+    /// timeout-ms`), or `None` when nothing is waited for.
+    pub(crate) fn wait_cmd(&self, required: usize, ttl: Duration) -> Option<redis::Cmd> {
+        let timeout = self.timeout_ms(ttl);
         if self.fsync {
             let mut cmd = redis::cmd("WAITAOF");
             cmd.arg(1).arg(required).arg(timeout);
@@ -177,6 +210,48 @@ impl Policy {
         }
         shortfall(key.as_bytes(), what, required, answer)
     }
+}
+
+/// Whether the server refused `REPLICAS` (it cannot wait: Redis 7.0; or an older module
+/// does not know the option), which changed nothing: the writes go again with `WAIT`.
+pub(crate) fn refuses_replicas(replies: &[RedisResult<Value>]) -> bool {
+    replies.iter().any(|reply| match reply {
+        Err(err) => {
+            let text = err.to_string();
+            text.contains("REPLICAS needs") || text.contains("unknown option 'REPLICAS'")
+        }
+        Ok(_) => false,
+    })
+}
+
+/// `replies` with the server's `NOTREPLICATED acked <a> required <n>` (the grant undone,
+/// an extend kept) told as the package tells a shortfall.
+pub(crate) fn server_shortfalls(
+    key: &[u8],
+    replies: Vec<RedisResult<Value>>,
+) -> Vec<RedisResult<Value>> {
+    replies
+        .into_iter()
+        .map(|reply| match reply {
+            Err(err) if err.code() == Some(NOT_REPLICATED) => {
+                let words: Vec<String> = err
+                    .detail()
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .map(str::to_owned)
+                    .collect();
+                let count = |i: usize| words.get(i).cloned().unwrap_or_else(|| "?".into());
+                Err(not_replicated(format!(
+                    "{}: only {} of {} replicas acknowledged it in time (the server undid the \
+                     grant; an extend keeps the lock)",
+                    String::from_utf8_lossy(key),
+                    count(1),
+                    count(3)
+                )))
+            }
+            other => other,
+        })
+        .collect()
 }
 
 /// The replies of a write that makes or keeps a grant, and of its `WAIT`.
@@ -387,6 +462,8 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
 #[derive(Debug, Default)]
 pub(crate) struct Learned {
     inner: Mutex<Inner>,
+    /// Set once a server refused `REPLICAS`: the locker waits with `WAIT` from then on.
+    no_server_wait: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -397,6 +474,24 @@ struct Inner {
 }
 
 impl Learned {
+    /// Whether to ask the servers to wait for their replicas (none refused yet).
+    pub(crate) fn server_waits(&self) -> bool {
+        !self
+            .no_server_wait
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Keeps whether the server took `REPLICAS` (`replies` to writes that asked it);
+    /// whether it did.
+    pub(crate) fn took_replicas(&self, replies: &[RedisResult<Value>]) -> bool {
+        let refused = refuses_replicas(replies);
+        if refused {
+            self.no_server_wait
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        !refused
+    }
+
     /// The count learned for `place` on the connection of `generation`, if still trusted.
     pub(crate) fn known(&self, place: u16, generation: u64) -> Option<usize> {
         let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());

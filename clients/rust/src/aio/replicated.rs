@@ -10,7 +10,8 @@ use super::conn::{AsyncLink, Conn};
 use redis::Value;
 
 use crate::replicas::{
-    Outcome, Policy, count_cmd, learn_cmds, learned_from, node_cmd, online_from, role_refused, slot,
+    Outcome, Policy, count_cmd, is_not_replicated, learn_cmds, learned_from, node_cmd, online_from,
+    role_refused, server_shortfalls, slot,
 };
 
 /// The generation of a connection of its own (a waiting acquire's, a multi-key lock's):
@@ -73,6 +74,23 @@ pub(crate) async fn replicated_on(
         policy.required(online(conn, generation, con, key).await?, key)?
     };
     let count = cmds.len();
+    if !on_cluster(con) && policy.server_side(required) && conn.learned.server_waits() {
+        let asked: Vec<redis::Cmd> = cmds
+            .iter()
+            .map(|cmd| policy.with_replicas(cmd, required, ttl))
+            .collect();
+        let replies = con.exchange(key, &asked).await?;
+        if conn.learned.took_replicas(&replies) {
+            if replies
+                .iter()
+                .any(|reply| reply.as_ref().is_err_and(is_not_replicated))
+            {
+                conn.learned.forget(place(con, key));
+            }
+            let replies = server_shortfalls(key, replies);
+            return Ok(Outcome::of(replies, count, required, None));
+        }
+    }
     let wait = if policy.off() {
         None
     } else {

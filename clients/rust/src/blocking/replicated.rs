@@ -7,8 +7,8 @@ use redis::{RedisResult, Value};
 
 use super::conn::{Link, Links};
 use crate::replicas::{
-    Learned, Outcome, Policy, count_cmd, learn_cmds, learned_from, node_cmd, online_from,
-    role_refused, slot,
+    Learned, Outcome, Policy, count_cmd, is_not_replicated, learn_cmds, learned_from, node_cmd,
+    online_from, role_refused, server_shortfalls, slot,
 };
 
 /// What `learned` knows of the master at `place`, else learned now with `send`.
@@ -68,6 +68,23 @@ pub(crate) fn replicated(
         policy.required(online(links, con, key)?, key)?
     };
     let count = cmds.len();
+    if !on_cluster(con) && policy.server_side(required) && links.learned.server_waits() {
+        let asked: Vec<redis::Cmd> = cmds
+            .iter()
+            .map(|cmd| policy.with_replicas(cmd, required, ttl))
+            .collect();
+        let replies = con.exchange(key, &asked)?;
+        if links.learned.took_replicas(&replies) {
+            if replies
+                .iter()
+                .any(|reply| reply.as_ref().is_err_and(is_not_replicated))
+            {
+                links.learned.forget(place);
+            }
+            let replies = server_shortfalls(key, replies);
+            return Ok(Outcome::of(replies, count, required, None));
+        }
+    }
     let mut replies = Vec::new();
     if on_cluster(con) && !policy.asks_no_replica() {
         cmds.push(node_cmd());

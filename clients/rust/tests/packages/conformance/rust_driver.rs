@@ -230,6 +230,17 @@ impl<'a> Driver<'a> {
                 let info = self.server(index, &["INFO".into(), "commandstats".into()]);
                 calls(&info, &args[1]).to_string()
             }
+            "waits" | "own-waits" => {
+                let index = args[0].parse().expect("an index");
+                let info = self.server(index, &["INFO".into(), "commandstats".into()]);
+                if words[0] == "waits" {
+                    (calls(&info, "wait") + calls(&info, "waitaof")).to_string()
+                } else if crate::common::server_kind().can_wait_for_replicas() {
+                    calls(&info, "wait").to_string()
+                } else {
+                    "0".to_string()
+                }
+            }
             "eventually" => {
                 let index = args[0].parse().expect("an index");
                 let deadline = Instant::now() + ms(args[args.len() - 1].parse().expect("ms"));
