@@ -233,6 +233,16 @@ class Driver {
 
 class Failed extends Error {}
 
+/** Whether the server of an `INFO server` reply holds a grant's reply for its replicas
+ *  itself (`REPLICAS n`): Redis 7.2+ and every Valkey. */
+function serverWaits(info) {
+  if (/valkey_version:/.test(info)) {
+    return true;
+  }
+  const [major, minor] = /redis_version:(\d+)\.(\d+)/.exec(info).slice(1).map(Number);
+  return major > 7 || (major === 7 && minor >= 2);
+}
+
 /** How many calls of `command` an `INFO commandstats` reply counts. */
 function callsOf(info, command) {
   const line = String(info).split(/\r?\n/).find((l) => l.startsWith(`cmdstat_${command.toLowerCase()}:`));
@@ -265,6 +275,15 @@ async function step(driver, words, state) {
     case 'lost': return driver.lostWithin(args[0], Number(args[2]));
     case 'server': return shown(await driver.server(Number(args[0]), args.slice(1)));
     case 'calls': return String(callsOf(await driver.server(Number(args[0]), ['INFO', 'commandstats']), args[1]));
+    case 'waits':
+    case 'own-waits': {
+      const stats = await driver.server(Number(args[0]), ['INFO', 'commandstats']);
+      if (verb === 'waits') {
+        return String(callsOf(stats, 'wait') + callsOf(stats, 'waitaof'));
+      }
+      const server = String(await driver.server(Number(args[0]), ['INFO', 'server']));
+      return String(serverWaits(server) ? callsOf(stats, 'wait') : 0);
+    }
     case 'eventually': {
       const [index, command, limit] = [Number(args[0]), args.slice(1, -2), Number(args.at(-1))];
       const deadline = performance.now() + limit;

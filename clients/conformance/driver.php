@@ -274,6 +274,14 @@ function step(Driver $driver, array $words, array &$state): ?string
             return null;
         case 'calls':
             return (string) callsOf($driver->server((int) $args[0], ['INFO', 'commandstats']), $args[1]);
+        case 'waits':
+        case 'own-waits':
+            $stats = $driver->server((int) $args[0], ['INFO', 'commandstats']);
+            if ($verb === 'waits') {
+                return (string) (callsOf($stats, 'wait') + callsOf($stats, 'waitaof'));
+            }
+            $server = (string) $driver->server((int) $args[0], ['INFO', 'server']);
+            return (string) (serverWaits($server) ? callsOf($stats, 'wait') : 0);
         case 'server':
             return shown($driver->server((int) $args[0], array_slice($args, 1)));
         case 'eventually':
@@ -316,6 +324,17 @@ function step(Driver $driver, array $words, array &$state): ?string
             return null;
     }
     throw new Exception("unknown step $verb");
+}
+
+/** Whether the server of an `INFO server` reply holds a grant's reply for its replicas
+ *  itself (`REPLICAS n`): Redis 7.2+ and every Valkey. */
+function serverWaits(string $info): bool
+{
+    if (strpos($info, 'valkey_version:') !== false) {
+        return true;
+    }
+    preg_match('/redis_version:([0-9.]+)/', $info, $m);
+    return version_compare($m[1] ?? '0', '7.2.0', '>=');
 }
 
 /** How many calls of `$command` an `INFO commandstats` reply counts. */

@@ -1,9 +1,14 @@
 'use strict';
 // `replicas`: a grant counts once the master's replicas have it (docs/clients.md,
 // "Failover-safe by default"). Every write that makes or keeps a grant (an acquire,
-// `lockAll`, an extend, `using`'s extends) goes with `WAIT n timeout` on the same
-// connection, in the same round trip. When fewer than `n` replicas acknowledge a grant in
-// time, it is released at once by its token and reported as NotReplicatedError.
+// `lockAll`, an extend, `using`'s extends) asks the server to hold its reply until `n`
+// replicas have it (`REPLICAS n REPLTIMEOUT ms`): the server counts the acknowledgements
+// of the grant's own offset and, when too few come in time, undoes the grant itself and
+// answers NOTREPLICATED. A server that does not take `REPLICAS` (Redis 7.0, an older
+// module: it refuses the command, changing nothing) gets the writes again with `WAIT n
+// timeout` on the same connection, in the same round trip, from then on; there a grant
+// too few replicas acknowledged is released at once by its token. Either way the
+// shortfall is reported as NotReplicatedError.
 //
 // `'auto'` (the default) asks for 1 when the master has a replica online and for nothing
 // on a master without one. What a connection learned of its master (`ROLE`, or `WAIT 0 0`
@@ -138,6 +143,28 @@ async function online(connection, key) {
   return count;
 }
 
+// Servers (by address) that refused `REPLICAS`: their writes go with WAIT.
+const noServerWait = new Set();
+
+/** Whether a server's reply refused `REPLICAS` (it cannot wait, or does not know it). */
+function refusesReplicas(reply) {
+  return reply instanceof Error
+    && (/REPLICAS needs/.test(reply.message) || /unknown option 'REPLICAS'/.test(reply.message));
+}
+
+/** The server's `NOTREPLICATED acked <a> required <n>` as NotReplicatedError, else `reply`. */
+function fromServer(key, reply) {
+  const found = reply instanceof Error && /^NOTREPLICATED acked (\d+) required (\d+)/.exec(reply.message);
+  if (!found) {
+    return reply;
+  }
+  const [acked, required] = [Number(found[1]), Number(found[2])];
+  return new NotReplicatedError(
+    `${key}: only ${acked} of ${required} replicas acknowledged it in time (the server undid the grant; an extend keeps the lock)`,
+    acked, required, false,
+  );
+}
+
 function forget(connection, key) {
   const { places, slot } = placeOf(connection, key);
   places.delete(slot);
@@ -149,13 +176,30 @@ function forget(connection, key) {
  * replies, an error reply as its Error).
  */
 async function replicated(connection, key, commands, replicas) {
-  // Made for the node each try goes to: after a MOVED, the WAIT the new node needs.
-  let [required, waits] = [0, []];
+  // Made for the node each try goes to: after a MOVED, the WAIT the new node needs (or
+  // the REPLICAS it holds the reply for).
+  let [required, waits, serverSide] = [0, [], false];
   const replies = await connection.exchange(key, async () => {
     required = replicas.setting === 0 ? 0 : replicas.required(await online(connection, key), key);
+    serverSide = required > 0 && !replicas.fsync && !noServerWait.has(connection.addressOf());
+    if (serverSide) {
+      waits = [];
+      return commands.map((command) => [...command, 'REPLICAS', required, 'REPLTIMEOUT', replicas.timeoutMs]);
+    }
     waits = replicas.off ? [] : replicas.waitCommands(required);
     return [...commands, ...waits];
   });
+  if (serverSide) {
+    if (replies.some(refusesReplicas)) {
+      noServerWait.add(connection.addressOf());
+      return replicated(connection, key, commands, replicas);
+    }
+    const told = replies.map((reply) => fromServer(key, reply));
+    if (told.some((reply) => reply instanceof NotReplicatedError)) {
+      forget(connection, key);
+    }
+    return { replies: told, required, answer: undefined, waited: false, fsync: false, acked: required };
+  }
   const answer = waits.length > 0 ? replies[commands.length] : undefined;
   const outcome = {
     replies: replies.slice(0, commands.length), required, answer, waited: waits.length > 0, fsync: replicas.fsync,

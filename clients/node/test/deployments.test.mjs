@@ -181,12 +181,14 @@ async function moveSlot(slot, from, to, all) {
   }
 }
 
-/** The WAIT commands the server on `p` has run. */
+/** The waits for replicas the server on `p` has run: the package's WAITs, or the replies
+ *  it held for its replicas (REPLICAS n), each asking them with a WAITAOF of its own. */
 async function waitCalls(p) {
   const c = new IORedis({ port: p });
   try {
     const stats = String(await c.info('commandstats'));
-    return Number((stats.match(/cmdstat_wait:calls=(\d+)/) || [0, 0])[1]);
+    const count = (name) => Number((stats.match(new RegExp(`cmdstat_${name}:calls=(\\d+)`)) || [0, 0])[1]);
+    return count('wait') + count('waitaof');
   } finally {
     c.disconnect();
   }

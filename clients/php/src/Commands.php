@@ -6,6 +6,7 @@ namespace RedisLock;
 
 use Redis;
 use RedisCluster;
+use RedisException;
 
 /**
  * The module's commands through phpredis `rawCommand` (on a `Redis` or a
@@ -17,6 +18,9 @@ final class Commands
 {
     /** @var Redis|RedisCluster */
     private $redis;
+
+    /** @var array<string, bool> servers (by address) that refused `REPLICAS`: their grants wait with WAIT */
+    private static $noServerWait = [];
 
     /** @param Redis|RedisCluster $redis */
     public function __construct($redis)
@@ -186,6 +190,31 @@ final class Commands
     {
         $place = $this->redis instanceof RedisCluster ? $key : '';
         $required = $replicas->asksNoReplica() ? 0 : $replicas->required($this->online($place, $key, $replicas), $key);
+        $server = $this->redis instanceof RedisCluster ? 'cluster' : $this->redis->getHost() . ':' . $this->redis->getPort();
+        if ($required > 0 && !$replicas->fsync() && !isset(self::$noServerWait[$server])) {
+            try {
+                $replies = $this->exchange($connection, $key, $replicas->withReplicas($commands, $required, $ttlMs));
+            } catch (RedisException $e) {
+                // phpredis throws an error reply of a code it does not know (NOTREPLICATED)
+                // instead of handing it back: each command here is sent on its own.
+                if (count($commands) !== 1 || strpos($e->getMessage(), 'NOTREPLICATED') === false) {
+                    throw $e;
+                }
+                $replies = [new LockException($commands[0][0] . ': ' . $e->getMessage())];
+            }
+            if (!self::refusesReplicas($replies)) {
+                $told = array_map(function ($reply) use ($key) {
+                    return self::fromServer($key, $reply);
+                }, $replies);
+                foreach ($told as $reply) {
+                    if ($reply instanceof NotReplicatedException) {
+                        $replicas->forget($place);
+                    }
+                }
+                return [$told, $required, null];
+            }
+            self::$noServerWait[$server] = true;
+        }
         $waits = $replicas->off() ? [] : $replicas->waitCommands($required, $ttlMs);
         $replies = $this->exchange($connection, $key, array_merge($commands, $waits));
         $short = $waits === [] ? null : $replicas->shortfall($required, $replies[count($commands)] ?? null);
@@ -193,6 +222,44 @@ final class Commands
             $replicas->forget($place);
         }
         return [array_slice($replies, 0, count($commands)), $required, $short];
+    }
+
+    /**
+     * Whether a server refused `REPLICAS` (it cannot wait: Redis 7.0; or an older module
+     * does not know it), which changed nothing: the writes go again with WAIT.
+     *
+     * @param list<mixed> $replies
+     */
+    private static function refusesReplicas(array $replies): bool
+    {
+        foreach ($replies as $reply) {
+            if ($reply instanceof LockException && preg_match("/REPLICAS needs|unknown option 'REPLICAS'/", $reply->getMessage())) {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    /**
+     * The server's `NOTREPLICATED acked <a> required <n>` (it undid the grant; an extend
+     * keeps the lock) as NotReplicatedException, else `$reply`.
+     *
+     * @param mixed $reply
+     * @return mixed
+     */
+    private static function fromServer(string $key, $reply)
+    {
+        if (!$reply instanceof LockException
+            || !preg_match('/NOTREPLICATED acked (\d+) required (\d+)/', $reply->getMessage(), $found)) {
+            return $reply;
+        }
+        [$acked, $required] = [(int) $found[1], (int) $found[2]];
+        return new NotReplicatedException(
+            "$key: only $acked of $required replicas acknowledged it in time (the server undid the grant; an extend keeps the lock)",
+            $acked,
+            $required,
+            false
+        );
     }
 
     /** The replicas `$key`'s master has online, learned now (`ROLE`) if not known. */

@@ -118,6 +118,21 @@ final class Replicas
     }
 
     /**
+     * `$commands` asking the server to hold each reply until `$required` replicas have
+     * it (`REPLICAS n REPLTIMEOUT ms`), for a `$ttlMs` lock.
+     *
+     * @param list<list<string>> $commands
+     * @return list<list<string>>
+     */
+    public function withReplicas(array $commands, int $required, int $ttlMs): array
+    {
+        $timeout = $this->timeoutMs ?? max(1, min(intdiv($ttlMs, 10), $this->capMs));
+        return array_map(function (array $command) use ($required, $timeout) {
+            return array_merge($command, ['REPLICAS', (string) $required, 'REPLTIMEOUT', (string) $timeout]);
+        }, $commands);
+    }
+
+    /**
      * The shortfall of a wait's `$answer`, or null when it counts what was asked:
      * [acknowledged, refused (WAITAOF failed: trying again will not mend it), why].
      *
