@@ -37,7 +37,8 @@ class Run:
         self.o, self.dir = opts, work
         self.store_path = os.path.join(work, "store.db")
         self.rng = random.Random(opts.seed)
-        self.topology = Topology(opts.server, opts.module, work, random.Random(), opts.min_replicas)
+        self.topology = Topology(opts.server, opts.module, work, random.Random(), opts.min_replicas,
+                                 opts.server_replicas)
         self.partitions = net.Partitions(port=self.topology.port)
         self.workers = Workers(opts, work, self.topology.port, self.store_path, self.rng)
         self.phases = []

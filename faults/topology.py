@@ -35,10 +35,11 @@ def free_port(addresses, rng):
 
 
 class Topology:
-    def __init__(self, binary, module, work_dir, rng, min_replicas=0):
+    def __init__(self, binary, module, work_dir, rng, min_replicas=0, server_replicas=""):
         self.binary, self.module, self.dir = binary, module, work_dir
         self.port = free_port(NODES + SENTINELS, rng)
         self.min_replicas = min_replicas
+        self.server_replicas = server_replicas
         self.procs = {}                                # address -> Popen
         self.clocks = {a: Clock(binary, os.path.join(work_dir, f"clock-{a}"), work_dir) for a in NODES}
 
@@ -74,6 +75,8 @@ class Topology:
             f"min-replicas-to-write {self.min_replicas}", "min-replicas-max-lag 2",
             "repl-diskless-sync-delay 0",
         ]
+        if self.server_replicas:
+            lines.append(f"lock.replicas {self.server_replicas}")
         if replica:
             lines.append(f"replicaof {NODES[0]} {self.port}")
         with open(self._conf_path(address), "w") as f:

@@ -5,8 +5,10 @@
 # drawn at random with the seed, each of one nemesis or two at once, the module's workers
 # on the packages' defaults (Python, Node, Rust and PHP workers); then the partition and the crash again with the
 # package's replicas off (the comparison: it overlaps), with min-replicas-to-write 1, and
-# with the recipe waiting WAIT 1 after every grant. Reports: target/faults/<name>-seed-<n>.md,
-# <name>-replicas-0.md, <name>-min-replicas-1.md and <name>-wait-replicas-1.md.
+# with the recipe waiting WAIT 1 after every grant; then, on Redis 8.2.3 and Valkey 9.1.2,
+# every seed again with the server's own wait (lock.replicas auto) for workers that send
+# plain commands. Reports: target/faults/<name>-seed-<n>.md, <name>-replicas-0.md,
+# <name>-min-replicas-1.md, <name>-wait-replicas-1.md and <name>-server-wait-seed-<n>.md.
 # Installs what it needs (iptables, libfaketime, a C compiler for the clock shim), as
 # root. Exits non-zero if a checker found a violation of what the module promises or a
 # run failed; whatever happens, no process, packet filter rule or faked clock of a run
@@ -67,6 +69,24 @@ for entry in $FAULT_SERVERS; do
   "$python" -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
     --wait-replicas 1 --label "$name-wait-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-wait-replicas-1.md"
+done
+# The server's own wait (REPLICAS, lock.replicas auto) for clients that send plain
+# commands: the Python workers with the package's replicas off, alone, on the servers that
+# can wait (FAULT_SERVER_WAIT_SERVERS="name=path ...", default Redis 8.2.3 and Valkey 9.1.2).
+if [ -z "${FAULT_SERVER_WAIT_SERVERS:-}" ]; then
+  listing=${listing:-$(scripts/fetch-servers.sh)} || exit 1
+  FAULT_SERVER_WAIT_SERVERS="redis-8.2.3=$(awk '$1 == "redis-8.2.3" {print $2}' <<<"$listing") \
+valkey-9.1.2=$(awk '$1 == "valkey-9.1.2" {print $2}' <<<"$listing")"
+fi
+for entry in $FAULT_SERVER_WAIT_SERVERS; do
+  name=${entry%%=*} server=${entry#*=}
+  for seed in $seeds; do
+    echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed), plain commands, lock.replicas auto"
+    "$python" -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
+      --replicas 0 --server-replicas auto --node-workers 0 --rust-workers 0 --php-workers 0 \
+      --label "$name-server-wait-seed-$seed" >/dev/null || status=1
+    echo "     target/faults/$name-server-wait-seed-$seed.md"
+  done
 done
 echo "==== took $((SECONDS - started)) s; exit status $status"
 exit $status

@@ -9,6 +9,13 @@
 //! acquire (the `ROLE` that learns the replicas once per connection included). In the
 //! report's columns, "module" is `auto` and the other side is the same package with
 //! `replicas` off.
+//!
+//! Then, with one replica, the server's own wait against the client's: a raw client
+//! acquires free locks one at a time with `LOCK.ACQUIRE key ttl REPLICAS 1` (the server
+//! holds the reply until the replica acknowledged the grant) and, on the other side, with
+//! `LOCK.ACQUIRE key ttl` and `WAIT 1 1000` pipelined on the same connection (the
+//! recipe the packages use on Redis 7.0); both straight to the master, one round trip
+//! each. On a server that cannot wait (Redis 7.0) this part is skipped.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -145,6 +152,63 @@ fn timed(proxy: &Proxy, replicas: Replicas, tag: &str, n: usize) -> io::Result<(
     ))
 }
 
+/// Latency p50 and p99 (µs) of `n` raw acquires on `port`: with `REPLICAS 1`
+/// (`server_side`) or pipelined with `WAIT 1 1000`.
+fn raw_timed(port: u16, server_side: bool, tag: &str, n: usize) -> io::Result<(f64, f64)> {
+    let mut con = redis_lock_client_client(port)?
+        .get_connection()
+        .map_err(io::Error::other)?;
+    let mut nanos = Vec::with_capacity(n);
+    for i in 0..n {
+        let key = format!("raw:{tag}:{i}");
+        let mut acquire = redis::cmd("LOCK.ACQUIRE");
+        acquire.arg(&key).arg(600_000);
+        let start = Instant::now();
+        let granted: Option<(Vec<u8>, i64)> = if server_side {
+            acquire.arg("REPLICAS").arg(1).arg("REPLTIMEOUT").arg(1000);
+            acquire.query(&mut con).map_err(io::Error::other)?
+        } else {
+            let (granted, acked): (Option<(Vec<u8>, i64)>, i64) = redis::pipe()
+                .add_command(acquire)
+                .cmd("WAIT")
+                .arg(1)
+                .arg(1000)
+                .query(&mut con)
+                .map_err(io::Error::other)?;
+            if acked < 1 {
+                return Err(io::Error::other(format!("{key}: WAIT answered {acked}")));
+            }
+            granted
+        };
+        nanos.push(start.elapsed().as_nanos() as u64);
+        let (token, _) = granted.ok_or_else(|| io::Error::other(format!("{key}: not granted")))?;
+        let _: i64 = redis::cmd("LOCK.RELEASE")
+            .arg(&key)
+            .arg(token)
+            .query(&mut con)
+            .map_err(io::Error::other)?;
+    }
+    nanos.sort_unstable();
+    Ok((
+        percentile(&nanos, 50.0) / 1e3,
+        percentile(&nanos, 99.0) / 1e3,
+    ))
+}
+
+/// Whether the server takes `REPLICAS` (Redis 7.2+, Valkey).
+fn server_waits(port: u16) -> io::Result<bool> {
+    let mut con = redis_lock_client_client(port)?
+        .get_connection()
+        .map_err(io::Error::other)?;
+    let reply: redis::RedisResult<Option<(Vec<u8>, i64)>> = redis::cmd("LOCK.ACQUIRE")
+        .arg("raw:probe")
+        .arg(1)
+        .arg("REPLICAS")
+        .arg(1)
+        .query(&mut con);
+    Ok(reply.is_ok())
+}
+
 fn redis_lock_client_client(port: u16) -> io::Result<redis::Client> {
     redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(io::Error::other)
 }
@@ -182,6 +246,27 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
             }
         }
         metrics.extend([p50, p99, trips]);
+        if replicas == 1 && server_waits(master.port)? {
+            let metric = |what: &str| {
+                Metric::new(
+                    "14. replicas (raw client)",
+                    &format!("{what}, 1 replica, {n} acquires, REPLICAS 1 (the server waits)"),
+                    "us",
+                    "pipelined WAIT 1",
+                    Better::Lower,
+                )
+            };
+            let (mut p50, mut p99) = (metric("acquire latency p50"), metric("acquire latency p99"));
+            for round in 0..cfg.rounds {
+                for side in Side::alternating(round) {
+                    let tag = format!("{}:{round}", side.tag());
+                    let (lo, hi) = raw_timed(master.port, side == Side::Module, &tag, n)?;
+                    p50.push(side, lo, None);
+                    p99.push(side, hi, None);
+                }
+            }
+            metrics.extend([p50, p99]);
+        }
     }
     Ok(metrics)
 }
