@@ -57,8 +57,18 @@ fn on_count(ctx: &Context, _: ()) {
     COUNT_SOON.with(|c| c.set(false));
     let replication = ffi::replication(ctx);
     if replication.master {
-        count(&replication, &mut false);
+        let mut fresh = false;
+        count(&replication, &mut fresh);
+        if fresh {
+            request_acks(ctx);
+        }
     }
+}
+
+/// Asks the replicas to acknowledge now, for replies newly held.
+fn request_acks(ctx: &Context) {
+    ffi::request_acks(ctx);
+    lock_core::stats::REPLICA_ACK_REQUESTS.bump();
 }
 
 /// Counts the replicas that reached each held reply's target (read now for a reply
@@ -102,8 +112,7 @@ fn before_sleep(ctx: &Context) {
     let mut fresh = false;
     count(&replication, &mut fresh);
     if fresh {
-        ffi::request_acks(ctx);
-        lock_core::stats::REPLICA_ACK_REQUESTS.bump();
+        request_acks(ctx);
     }
     arm_deadline(ctx);
 }

@@ -341,6 +341,8 @@ fn the_setting_waits_for_commands_that_name_no_replicas() {
     acquire(&mut m, "k", 1000, &["REPLICAS", "0"]).expect("granted");
 
     let replica = start_replica(&master, &[]);
+    // Online on the master's side too (auto counts the replicas the master lists online).
+    sync_replicas(&mut m, 1);
     config_set(&mut m, "lock.replicas", "auto");
     let (_, fence) = acquire(&mut m, "with", 10_000, &[]).expect("granted");
     assert_eq!(

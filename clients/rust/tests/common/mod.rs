@@ -77,17 +77,17 @@ pub fn assert_cadence(extends: u64, window: std::time::Duration, every: std::tim
 /// server (`calls` of them, `extends` successful, were counted at the release), and the
 /// next holder's short TTL on `key` runs out as set.
 pub fn assert_watchdog_stopped(con: &mut redis::Connection, calls: u64, extends: u64, key: &str) {
+    poll_until(
+        std::time::Duration::from_secs(5),
+        "the next holder's lock expires",
+        || !exists(con, key),
+    );
     assert_eq!(
         command_calls(con, "lock.extend"),
         calls,
         "the watchdog sent extends after the release"
     );
     assert_eq!(lock_stat(con, "lock_extends"), extends);
-    poll_until(
-        std::time::Duration::from_secs(5),
-        "the next holder's lock expires",
-        || !exists(con, key),
-    );
 }
 
 /// One integer field of `LOCK.INFO key` (`None` if the key or the field is missing).
