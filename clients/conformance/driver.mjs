@@ -254,7 +254,9 @@ async function attachReplica(driver) {
   if (driver.clients.length < 4) return;
   await driver.server(3, ['REPLICAOF', '127.0.0.1', String(driver.ports[0])]);
   const deadline = performance.now() + 15_000;
-  while (Number(await driver.server(0, ['WAIT', '1', '100'])) !== 1) {
+  // A write made now, acknowledged: the replica streams from master 0.
+  while ((await driver.server(0, ['SET', 'conformance:synced', '1'])) === undefined
+    || Number(await driver.server(0, ['WAIT', '1', '100'])) !== 1) {
     if (performance.now() > deadline) throw new Error('the replica of master 0 did not catch up');
   }
 }

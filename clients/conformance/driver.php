@@ -352,7 +352,9 @@ function attachReplica(Driver $driver, array $ports): void
     }
     $driver->server(3, ['REPLICAOF', '127.0.0.1', (string) $ports[0]]);
     $deadline = microtime(true) + 15;
-    while ($driver->server(0, ['WAIT', '1', '100']) !== 1) {
+    // A write made now, acknowledged: the replica streams from master 0.
+    while ($driver->server(0, ['SET', 'conformance:synced', '1']) === null
+        || $driver->server(0, ['WAIT', '1', '100']) !== 1) {
         if (microtime(true) > $deadline) {
             throw new RuntimeException('the replica of master 0 did not catch up');
         }

@@ -95,6 +95,9 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         }
         ServerEvent::LoadingStarted => stats::set_serving(false),
         ServerEvent::NowMaster | ServerEvent::LoadingEnded => {
+            if event == ServerEvent::NowMaster {
+                waiting::held::promoted();
+            }
             stats::set_serving(!ffi::is_replica(ctx) && !ffi::is_loading());
             session::serving(ctx);
             waiting::serving(ctx);

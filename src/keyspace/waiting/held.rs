@@ -58,6 +58,8 @@ thread_local! {
     static UNDOS: RefCell<Vec<Undo>> = const { RefCell::new(Vec::new()) };
     /// `lock.replicas`.
     static SETTING: Cell<Setting> = const { Cell::new(Setting::Off) };
+    /// When `auto` last found an online replica (ms, the server's clock), if ever.
+    static LAST_ONLINE: Cell<Option<i64>> = const { Cell::new(None) };
     /// The oldest server of this one's family that can hold a reply for replicas, when
     /// this one cannot (set at load).
     static NEEDS: Cell<Option<&'static str>> = const { Cell::new(None) };
@@ -104,6 +106,31 @@ pub fn check(asked: Asked, can_hold: bool) -> Result<(), Error> {
     Ok(())
 }
 
+/// How long `auto` counts a master that lost its online replicas as still having one:
+/// a master deposed by a partition drops its replica links when the partition heals,
+/// and Sentinel demotes it only after it claimed the master role for 8 s; its grants in
+/// between must not be answered unwaited (the packages keep the same rule).
+const AUTO_HOLD_MS: i64 = 15_000;
+
+/// The replicas `auto` counts with `online` listed now: `online`, or 1 within
+/// `AUTO_HOLD_MS` of the last time it found one (a promotion starts afresh).
+fn auto_online(online: usize) -> usize {
+    let now = ffi::now_ms();
+    if online > 0 {
+        LAST_ONLINE.with(|l| l.set(Some(now)));
+        return online;
+    }
+    match LAST_ONLINE.with(Cell::get) {
+        Some(at) if now.saturating_sub(at) < AUTO_HOLD_MS => 1,
+        _ => 0,
+    }
+}
+
+/// A promotion: what `auto` saw as a replica is forgotten.
+pub fn promoted() {
+    LAST_ONLINE.with(|l| l.set(None));
+}
+
 /// The replica wait of a grant of `ttl_ms` whose command asked `asked`, on this server
 /// now: `None` to answer at once. Reads the replicas only under `auto`.
 pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
@@ -116,7 +143,7 @@ pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
         if !replication.master {
             return None;
         }
-        replication.acked.len()
+        auto_online(replication.acked.len())
     } else {
         0
     };
