@@ -146,6 +146,14 @@ pub fn repl_timeout(arg: &[u8]) -> Result<i64, Error> {
     millis(arg, 1, Error::InvalidReplTimeout)
 }
 
+/// The value of the option named at `options[i]`: the argument after it.
+fn value_of<'a>(options: &[&'a [u8]], i: usize) -> Result<&'a [u8], Error> {
+    options
+        .get(i + 1)
+        .copied()
+        .ok_or_else(|| Error::MissingValue(options[i].to_vec()))
+}
+
 /// Reads the replica options at `options[i]` (`REPLICAS n`, `REPLTIMEOUT ms`) into
 /// `asked`: whether it was one of them (its value is then `options[i + 1]`).
 fn replica_option(options: &[&[u8]], i: usize, asked: &mut Asked) -> Result<bool, Error> {
@@ -162,10 +170,7 @@ fn replica_option(options: &[&[u8]], i: usize, asked: &mut Asked) -> Result<bool
     if given {
         return Err(Error::RepeatedOption(name.to_vec()));
     }
-    let value = options
-        .get(i + 1)
-        .copied()
-        .ok_or_else(|| Error::MissingValue(name.to_vec()))?;
+    let value = value_of(options, i)?;
     if timeout {
         asked.timeout_ms = Some(repl_timeout(value)?);
     } else {
@@ -275,10 +280,7 @@ fn parse_acquire<'a>(
         if given {
             return Err(Error::RepeatedOption(name.to_vec()));
         }
-        let value = options
-            .get(i + 1)
-            .copied()
-            .ok_or_else(|| Error::MissingValue(name.to_vec()))?;
+        let value = value_of(options, i)?;
         match option {
             TOKEN => {
                 parsed.token = Some(token(value)?);

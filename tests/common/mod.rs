@@ -24,6 +24,17 @@ pub const AOF_ALWAYS: [&str; 6] = [
     "no",
 ];
 
+/// Sends signal `name` (`STOP`, `CONT`) to `server`'s process.
+pub fn signal(server: &TestServer, name: &str) {
+    let pid = server.pid().expect("a running server").to_string();
+    let status = std::process::Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid)
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill -{name}");
+}
+
 /// `LOCK.ACQUIRE key ttl [extra...]`: `Some((token, fence))`, or `None` for nil.
 pub fn acquire(
     con: &mut redis::Connection,

@@ -10,11 +10,10 @@
 //! than its backlog keeps and its output-buffer limit allows, so that the master drops
 //! the replica and the replica, let go again, must take a full sync.
 
-use std::process::Command;
 use std::time::Duration;
 
 use crate::common::{
-    Snapshot, TestServer, config_set, dbsize, info_int, poll_until, server_info, snapshot,
+    Snapshot, TestServer, config_set, dbsize, info_int, poll_until, server_info, signal, snapshot,
     start_replica, sync_replicas,
 };
 
@@ -26,16 +25,6 @@ const FILLER: usize = 1000;
 
 /// The locks on the master, all of which the replica holds before the resync.
 const KEPT: [&str; 4] = ["kept", "readers", "permits", "bound"];
-
-fn signal(server: &TestServer, name: &str) {
-    let pid = server.pid().expect("a running server").to_string();
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid)
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -{name}");
-}
 
 /// A master with locks of every kind (and a connection holding a session-bound one, kept
 /// open by the caller), and its swapdb replica, in sync.

@@ -5,7 +5,6 @@
 //! <n>`. A held reply ends on a role change, a flush, a pause's end, a disconnect and
 //! shutdown, never after its timeout. On Redis 7.0 `REPLICAS n` (n > 0) is refused.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -29,16 +28,6 @@ impl Drop for Stopped<'_> {
     }
 }
 
-fn signal(server: &TestServer, name: &str) {
-    let pid = server.pid().expect("a running server").to_string();
-    let status = Command::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid)
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill -{name}");
-}
-
 /// A master and its replica, in sync.
 fn pair() -> (TestServer, TestServer) {
     let master = TestServer::start();
@@ -56,6 +45,16 @@ fn refused_here(con: &mut redis::Connection, command: &[&str], key: &str) -> boo
     assert_eq!(error_of_command(con, command), NEEDS);
     assert_eq!(info(con, key), None, "nothing granted");
     true
+}
+
+/// Sends `command` (a grant of `k` whose reply the server holds) on a connection of its
+/// own, and returns once `k` is granted on the master (`m` its connection).
+fn send_held(master: &TestServer, m: &mut redis::Connection, command: &[&str]) -> Waiter {
+    let held = Waiter::send_command(master, command);
+    poll_until(Duration::from_secs(10), "the grant", || {
+        info(m, "k").is_some()
+    });
+    held
 }
 
 /// The reply's error text.
@@ -220,10 +219,7 @@ fn a_shortfall_hands_the_lock_to_the_next_waiter() {
         return;
     }
     let stopped = Stopped::new(&replica);
-    let mut first = Waiter::send_command(&master, &command);
-    poll_until(Duration::from_secs(10), "the grant", || {
-        info(&mut m, "k").is_some()
-    });
+    let mut first = send_held(&master, &mut m, &command);
     let mut next = Waiter::start(&master, "k", 60_000, &["WAIT", "10000"]);
     let text = error_text(first.reply());
     assert!(not_replicated(&text, 0, 1), "{text}");
@@ -294,10 +290,7 @@ fn a_client_that_leaves_while_its_reply_is_held_has_its_grant_undone() {
         return;
     }
     let _stopped = Stopped::new(&replica);
-    let held = Waiter::send_command(&master, &command);
-    poll_until(Duration::from_secs(10), "the grant", || {
-        info(&mut m, "k").is_some()
-    });
+    let held = send_held(&master, &mut m, &command);
     assert!(held.is_blocked());
     drop(held);
     poll_until(Duration::from_secs(10), "the grant undone", || {
@@ -455,10 +448,7 @@ fn a_held_reply_ends_when_the_master_becomes_a_replica() {
     }
     let other = TestServer::start();
     let stopped = Stopped::new(&replica);
-    let mut held = Waiter::send_command(&master, &command);
-    poll_until(Duration::from_secs(10), "the grant", || {
-        info(&mut m, "k").is_some()
-    });
+    let mut held = send_held(&master, &mut m, &command);
     let _: () = redis::cmd("REPLICAOF")
         .arg("127.0.0.1")
         .arg(other.port)
@@ -490,10 +480,7 @@ fn a_held_reply_ends_when_its_keys_are_flushed() {
         return;
     }
     let _stopped = Stopped::new(&replica);
-    let mut held = Waiter::send_command(&master, &command);
-    poll_until(Duration::from_secs(10), "the grant", || {
-        info(&mut m, "k").is_some()
-    });
+    let mut held = send_held(&master, &mut m, &command);
     let _: () = redis::cmd("FLUSHALL").query(&mut m).expect("FLUSHALL");
     let text = error_text(held.reply_within(Duration::from_secs(10)));
     assert!(not_replicated(&text, 0, 1), "{text}");
@@ -517,10 +504,7 @@ fn under_client_pause_a_shortfall_is_answered_in_time_and_undone_when_writes_res
         return;
     }
     let _stopped = Stopped::new(&replica);
-    let mut held = Waiter::send_command(&master, &command);
-    poll_until(Duration::from_secs(10), "the grant", || {
-        info(&mut m, "k").is_some()
-    });
+    let mut held = send_held(&master, &mut m, &command);
     let _: () = redis::cmd("CLIENT")
         .arg("PAUSE")
         .arg(600_000)
@@ -559,10 +543,7 @@ fn a_held_reply_does_not_keep_the_server_from_shutting_down() {
         return;
     }
     let _stopped = Stopped::new(&replica);
-    let mut held = Waiter::send_command(&master, &command);
-    poll_until(Duration::from_secs(10), "the grant", || {
-        info(&mut m, "k").is_some()
-    });
+    let mut held = send_held(&master, &mut m, &command);
     let _ = redis::cmd("SHUTDOWN")
         .arg("NOSAVE")
         .arg("NOW")
