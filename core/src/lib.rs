@@ -34,6 +34,7 @@ mod properties;
 #[cfg(test)]
 mod purity;
 pub mod queue;
+pub mod replica_acks;
 pub mod replicas;
 pub mod room;
 pub mod rules;

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use redis_module::{Context, raw};
 
-use lock_core::replicas;
+use lock_core::{replica_acks, replicas};
 
 /// The replication state of the server, from `INFO replication`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -133,8 +133,9 @@ extern "C" fn on_event_loop(
     })
 }
 
-/// Who is told that a replica's acknowledgement arrived (set once).
-static ON_ACK: OnceLock<fn()> = OnceLock::new();
+/// Who is told that a replica's acknowledgement arrived (set once): with the
+/// connection it came on (where the server can say) and the offset it acknowledged.
+static ON_ACK: OnceLock<fn(Option<u64>, i64)> = OnceLock::new();
 
 thread_local! {
     /// The command filter that spots acknowledgements, while registered.
@@ -144,10 +145,26 @@ thread_local! {
 
 /// Makes `handler` the one told of each replica acknowledgement (`REPLCONF ACK`) while
 /// `watch_acks` is on (once, at load). It runs before the server applies the
-/// acknowledgement: it may only arrange for a look right after (a timer), which the
-/// server runs before it sends this turn's replies.
-pub fn on_ack(handler: fn()) {
+/// acknowledgement: it may only note it and arrange for a look right after (a timer),
+/// which the server runs before it sends this turn's replies.
+pub fn on_ack(handler: fn(Option<u64>, i64)) {
     let _ = ON_ACK.set(handler);
+}
+
+/// Whether client `id` is a replica's connection (`CLIENT LIST ID <id>` shows the flag
+/// `S`); false for a client that is gone.
+pub fn is_replica_client(ctx: &Context, id: u64) -> bool {
+    let id = id.to_string();
+    match ctx
+        .call("CLIENT", &["LIST", "ID", id.as_str()])
+        .map(String::try_from)
+    {
+        Ok(Ok(line)) => line
+            .split_whitespace()
+            .find_map(|field| field.strip_prefix("flags="))
+            .is_some_and(|flags| flags.contains('S')),
+        _ => false,
+    }
 }
 
 /// Spots replica acknowledgements (`on`), or no more: a command filter, registered only
@@ -198,14 +215,26 @@ unsafe fn filter_arg<'a>(fctx: *mut raw::RedisModuleCommandFilterCtx, i: c_int) 
 
 extern "C" fn on_command(fctx: *mut raw::RedisModuleCommandFilterCtx) {
     crate::ffi::guard::callback((), || {
-        // SAFETY: fctx is the live filter context of this call; arguments are only read.
-        let is_ack = unsafe {
-            raw::RedisModule_CommandFilterArgsCount.expect("CommandFilterArgsCount")(fctx) >= 2
-                && filter_arg(fctx, 0).eq_ignore_ascii_case(b"REPLCONF")
-                && filter_arg(fctx, 1).eq_ignore_ascii_case(b"ACK")
+        // SAFETY: fctx is the live filter context of this call; arguments are only read,
+        // the first three at most, and only while the call lasts.
+        let (offset, client) = unsafe {
+            if raw::RedisModule_CommandFilterArgsCount.expect("CommandFilterArgsCount")(fctx) < 3 {
+                return;
+            }
+            let args = [
+                filter_arg(fctx, 0),
+                filter_arg(fctx, 1),
+                filter_arg(fctx, 2),
+            ];
+            let Some(offset) = replica_acks::ack_offset(&args) else {
+                return;
+            };
+            // Redis 7.2 and Valkey 7.2 on, where the module waits for replicas at all.
+            let client = raw::RedisModule_CommandFilterGetClientId.map(|id| id(fctx));
+            (offset, client)
         };
-        if is_ack && let Some(handler) = ON_ACK.get() {
-            handler();
+        if let Some(handler) = ON_ACK.get() {
+            handler(client, offset);
         }
     })
 }

@@ -15,7 +15,7 @@
 //! made: a shortfall is answered at its timeout and undone as soon as writes resume. A
 //! demotion, a flush or a database swap ends the held replies at once.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 
 use redis_module::Context;
 
@@ -23,6 +23,7 @@ use crate::ffi;
 use crate::keyspace::release;
 use crate::keyspace::waiting::held::{self, Undo};
 use crate::keyspace::watching;
+use lock_core::replica_acks::ReplicaAcks;
 use lock_core::replicas;
 
 /// How soon a shortfall is undone again while writes are paused.
@@ -36,6 +37,11 @@ thread_local! {
     static RETRY: Cell<bool> = const { Cell::new(false) };
     /// Whether a timer is armed to count the acknowledgements.
     static COUNT_SOON: Cell<bool> = const { Cell::new(false) };
+    /// The acknowledgements heard since the last count: `(connection, offset)`, the
+    /// connection unknown where the server cannot say.
+    static HEARD: RefCell<Vec<(Option<u64>, i64)>> = const { RefCell::new(Vec::new()) };
+    /// The offset each replica connection acknowledged.
+    static ACKS: RefCell<ReplicaAcks> = RefCell::new(ReplicaAcks::default());
 }
 
 /// Makes `before_sleep` what the event loop calls, and `ack_arrived` what each replica
@@ -45,16 +51,45 @@ pub fn init() {
     ffi::replication::on_ack(ack_arrived);
 }
 
-/// A replica's acknowledgement is about to be applied: the held replies are counted
-/// right after (a timer of no delay runs before the server sends this turn's replies).
-fn ack_arrived() {
-    if held::any() && !COUNT_SOON.with(|c| c.replace(true)) {
+/// A replica's acknowledgement is about to be applied: noted, and the held replies are
+/// counted right after (a timer of no delay runs before the server sends this turn's
+/// replies).
+fn ack_arrived(client: Option<u64>, offset: i64) {
+    if !held::any() {
+        return;
+    }
+    HEARD.with(|h| h.borrow_mut().push((client, offset)));
+    if !COUNT_SOON.with(|c| c.replace(true)) {
         ffi::start_timer_with(&ffi::detached(), 0, on_count, ());
     }
 }
 
+/// Counts the held replies against the acknowledgements just heard: from their offsets
+/// alone when each came on a known replica connection and every held reply has its
+/// target (the common case: no `INFO` to build), else from `INFO replication`.
 fn on_count(ctx: &Context, _: ()) {
     COUNT_SOON.with(|c| c.set(false));
+    let heard = HEARD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+    if ffi::is_replica(ctx) {
+        return; // before the server sleeps, every held reply ends
+    }
+    let mut all_known = true;
+    for (client, offset) in heard {
+        let Some(client) = client else {
+            all_known = false;
+            continue;
+        };
+        if ACKS.with(|a| a.borrow().unknown(client)) {
+            let replica = ffi::replication::is_replica_client(ctx, client);
+            ACKS.with(|a| a.borrow_mut().checked(client, replica));
+        }
+        ACKS.with(|a| a.borrow_mut().acknowledged(client, offset));
+    }
+    let targeted = held::with_held(|all| all.values().all(|held| held.target.is_some()));
+    if all_known && targeted {
+        count_heard();
+        return;
+    }
     let replication = ffi::replication(ctx);
     if replication.master {
         let mut fresh = false;
@@ -62,6 +97,28 @@ fn on_count(ctx: &Context, _: ()) {
         if fresh {
             request_acks(ctx);
         }
+    }
+}
+
+/// Answers the held replies that enough replica connections acknowledged.
+fn count_heard() {
+    let reached = ACKS.with(|acks| {
+        let acks = acks.borrow();
+        held::with_held(|all| {
+            let mut reached = Vec::new();
+            for (&handle, held) in all.iter_mut() {
+                if let Some(target) = held.target {
+                    held.acked = held.acked.max(acks.reaching(target));
+                    if held.acked >= held.wait.replicas {
+                        reached.push(handle);
+                    }
+                }
+            }
+            reached
+        })
+    });
+    for handle in reached {
+        held::granted(handle);
     }
 }
 
@@ -246,6 +303,13 @@ fn end_all(db: Option<i32>) {
 pub fn demoted() {
     end_all(None);
     held::forget_undos();
+    ACKS.with(|a| a.borrow_mut().clear());
+}
+
+/// The server became a master: the offsets it heard as one before may come from
+/// another history.
+pub fn promoted() {
+    ACKS.with(|a| a.borrow_mut().clear());
 }
 
 /// Database `db` (all: `None`) was flushed: its held grants are gone.

@@ -97,6 +97,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
         ServerEvent::NowMaster | ServerEvent::LoadingEnded => {
             if event == ServerEvent::NowMaster {
                 waiting::held::promoted();
+                replicated::promoted();
             }
             stats::set_serving(!ffi::is_replica(ctx) && !ffi::is_loading());
             session::serving(ctx);

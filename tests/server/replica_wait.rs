@@ -5,6 +5,7 @@
 //! <n>`. A held reply ends on a role change, a flush, a pause's end, a disconnect and
 //! shutdown, never after its timeout. On Redis 7.0 `REPLICAS n` (n > 0) is refused.
 
+use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -296,6 +297,39 @@ fn a_client_that_leaves_while_its_reply_is_held_has_its_grant_undone() {
     poll_until(Duration::from_secs(10), "the grant undone", || {
         info(&mut m, "k").is_none()
     });
+}
+
+#[test]
+fn an_acknowledgement_from_a_client_that_is_no_replica_counts_for_nothing() {
+    let (master, replica) = pair();
+    let mut m = master.connection();
+    let command = [
+        "LOCK.ACQUIRE",
+        "k",
+        "600000",
+        "REPLICAS",
+        "1",
+        "REPLTIMEOUT",
+        "1500",
+    ];
+    if refused_here(&mut m, &command, "k") {
+        return;
+    }
+    let _stopped = Stopped::new(&replica);
+    let mut held = send_held(&master, &mut m, &command);
+    // A client (with the rights) claims an offset far beyond the grant's. The server
+    // answers a non-replica's `REPLCONF ACK` with nothing: the `PING` after it shows it
+    // was read.
+    let mut other = std::net::TcpStream::connect(("127.0.0.1", master.port)).expect("connect");
+    other
+        .write_all(b"REPLCONF ACK 999999999999\r\nPING\r\n")
+        .expect("send");
+    let mut pong = [0u8; 7];
+    other.read_exact(&mut pong).expect("the PING's reply");
+    assert_eq!(&pong, b"+PONG\r\n");
+    let text = error_text(held.reply());
+    assert!(not_replicated(&text, 0, 1), "{text}");
+    assert_eq!(info(&mut m, "k"), None, "the grant was undone");
 }
 
 #[test]
