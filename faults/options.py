@@ -29,7 +29,7 @@ class Options:
     min_replicas: int            # min-replicas-to-write on every node
     wait_replicas: int           # the recipe's grant counts once WAIT n 100 says n replicas have it
     replicas: str                # the Python package's `replicas` for the module's workers
-    server_replicas: str         # `lock.replicas` on every node (the server's own wait), or ""
+    server_replicas: str         # `lock.replicas` on every node (the server's own wait)
     unchecked_store: bool        # mutation: the store takes every write
     out: str                     # where the report goes
     label: str                   # the report's name, or "" for the server's
@@ -71,9 +71,10 @@ def parser(description):
     p.add_argument("--replicas", default="auto",
                    help="the package's replicas option for the module's workers: auto (its default), or n; "
                         "0 turns it off (the mutation)")
-    p.add_argument("--server-replicas", default="",
+    p.add_argument("--server-replicas", default="auto",
                    help="lock.replicas on every node: the server holds a grant's reply until replicas "
-                        "have it (auto, or n); with --replicas 0 the Python workers send plain commands")
+                        "have it (auto, as the project's redis.conf sets it; n; or 0, the module's own "
+                        "default); with --replicas 0 the Python workers send plain commands")
     p.add_argument("--unchecked-store", action="store_true",
                    help="mutation: the store accepts every write (the checker must then fail)")
     p.add_argument("--out", default=os.path.join(ROOT, "target/faults"))

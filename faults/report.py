@@ -22,6 +22,7 @@ def markdown(rows, o, version, run, operations, seconds):
         + (f" --min-replicas {o.min_replicas}" if o.min_replicas else "")
         + (f" --wait-replicas {o.wait_replicas}" if o.wait_replicas else "")
         + (f" --replicas {o.replicas}" if o.replicas != "auto" else "")
+        + (f" --server-replicas {o.server_replicas}" if o.server_replicas != "auto" else "")
         + (" --unchecked-store" if o.unchecked_store else "") + "`",
         "",
         f"{seconds:.0f} s, {operations} operations logged, {o.workers} workers and {o.keys} "

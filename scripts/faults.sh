@@ -3,11 +3,13 @@
 # Redis 7.0.15 and Valkey 9.1.2 (FAULT_SERVERS="name=path ..." for others): for each seed of
 # FAULT_SEEDS (default "1 2 3"), every nemesis alone, then FAULT_MIXED (default 6) phases
 # drawn at random with the seed, each of one nemesis or two at once, the module's workers
-# on the packages' defaults (Python, Node, Rust and PHP workers); then the partition and the crash again with the
-# package's replicas off (the comparison: it overlaps), with min-replicas-to-write 1, and
+# on the packages' defaults (Python, Node, Rust and PHP workers) and the servers on the
+# project's redis.conf setting (lock.replicas auto); then the partition and the crash again
+# with both off (the comparison: it overlaps), with min-replicas-to-write 1, and
 # with the recipe waiting WAIT 1 after every grant; then, on Redis 8.2.3 and Valkey 9.1.2,
 # every seed again with the server's own wait (lock.replicas auto) for workers that send
-# plain commands. Reports: target/faults/<name>-seed-<n>.md, <name>-replicas-0.md,
+# plain commands. FAULT_MODULE names the module to load (default the Makefile's build).
+# Reports: target/faults/<name>-seed-<n>.md, <name>-replicas-0.md,
 # <name>-min-replicas-1.md, <name>-wait-replicas-1.md and <name>-server-wait-seed-<n>.md.
 # Installs what it needs (iptables, libfaketime, a C compiler for the clock shim), as
 # root. Exits non-zero if a checker found a violation of what the module promises or a
@@ -40,6 +42,9 @@ scripts/install-deps.sh --test --no-env || exit 1
 python=$(scripts/test-env.sh --no-oldest | head -1) || exit 1
 cargo build --release -q -p redis-lock-client --example fault_worker || exit 1
 seeds=${FAULT_SEEDS:-1 2 3}
+# The module every run loads (FAULT_MODULE: a copy, so that a build during the run does
+# not change it under a restarted node).
+module=${FAULT_MODULE:-$PWD/target/release/libredis_lock.so}
 mixed=${FAULT_MIXED:-6}
 
 # Whatever ends this script, clean up after every run it started (a run cleans up after
@@ -52,21 +57,21 @@ for entry in $FAULT_SERVERS; do
   name=${entry%%=*} server=${entry#*=}
   for seed in $seeds; do
     echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed), the packages' defaults"
-    "$python" -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
+    "$python" -m faults --server "$server" --module "$module" --nemeses all --mixed "$mixed" --seed "$seed" \
       --label "$name-seed-$seed" >/dev/null || status=1
     echo "     target/faults/$name-seed-$seed.md"
   done
   first=${seeds%% *}
-  echo "==== $name: the partition and the crash with the package's replicas off (expected to overlap)"
-  "$python" -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
-    --replicas 0 --label "$name-replicas-0" >/dev/null
+  echo "==== $name: the partition and the crash with the package's replicas and the server's lock.replicas off (expected to overlap)"
+  "$python" -m faults --server "$server" --module "$module" --nemeses partition-master,kill-master --seed "$first" \
+    --replicas 0 --server-replicas 0 --label "$name-replicas-0" >/dev/null
   echo "     target/faults/$name-replicas-0.md (exit $?: 1 is the overlap it shows)"
   echo "==== $name: the partition and the crash with min-replicas-to-write 1"
-  "$python" -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
+  "$python" -m faults --server "$server" --module "$module" --nemeses partition-master,kill-master --seed "$first" \
     --min-replicas 1 --label "$name-min-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-min-replicas-1.md"
   echo "==== $name: the partition and the crash, the recipe with WAIT 1 after every grant"
-  "$python" -m faults --server "$server" --nemeses partition-master,kill-master --seed "$first" \
+  "$python" -m faults --server "$server" --module "$module" --nemeses partition-master,kill-master --seed "$first" \
     --wait-replicas 1 --label "$name-wait-replicas-1" >/dev/null || status=1
   echo "     target/faults/$name-wait-replicas-1.md"
 done
@@ -82,7 +87,7 @@ for entry in $FAULT_SERVER_WAIT_SERVERS; do
   name=${entry%%=*} server=${entry#*=}
   for seed in $seeds; do
     echo "==== $name: every nemesis, then $mixed mixed phases (seed $seed), plain commands, lock.replicas auto"
-    "$python" -m faults --server "$server" --nemeses all --mixed "$mixed" --seed "$seed" \
+    "$python" -m faults --server "$server" --module "$module" --nemeses all --mixed "$mixed" --seed "$seed" \
       --replicas 0 --server-replicas auto --node-workers 0 --rust-workers 0 --php-workers 0 \
       --label "$name-server-wait-seed-$seed" >/dev/null || status=1
     echo "     target/faults/$name-server-wait-seed-$seed.md"

@@ -156,8 +156,9 @@ fn the_checker_fails_the_run_when_the_store_takes_a_late_write() {
     assert!(rows.phase("pause-client").count("module", "store stale") >= 1.0);
 }
 
-/// The mutation of issue 53: the package's `replicas` turned off. Grants on the master
-/// cut off by the partition then overlap the new master's, and the run must fail
+/// The mutation of issue 53: the package's `replicas` turned off, and the server's
+/// `lock.replicas` too (it would otherwise wait in the package's place). Grants on the
+/// master cut off by the partition then overlap the new master's, and the run must fail
 /// naming them.
 #[test]
 fn the_checker_fails_the_run_when_the_package_does_not_wait_for_a_replica() {
@@ -169,6 +170,8 @@ fn the_checker_fails_the_run_when_the_package_does_not_wait_for_a_replica() {
             "--nemeses",
             "partition-master",
             "--replicas",
+            "0",
+            "--server-replicas",
             "0",
             "--fault-seconds",
             "3",
