@@ -60,6 +60,8 @@ thread_local! {
     static SETTING: Cell<Setting> = const { Cell::new(Setting::Off) };
     /// When `auto` last found an online replica (ms, the server's clock), if ever.
     static LAST_ONLINE: Cell<Option<i64>> = const { Cell::new(None) };
+    /// When `auto` first found none after that (ms), if it has.
+    static NONE_SINCE: Cell<Option<i64>> = const { Cell::new(None) };
     /// The oldest server of this one's family that can hold a reply for replicas, when
     /// this one cannot (set at load).
     static NEEDS: Cell<Option<&'static str>> = const { Cell::new(None) };
@@ -106,29 +108,56 @@ pub fn check(asked: Asked, can_hold: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// How long `auto` counts a master that lost its online replicas as still having one:
-/// a master deposed by a partition drops its replica links when the partition heals,
-/// and Sentinel demotes it only after it claimed the master role for 8 s; its grants in
-/// between must not be answered unwaited (the packages keep the same rule).
+/// How long `auto` counts a master that lost its online replicas as still having one,
+/// from the first grant that found none: a master deposed by a partition drops its
+/// replica links when the partition heals, and Sentinel demotes it only after it
+/// claimed the master role for 8 s; its grants in between must not be answered
+/// unwaited (the packages keep the same rule). Counted from the first grant that finds
+/// none, not from the last that found one: on a deposed master no grant may come for
+/// the whole partition (its clients are cut off too), and the hold must still cover
+/// the demotion after the heal.
 const AUTO_HOLD_MS: i64 = 15_000;
 
-/// The replicas `auto` counts with `online` listed now: `online`, or 1 within
-/// `AUTO_HOLD_MS` of the last time it found one (a promotion starts afresh).
-fn auto_online(online: usize) -> usize {
+/// How long a replica `auto` found online is taken as still there without looking
+/// again: `INFO replication` is built at most once a second for grants while a replica
+/// is online (its answer would be 1 within `AUTO_HOLD_MS` anyway).
+const AUTO_RECHECK_MS: i64 = 1_000;
+
+/// The replicas `auto` counts now: those `INFO replication` lists online, or 1 for
+/// `AUTO_HOLD_MS` after the first grant that found none where one was found before (a
+/// promotion starts afresh).
+fn auto_online(ctx: &Context) -> usize {
     let now = ffi::now_ms();
+    let last = LAST_ONLINE.with(Cell::get);
+    if last.is_some_and(|at| now.saturating_sub(at) < AUTO_RECHECK_MS) {
+        return 1;
+    }
+    let online = ffi::replication(ctx).acked.len();
     if online > 0 {
         LAST_ONLINE.with(|l| l.set(Some(now)));
+        NONE_SINCE.with(|n| n.set(None));
         return online;
     }
-    match LAST_ONLINE.with(Cell::get) {
-        Some(at) if now.saturating_sub(at) < AUTO_HOLD_MS => 1,
-        _ => 0,
+    if last.is_none() {
+        return 0;
     }
+    let since = NONE_SINCE.with(|n| {
+        let since = n.get().unwrap_or(now);
+        n.set(Some(since));
+        since
+    });
+    if now.saturating_sub(since) < AUTO_HOLD_MS {
+        return 1;
+    }
+    LAST_ONLINE.with(|l| l.set(None));
+    NONE_SINCE.with(|n| n.set(None));
+    0
 }
 
 /// A promotion: what `auto` saw as a replica is forgotten.
 pub fn promoted() {
     LAST_ONLINE.with(|l| l.set(None));
+    NONE_SINCE.with(|n| n.set(None));
 }
 
 /// The replica wait of a grant of `ttl_ms` whose command asked `asked`, on this server
@@ -139,11 +168,10 @@ pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
         return None;
     }
     let online = if asked.replicas.is_none() && setting == Setting::Auto {
-        let replication = ffi::replication(ctx);
-        if !replication.master {
+        if ffi::is_replica(ctx) {
             return None;
         }
-        auto_online(replication.acked.len())
+        auto_online(ctx)
     } else {
         0
     };
