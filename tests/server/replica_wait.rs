@@ -58,6 +58,32 @@ fn send_held(master: &TestServer, m: &mut redis::Connection, command: &[&str]) -
     held
 }
 
+/// Runs `test` with a grant of `k` (600 s, `REPLICAS 1 REPLTIMEOUT <repl_timeout>`)
+/// whose reply the master holds, its replica stopped until `test` returns: the master,
+/// a connection to it and the held client. Nothing on a server that cannot wait.
+fn with_a_held_grant(
+    repl_timeout: &str,
+    test: impl FnOnce(&mut TestServer, &mut redis::Connection, Waiter),
+) {
+    let (mut master, replica) = pair();
+    let mut m = master.connection();
+    let command = [
+        "LOCK.ACQUIRE",
+        "k",
+        "600000",
+        "REPLICAS",
+        "1",
+        "REPLTIMEOUT",
+        repl_timeout,
+    ];
+    if refused_here(&mut m, &command, "k") {
+        return;
+    }
+    let _stopped = Stopped::new(&replica);
+    let held = send_held(&master, &mut m, &command);
+    test(&mut master, &mut m, held);
+}
+
 /// The reply's error text.
 fn error_text(reply: redis::RedisResult<redis::Value>) -> String {
     match reply {
@@ -204,29 +230,13 @@ fn a_grant_of_several_keys_that_falls_short_frees_them_all() {
 
 #[test]
 fn a_shortfall_hands_the_lock_to_the_next_waiter() {
-    let (master, replica) = pair();
-    let mut m = master.connection();
-    // Long enough for the next waiter to queue behind the held grant first.
-    let command = [
-        "LOCK.ACQUIRE",
-        "k",
-        "60000",
-        "REPLICAS",
-        "1",
-        "REPLTIMEOUT",
-        "3000",
-    ];
-    if refused_here(&mut m, &command, "k") {
-        return;
-    }
-    let stopped = Stopped::new(&replica);
-    let mut first = send_held(&master, &mut m, &command);
-    let mut next = Waiter::start(&master, "k", 60_000, &["WAIT", "10000"]);
-    let text = error_text(first.reply());
-    assert!(not_replicated(&text, 0, 1), "{text}");
-    let (_, fence) = next.granted().expect("the next waiter has it");
-    assert_eq!(info_field(&mut m, "k", "fence"), Some(fence));
-    drop(stopped);
+    with_a_held_grant("3000", |master, m, mut first| {
+        let mut next = Waiter::start(master, "k", 60_000, &["WAIT", "10000"]);
+        let text = error_text(first.reply());
+        assert!(not_replicated(&text, 0, 1), "{text}");
+        let (_, fence) = next.granted().expect("the next waiter has it");
+        assert_eq!(info_field(m, "k", "fence"), Some(fence));
+    });
 }
 
 #[test]
@@ -276,60 +286,32 @@ fn a_waiter_granted_later_is_answered_once_the_replica_has_its_grant() {
 
 #[test]
 fn a_client_that_leaves_while_its_reply_is_held_has_its_grant_undone() {
-    let (master, replica) = pair();
-    let mut m = master.connection();
-    let command = [
-        "LOCK.ACQUIRE",
-        "k",
-        "600000",
-        "REPLICAS",
-        "1",
-        "REPLTIMEOUT",
-        "600000",
-    ];
-    if refused_here(&mut m, &command, "k") {
-        return;
-    }
-    let _stopped = Stopped::new(&replica);
-    let held = send_held(&master, &mut m, &command);
-    assert!(held.is_blocked());
-    drop(held);
-    poll_until(Duration::from_secs(10), "the grant undone", || {
-        info(&mut m, "k").is_none()
+    with_a_held_grant("600000", |_master, m, held| {
+        assert!(held.is_blocked());
+        drop(held);
+        poll_until(Duration::from_secs(10), "the grant undone", || {
+            info(m, "k").is_none()
+        });
     });
 }
 
 #[test]
 fn an_acknowledgement_from_a_client_that_is_no_replica_counts_for_nothing() {
-    let (master, replica) = pair();
-    let mut m = master.connection();
-    let command = [
-        "LOCK.ACQUIRE",
-        "k",
-        "600000",
-        "REPLICAS",
-        "1",
-        "REPLTIMEOUT",
-        "1500",
-    ];
-    if refused_here(&mut m, &command, "k") {
-        return;
-    }
-    let _stopped = Stopped::new(&replica);
-    let mut held = send_held(&master, &mut m, &command);
-    // A client (with the rights) claims an offset far beyond the grant's. The server
-    // answers a non-replica's `REPLCONF ACK` with nothing: the `PING` after it shows it
-    // was read.
-    let mut other = std::net::TcpStream::connect(("127.0.0.1", master.port)).expect("connect");
-    other
-        .write_all(b"REPLCONF ACK 999999999999\r\nPING\r\n")
-        .expect("send");
-    let mut pong = [0u8; 7];
-    other.read_exact(&mut pong).expect("the PING's reply");
-    assert_eq!(&pong, b"+PONG\r\n");
-    let text = error_text(held.reply());
-    assert!(not_replicated(&text, 0, 1), "{text}");
-    assert_eq!(info(&mut m, "k"), None, "the grant was undone");
+    with_a_held_grant("1500", |master, m, mut held| {
+        // A client (with the rights) claims an offset far beyond the grant's. The server
+        // answers a non-replica's `REPLCONF ACK` with nothing: the `PING` after it shows it
+        // was read.
+        let mut other = std::net::TcpStream::connect(("127.0.0.1", master.port)).expect("connect");
+        other
+            .write_all(b"REPLCONF ACK 999999999999\r\nPING\r\n")
+            .expect("send");
+        let mut pong = [0u8; 7];
+        other.read_exact(&mut pong).expect("the PING's reply");
+        assert_eq!(&pong, b"+PONG\r\n");
+        let text = error_text(held.reply());
+        assert!(not_replicated(&text, 0, 1), "{text}");
+        assert_eq!(info(m, "k"), None, "the grant was undone");
+    });
 }
 
 #[test]
@@ -477,126 +459,65 @@ fn bad_replica_options_are_refused_before_anything_changes() {
 
 #[test]
 fn a_held_reply_ends_when_the_master_becomes_a_replica() {
-    let (master, replica) = pair();
-    let mut m = master.connection();
-    let command = [
-        "LOCK.ACQUIRE",
-        "k",
-        "600000",
-        "REPLICAS",
-        "1",
-        "REPLTIMEOUT",
-        "600000",
-    ];
-    if refused_here(&mut m, &command, "k") {
-        return;
-    }
     let other = TestServer::start();
-    let stopped = Stopped::new(&replica);
-    let mut held = send_held(&master, &mut m, &command);
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(other.port)
-        .query(&mut m)
-        .expect("REPLICAOF");
-    let text = error_text(held.reply_within(Duration::from_secs(10)));
-    // Redis unblocks the client itself (UNBLOCKED); Valkey leaves it to the module.
-    assert!(
-        text.contains("NOTREPLICATED") || text.contains("UNBLOCKED"),
-        "{text}"
-    );
-    drop(stopped);
+    with_a_held_grant("600000", |_master, m, mut held| {
+        let _: () = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(other.port)
+            .query(m)
+            .expect("REPLICAOF");
+        let text = error_text(held.reply_within(Duration::from_secs(10)));
+        // Redis unblocks the client itself (UNBLOCKED); Valkey leaves it to the module.
+        assert!(
+            text.contains("NOTREPLICATED") || text.contains("UNBLOCKED"),
+            "{text}"
+        );
+    });
 }
 
 #[test]
 fn a_held_reply_ends_when_its_keys_are_flushed() {
-    let (master, replica) = pair();
-    let mut m = master.connection();
-    let command = [
-        "LOCK.ACQUIRE",
-        "k",
-        "600000",
-        "REPLICAS",
-        "1",
-        "REPLTIMEOUT",
-        "600000",
-    ];
-    if refused_here(&mut m, &command, "k") {
-        return;
-    }
-    let _stopped = Stopped::new(&replica);
-    let mut held = send_held(&master, &mut m, &command);
-    let _: () = redis::cmd("FLUSHALL").query(&mut m).expect("FLUSHALL");
-    let text = error_text(held.reply_within(Duration::from_secs(10)));
-    assert!(not_replicated(&text, 0, 1), "{text}");
+    with_a_held_grant("600000", |_master, m, mut held| {
+        let _: () = redis::cmd("FLUSHALL").query(m).expect("FLUSHALL");
+        let text = error_text(held.reply_within(Duration::from_secs(10)));
+        assert!(not_replicated(&text, 0, 1), "{text}");
+    });
 }
 
 #[test]
 fn under_client_pause_a_shortfall_is_answered_in_time_and_undone_when_writes_resume() {
-    let (master, replica) = pair();
-    let mut m = master.connection();
-    // Long enough for the pause to start before the timeout.
-    let command = [
-        "LOCK.ACQUIRE",
-        "k",
-        "600000",
-        "REPLICAS",
-        "1",
-        "REPLTIMEOUT",
-        "3000",
-    ];
-    if refused_here(&mut m, &command, "k") {
-        return;
-    }
-    let _stopped = Stopped::new(&replica);
-    let mut held = send_held(&master, &mut m, &command);
-    let _: () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(600_000)
-        .arg("WRITE")
-        .query(&mut m)
-        .expect("CLIENT PAUSE");
-    let text = error_text(held.reply_within(Duration::from_secs(10)));
-    assert!(not_replicated(&text, 0, 1), "{text}");
-    assert!(
-        info(&mut m, "k").is_some(),
-        "nothing is written while paused"
-    );
-    let _: () = redis::cmd("CLIENT")
-        .arg("UNPAUSE")
-        .query(&mut m)
-        .expect("UNPAUSE");
-    poll_until(Duration::from_secs(10), "the grant undone", || {
-        info(&mut m, "k").is_none()
+    with_a_held_grant("3000", |_master, m, mut held| {
+        let _: () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(600_000)
+            .arg("WRITE")
+            .query(m)
+            .expect("CLIENT PAUSE");
+        let text = error_text(held.reply_within(Duration::from_secs(10)));
+        assert!(not_replicated(&text, 0, 1), "{text}");
+        assert!(info(m, "k").is_some(), "nothing is written while paused");
+        let _: () = redis::cmd("CLIENT")
+            .arg("UNPAUSE")
+            .query(m)
+            .expect("UNPAUSE");
+        poll_until(Duration::from_secs(10), "the grant undone", || {
+            info(m, "k").is_none()
+        });
     });
 }
 
 #[test]
 fn a_held_reply_does_not_keep_the_server_from_shutting_down() {
-    let (mut master, replica) = pair();
-    let mut m = master.connection();
-    let command = [
-        "LOCK.ACQUIRE",
-        "k",
-        "600000",
-        "REPLICAS",
-        "1",
-        "REPLTIMEOUT",
-        "600000",
-    ];
-    if refused_here(&mut m, &command, "k") {
-        return;
-    }
-    let _stopped = Stopped::new(&replica);
-    let mut held = send_held(&master, &mut m, &command);
-    let _ = redis::cmd("SHUTDOWN")
-        .arg("NOSAVE")
-        .arg("NOW")
-        .query::<redis::Value>(&mut m);
-    assert!(held.reply_within(Duration::from_secs(20)).is_err());
-    let port = master.port;
-    poll_until(Duration::from_secs(20), "the server gone", || {
-        !port_open(port)
+    with_a_held_grant("600000", |master, m, mut held| {
+        let _ = redis::cmd("SHUTDOWN")
+            .arg("NOSAVE")
+            .arg("NOW")
+            .query::<redis::Value>(m);
+        assert!(held.reply_within(Duration::from_secs(20)).is_err());
+        let port = master.port;
+        poll_until(Duration::from_secs(20), "the server gone", || {
+            !port_open(port)
+        });
+        master.stop();
     });
-    master.stop();
 }
