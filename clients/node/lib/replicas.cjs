@@ -101,19 +101,25 @@ function placeOf(connection, key) {
   return { places: learned.get(client), slot: node };
 }
 
-/** The count to go by: `online`, or the server's former count within HOLD_MS of a drop. */
+/**
+ * The count to go by: `online`, or the server's former count within HOLD_MS of its last
+ * drop (a count that falls again, say from 1 to 0 after 2 to 1, starts the hold afresh).
+ */
 function heldCount(address, online) {
   const before = seen.get(address);
   if (before === undefined || online >= before.online) {
-    seen.set(address, { online, fewerSince: undefined });
+    seen.set(address, { online, last: online, fewerSince: undefined });
     return online;
   }
   const now = Date.now();
-  before.fewerSince ??= now;
+  if (before.fewerSince === undefined || online < before.last) {
+    before.fewerSince = now;
+  }
+  before.last = online;
   if (now - before.fewerSince < HOLD_MS) {
     return before.online;
   }
-  seen.set(address, { online, fewerSince: undefined });
+  seen.set(address, { online, last: online, fewerSince: undefined });
   return online;
 }
 

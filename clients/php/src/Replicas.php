@@ -35,7 +35,7 @@ final class Replicas
     private $capMs = self::MAX_DEFAULT_TIMEOUT_MS;
     /** @var array<string, array{0: int, 1: float}> what each key's master was seen with: [online, when] */
     private $learned = [];
-    /** @var array<string, array{0: int, 1: ?float}> address => [most replicas seen, fewer since] */
+    /** @var array<string, array{0: int, 1: ?float, 2: int}> address => [most replicas seen, fewer since, last seen] */
     private static $seen = [];
 
     /**
@@ -176,20 +176,24 @@ final class Replicas
         unset($this->learned[$key]);
     }
 
+    /**
+     * `$online`, or the server's former count within HOLD_SECONDS of its last drop (a
+     * count that falls again, say from 1 to 0 after 2 to 1, starts the hold afresh).
+     */
     private static function held(string $address, int $online): int
     {
         $seen = self::$seen[$address] ?? null;
         if ($seen === null || $online >= $seen[0]) {
-            self::$seen[$address] = [$online, null];
+            self::$seen[$address] = [$online, null, $online];
             return $online;
         }
         $now = microtime(true);
-        $since = $seen[1] ?? $now;
+        $since = ($seen[1] === null || $online < $seen[2]) ? $now : $seen[1];
         if ($now - $since < self::HOLD_SECONDS) {
-            self::$seen[$address] = [$seen[0], $since];
+            self::$seen[$address] = [$seen[0], $since, $online];
             return $seen[0];
         }
-        self::$seen[$address] = [$online, null];
+        self::$seen[$address] = [$online, null, $online];
         return $online;
     }
 

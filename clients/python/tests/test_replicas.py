@@ -382,3 +382,23 @@ def test_a_slot_that_keeps_moving_raises_its_last_redirection_never_an_unwaited_
         asyncio.run(scenario())
     assert len(tries) == 6  # the first try and five redirections
     assert not r.exists(key)
+
+
+def test_a_further_drop_of_the_replicas_starts_the_hold_afresh(monkeypatch):
+    """A master seen with 2 replicas, then 1, then 0 (a deposed master whose last link
+    breaks at the heal) is taken at 2 for HOLD_SECONDS after the last drop, not the
+    first: a client paused in between must not find the hold run out."""
+    from redis_lock_module import _replicas
+    now = [1000.0]
+    monkeypatch.setattr(_replicas.time, "monotonic", lambda: now[0])
+    address = ("hold-test", 1, None)
+    assert _replicas._held_count(address, 2) == 2
+    now[0] += 1
+    assert _replicas._held_count(address, 1) == 2
+    now[0] += _replicas.HOLD_SECONDS - 0.5
+    assert _replicas._held_count(address, 0) == 2, "the drop to 0 holds afresh"
+    now[0] += _replicas.HOLD_SECONDS - 1
+    assert _replicas._held_count(address, 0) == 2
+    now[0] += 2
+    assert _replicas._held_count(address, 0) == 0, "the hold is over"
+    assert _replicas._held_count(address, 1) == 1

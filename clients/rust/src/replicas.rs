@@ -470,7 +470,8 @@ pub(crate) struct Learned {
 struct Inner {
     /// place -> (count, when, generation, the address it was learned on)
     places: HashMap<u16, (usize, Instant, u64, String)>,
-    seen: HashMap<String, (usize, Option<Instant>)>,
+    /// address -> (most replicas seen, fewer since, the count seen last)
+    seen: HashMap<String, (usize, Option<Instant>, usize)>,
 }
 
 impl Learned {
@@ -514,7 +515,9 @@ impl Learned {
         matches!(inner.places.get(&place), Some((_, _, _, learned_on)) if *learned_on != address)
     }
 
-    /// Keeps what was learned; the count to go by (the former one within HOLD of a drop).
+    /// Keeps what was learned; the count to go by (the former one within HOLD of the
+    /// last drop: a count that falls again, say from 1 to 0 after 2 to 1, starts the
+    /// hold afresh).
     pub(crate) fn learn(
         &self,
         place: u16,
@@ -525,18 +528,23 @@ impl Learned {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         let count = match inner.seen.get(&address).copied() {
-            Some((most, since)) if online < most => {
-                let since = since.unwrap_or(now);
+            Some((most, since, last)) if online < most => {
+                let since = match since {
+                    Some(since) if online >= last => since,
+                    _ => now,
+                };
                 if now.duration_since(since) < HOLD {
-                    inner.seen.insert(address.clone(), (most, Some(since)));
+                    inner
+                        .seen
+                        .insert(address.clone(), (most, Some(since), online));
                     most
                 } else {
-                    inner.seen.insert(address.clone(), (online, None));
+                    inner.seen.insert(address.clone(), (online, None, online));
                     online
                 }
             }
             _ => {
-                inner.seen.insert(address.clone(), (online, None));
+                inner.seen.insert(address.clone(), (online, None, online));
                 online
             }
         };

@@ -16,7 +16,8 @@ nothing on a master without one. What a connection learned of its master (`ROLE`
 `WAIT 0 0` for a user whose ACL denies `ROLE`) is forgotten when it connects again (a
 failover, a reconnect), after an error or a shortfall, and after `RELEARN_SECONDS`. A
 master that lists fewer replicas than before is taken at its former count for
-`HOLD_SECONDS` (a deposed master loses its replicas just before it is demoted). An
+`HOLD_SECONDS` after its last drop (a deposed master loses its replicas just before it
+is demoted). An
 explicit `n` asks for `n`, and a master with fewer replicas online refuses at once.
 """
 
@@ -180,10 +181,12 @@ def remember(connection: Any, online: int) -> int:
 
 
 class _Seen:
-    """The most replicas a server was seen with, and since when it has shown fewer."""
+    """The most replicas a server was seen with, the count it showed last, and since when
+    it has shown fewer (restarted at each further drop)."""
 
     def __init__(self, online: int):
         self.online = online
+        self.last = online
         self.fewer_since: Optional[float] = None
 
 
@@ -196,15 +199,18 @@ def _address(connection: Any) -> Any:
 
 
 def _held_count(address: Any, online: int) -> int:
-    """`online`, unless the server at `address` had more replicas until less than
-    HOLD_SECONDS ago: then that many (a grant waits for one, as before the drop)."""
+    """`online`, unless the server at `address` had more replicas and dropped to fewer
+    less than HOLD_SECONDS ago (counted from its last drop: a count that falls again, say
+    from 1 to 0 after 2 to 1, starts the hold afresh): then that many (a grant waits for
+    one, as before the drop)."""
     seen = _SEEN.get(address)
     if seen is None or online >= seen.online:
         _SEEN[address] = _Seen(online)
         return online
     now = time.monotonic()
-    if seen.fewer_since is None:
+    if seen.fewer_since is None or online < seen.last:
         seen.fewer_since = now
+    seen.last = online
     if now - seen.fewer_since < HOLD_SECONDS:
         return seen.online
     _SEEN[address] = _Seen(online)
