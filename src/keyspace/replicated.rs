@@ -92,34 +92,19 @@ fn on_count(ctx: &Context, _: ()) {
     }
     let replication = ffi::replication(ctx);
     if replication.master {
-        let mut fresh = false;
-        count(&replication, &mut fresh);
-        if fresh {
-            request_acks(ctx);
-        }
+        count_and_ask(ctx, &replication);
     }
 }
 
 /// Answers the held replies that enough replica connections acknowledged.
 fn count_heard() {
-    let reached = ACKS.with(|acks| {
+    ACKS.with(|acks| {
         let acks = acks.borrow();
-        held::with_held(|all| {
-            let mut reached = Vec::new();
-            for (&handle, held) in all.iter_mut() {
-                if let Some(target) = held.target {
-                    held.acked = held.acked.max(acks.reaching(target));
-                    if held.acked >= held.wait.replicas {
-                        reached.push(handle);
-                    }
-                }
-            }
-            reached
-        })
+        answer_reached(|held| {
+            held.target
+                .map(|target| held.acked.max(acks.reaching(target)))
+        });
     });
-    for handle in reached {
-        held::granted(handle);
-    }
 }
 
 /// Asks the replicas to acknowledge now, for replies newly held.
@@ -131,16 +116,36 @@ fn request_acks(ctx: &Context) {
 /// Counts the replicas that reached each held reply's target (read now for a reply
 /// newly held: `fresh`), and answers those that have enough.
 fn count(replication: &ffi::replication::Replication, fresh: &mut bool) {
+    answer_reached(|held| {
+        let target = *held.target.get_or_insert_with(|| {
+            *fresh = true;
+            replication.offset
+        });
+        Some(replicas::acked(&replication.acked, target))
+    });
+}
+
+/// Counts from `INFO replication` (read by the caller), and asks the replicas for
+/// fresh acknowledgements when a reply was newly held.
+fn count_and_ask(ctx: &Context, replication: &ffi::replication::Replication) {
+    let mut fresh = false;
+    count(replication, &mut fresh);
+    if fresh {
+        request_acks(ctx);
+    }
+}
+
+/// Sets each held reply's count to `acked_of(held)` (none: left as it is) and answers
+/// those that have enough.
+fn answer_reached(mut acked_of: impl FnMut(&mut held::Held) -> Option<u32>) {
     let reached = held::with_held(|all| {
         let mut reached = Vec::new();
         for (&handle, held) in all.iter_mut() {
-            let target = *held.target.get_or_insert_with(|| {
-                *fresh = true;
-                replication.offset
-            });
-            held.acked = replicas::acked(&replication.acked, target);
-            if held.acked >= held.wait.replicas {
-                reached.push(handle);
+            if let Some(acked) = acked_of(held) {
+                held.acked = acked;
+                if held.acked >= held.wait.replicas {
+                    reached.push(handle);
+                }
             }
         }
         reached
@@ -166,11 +171,7 @@ fn before_sleep(ctx: &Context) {
         end_all(None);
         return;
     }
-    let mut fresh = false;
-    count(&replication, &mut fresh);
-    if fresh {
-        request_acks(ctx);
-    }
+    count_and_ask(ctx, &replication);
     arm_deadline(ctx);
 }
 

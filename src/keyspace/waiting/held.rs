@@ -149,12 +149,11 @@ fn auto_online(ctx: &Context) -> usize {
     if now.saturating_sub(since) < AUTO_HOLD_MS {
         return 1;
     }
-    LAST_ONLINE.with(|l| l.set(None));
-    NONE_SINCE.with(|n| n.set(None));
+    promoted();
     0
 }
 
-/// A promotion: what `auto` saw as a replica is forgotten.
+/// A promotion (or a hold that ran out): what `auto` saw as a replica is forgotten.
 pub fn promoted() {
     LAST_ONLINE.with(|l| l.set(None));
     NONE_SINCE.with(|n| n.set(None));
