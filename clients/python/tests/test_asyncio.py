@@ -210,9 +210,9 @@ def test_watchdog_renews_then_reports_the_loss(r, port, key):
     async def scenario():
         a = await client(port)
         lost = asyncio.Event()
-        lock = Lock(a, key, timeout=0.3, watchdog=True, on_lost=lambda lock: lost.set())
+        lock = Lock(a, key, timeout=2, watchdog=True, on_lost=lambda lock: lost.set())
         assert await lock.acquire(blocking=False)
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(3.0)  # more than a TTL
         assert await lock.owned() and not lock.lost
         await a.delete(key)
         await asyncio.wait_for(lost.wait(), 5)

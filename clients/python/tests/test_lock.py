@@ -383,7 +383,7 @@ def test_fences_grow_with_every_grant(r, other, key):
 
 
 def test_owned_is_false_once_the_lock_expired_and_went_to_another(r, other, key):
-    lock = make(r, key, timeout=0.05)
+    lock = make(r, key, timeout=0.5)
     assert lock.acquire(blocking=False)
     wait_until(lambda: not r.exists(key), "the lock to expire")
     assert make(other, key, timeout=10).acquire(blocking=False)
@@ -490,15 +490,17 @@ def test_session_grace_keeps_the_lock_for_a_reclaim(r, port, key):
 
 
 def test_watchdog_renews_while_held(r, key):
-    with make(r, key, timeout=0.3, watchdog=True) as lock:
-        time.sleep(1.0)  # more than three TTLs
+    # TTLs of 2 s: every extend waits for the replica (a tenth of the TTL), which a
+    # loaded machine may not give in tens of milliseconds.
+    with make(r, key, timeout=2, watchdog=True) as lock:
+        time.sleep(3.0)  # more than a TTL
         assert lock.owned() and not lock.lost
         lock.check()
 
 
 def test_watchdog_reports_a_lost_lock(r, key):
     called = threading.Event()
-    lock = make(r, key, timeout=0.3, watchdog=True, on_lost=lambda lock: called.set())
+    lock = make(r, key, timeout=2, watchdog=True, on_lost=lambda lock: called.set())
     assert lock.acquire(blocking=False)
     r.delete(key)
     assert called.wait(5), "on_lost was not called"
@@ -510,12 +512,12 @@ def test_watchdog_reports_a_lost_lock(r, key):
 
 
 def test_watchdog_stops_on_release(r, other, key):
-    lock = make(r, key, timeout=0.2, watchdog=True)
+    lock = make(r, key, timeout=2, watchdog=True)
     assert lock.acquire(blocking=False)
     lock.release()
-    successor = make(other, key, timeout=0.2)
+    successor = make(other, key, timeout=1)
     assert successor.acquire(blocking=False)
-    wait_until(lambda: not r.exists(key), "the successor's lock to expire unextended", 5)
+    wait_until(lambda: not r.exists(key), "the successor's lock to expire unextended", 10)
 
 
 @pytest.mark.parametrize("kwargs, message", [

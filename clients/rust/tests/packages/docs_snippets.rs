@@ -140,12 +140,13 @@ fn the_php_snippet_runs() {
 /// one written while the lock is still there, with the fence of the one grant.
 #[test]
 fn the_php_watchdog_snippet_runs() {
+    // Three rows of 1.5 s each outlast the snippet's 3 s TTL: the watchdog must keep it.
     assert_eq!(snippets("php").len(), 2, "{PAGE}: two PHP snippets");
     let server = TestServer::start();
     let postlude = format!(
         "function reportRows() {{ return [1, 2, 3]; }}\n\
          function writeRow($row, $fence) {{\n\
-         usleep(500000);\n\
+         usleep(1500000);\n\
          $r = new Redis(); $r->connect('127.0.0.1', {});\n\
          $r->rPush('rows', \"$row:$fence:\" . $r->exists('Lock:report'));\n}}\n",
         server.port
