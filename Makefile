@@ -2,13 +2,14 @@
 
 CARGO ?= cargo
 PORT ?= 7379
+RUNS ?= 20
 MODULE := target/release/libredis_lock.so
 # What the module is built from: `make run` rebuilds it only when one of these is newer,
 # so a module the test build made (same code, the tests' dependency features) is served
 # as it is instead of being rebuilt under the running tests.
 MODULE_SOURCES := Cargo.toml Cargo.lock $(shell find src -name '*.rs')
 
-.PHONY: help deps deps-test servers build run test test-cluster chaos fuzz lint fmt clean dist faults peers-latest
+.PHONY: help deps deps-test servers build run test test-loaded flaky test-cluster chaos fuzz lint fmt clean dist faults peers-latest
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -40,6 +41,13 @@ dist: $(MODULE) ## the release tarball, for a server without a Rust toolchain: $
 test: deps ## build once, run every test on every server CI tests (REDIS_SERVER=path: on that one only); installs what the tests need (as deps-test; the virtualenvs beside the build)
 	@scripts/install-deps.sh --test --no-env
 	@scripts/test-servers.sh
+
+test-loaded: deps ## the whole suite as `make test` runs it, with a CPU hog on every core beside it (stress-ng), started and stopped here
+	@scripts/install-deps.sh --test --no-env
+	@scripts/test-loaded.sh
+
+flaky: deps ## the flake hunter: RUNS (default 20) rounds of the test binaries BIN (e.g. "packages server"; default all) on SERVERS (e.g. "redis-7.0 valkey-8.1.8"; default all), tests matching FILTER; prints per test how often it failed
+	@RUNS=$(RUNS) BIN="$(BIN)" FILTER="$(FILTER)" SERVERS="$(SERVERS)" scripts/flaky.sh
 
 chaos: deps ## the chaos test for longer (CHAOS_SECONDS, default 120), on REDIS_SERVER or redis-server
 	CHAOS_SECONDS=$${CHAOS_SECONDS:-120} $(CARGO) test --release --test server chaos:: -- --nocapture

@@ -3,7 +3,8 @@
 # what is already there: redis-server and redis-cli (7.0+), libclang with its headers
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
 # PHP with phpredis, python3 with the tests' virtualenvs (scripts/test-env.sh: redis-py,
-# pytest, mypy, ... as scripts/pins.txt pins them), Node.js with npm, tmux (the interactive cli's hints are read off a real terminal)
+# pytest, mypy, ... as scripts/pins.txt pins them), Node.js with npm, tmux (the interactive cli's hints are read off a real terminal),
+# stress-ng (the load beside `make test-loaded`)
 # (the client packages' tests), iptables and libfaketime (the fault harness),
 # prometheus-redis-exporter and promtool (lock health in Prometheus). Safe to run again.
 set -euo pipefail
@@ -38,6 +39,8 @@ if [ "$with_test_deps" = 1 ]; then
   command -v npm >/dev/null 2>&1 || missing+=(npm)
   # tests/server/command_docs.rs types into a real interactive cli in tmux.
   command -v tmux >/dev/null 2>&1 || missing+=(tmux)
+  # `make test-loaded` runs the suite beside a CPU hog on every core.
+  command -v stress-ng >/dev/null 2>&1 || missing+=(stress-ng)
   # The fault harness (faults/, tests/faults): partitions as iptables rules, clock jumps
   # with libfaketime, its store in SQLite (python3's own sqlite3 module).
   command -v iptables >/dev/null 2>&1 || missing+=(iptables)

@@ -2,30 +2,71 @@
 # Runs the whole suite, `make test`:
 #   1. builds every test binary once (`cargo test --release --workspace --no-run`);
 #   2. runs the doc tests and the unit tests of every crate once: they need no server;
-#   3. runs every integration test binary (the module's server, cluster, fuzz and docs
-#      suites, the clients' and the bench's) once per server: on the one REDIS_SERVER
-#      names if it is set, else on every server scripts/fetch-servers.sh provides (Redis
-#      7.0.15 from Debian, Redis 8.2.3, Valkey 8.1.8 and 9.1.2).
+#   3. runs every integration test binary (the module's server, cluster, fuzz, faults and
+#      docs suites, the clients' and the bench's) on the servers the table below gives
+#      it: on the one REDIS_SERVER names if it is set, else on the servers
+#      scripts/fetch-servers.sh provides (Redis 7.0.15 from Debian, Redis 8.2.3, Valkey
+#      8.1.8 and 9.1.2).
 # The binaries run directly, not through `cargo test` (which holds the build directory's
 # lock while its tests run), TEST_JOBS (default 4) at once, each with TEST_THREADS
 # (default 4) tests at once: the tests mostly wait on servers, so on two cores this is what
 # makes the suite take minutes. Each binary's output is printed whole as soon as it ends,
 # headed with the server it ran on and followed by the time it took; the summary names
-# every run that failed.
-# A run that takes longer than RUN_TIMEOUT seconds (default 900: the longest takes about
-# a minute and a half) is killed with every process it started (its servers too), and fails:
-# a test that hangs fails the suite with its name (libtest names every test running for
-# over 60 s) instead of stalling it. No run reads the terminal: stdin is /dev/null.
-# TEST_FILTER (a test-name filter, as `cargo test` takes) narrows every binary's tests.
+# every run that failed and the ten slowest.
+# A run that takes longer than RUN_TIMEOUT seconds (default 600: the longest takes about
+# three minutes on a loaded machine) is killed with every process it started (its servers
+# too), and fails: a test that hangs fails the suite with its name (libtest names every
+# test running for over 60 s) instead of stalling it. No run reads the terminal: stdin is
+# /dev/null. TEST_FILTER (a test-name filter, as `cargo test` takes) narrows every
+# binary's tests. Nothing is ever run twice: a failure is the verdict.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 jobs=${TEST_JOBS:-4}
 threads=${TEST_THREADS:-4}
-run_timeout=${RUN_TIMEOUT:-900}
+run_timeout=${RUN_TIMEOUT:-600}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 started=$SECONDS
+. scripts/test-lib.sh
+
+# Where each suite runs. Every suite that tests the module's own behaviour runs on every
+# server: the server suite, cluster, fuzz, faults, docs, the client crate's, and in the
+# packages binary the conformance scenarios (every package, the module's replies as
+# each package reads them), the docs' snippets and the PHP checks. The rest proves
+# something that does not change with the server, so one server (or one per path the
+# code takes) is the whole proof. A line: binary, test-name filter (`*`: the whole
+# binary), the servers it runs on (names as scripts/fetch-servers.sh prints them), why.
+# A test that no line names runs everywhere; a server that REDIS_SERVER names runs all.
+placement() {
+  cat <<'TABLE'
+packages redis_py_lock_suite redis-8.2.3 redis-py's own lock tests (two protocols) prove the Python package against its peer's API, which is the same on every server
+packages oldest_redis_py redis-8.2.3 the oldest redis-py proves the package's calls into redis-py, not the server
+packages installs_beside_python_redis_lock valkey-8.1.8 an install beside python-redis-lock is a question of Python's import paths
+packages type_checks_strictly valkey-8.1.8 mypy reads the code; no server answers it
+packages typescript_declarations valkey-8.1.8 tsc reads the declarations; no server answers it
+packages fail_without_the_module valkey-8.1.8 proves the package suites fail on a server without the module: one server without it is the proof
+packages the_python_package_installs_and_passes_its_pytest_suite redis-7.0,valkey-9.1.2 the package's own suite, once per path it takes: Redis 7.0 (the package waits for replicas itself) and the newest server (the server waits); the module's replies on every server are the conformance scenarios'
+packages the_node_package_passes_its_tests redis-7.0,valkey-9.1.2 as the Python package's own suite: once per path the package takes
+smoke * valkey-9.1.2 the benchmark program runs to its report, every scenario on both sides (the REPLICAS one needs a server that waits: the newest); what it measures is timed by `make bench`, and the module's behaviour is the server suite's
+TABLE
+}
+
+# The `--skip` arguments for `binary` on server `name`: the tests the table places
+# elsewhere. Prints "none" when the whole binary runs elsewhere.
+skips() {
+  local binary=$1 name=$2 row_binary filter where reason
+  [ -n "${REDIS_SERVER:-}" ] && return
+  while read -r row_binary filter where reason; do
+    [ "$row_binary" = "$binary" ] || continue
+    case ",$where," in *",$name,"*) continue ;; esac
+    if [ "$filter" = "*" ]; then
+      echo none
+      return
+    fi
+    printf -- '--skip\n%s\n' "$filter"
+  done < <(placement)
+}
 
 # Beside the build, which keeps both cores busy on a fresh machine: the tests' pinned
 # virtualenvs (scripts/test-env.sh) and the servers (scripts/fetch-servers.sh), mostly
@@ -38,59 +79,17 @@ if [ -z "${REDIS_SERVER:-}" ]; then
 fi
 
 echo "==== building every test once"
-cargo test --release --workspace --no-run --message-format=json-render-diagnostics \
-  >"$work/artifacts.json" || exit 1
+build_tests || exit 1
 echo "==== built in $((SECONDS - started)) s"
 wait "$env_pid" || { cat "$work/env.log"; echo "scripts/test-env.sh failed"; exit 1; }
-if [ -n "${REDIS_SERVER:-}" ]; then
-  servers=("$REDIS_SERVER")
-else
+if [ -z "${REDIS_SERVER:-}" ]; then
   wait "$servers_pid" || { cat "$work/servers.log"; echo "scripts/fetch-servers.sh failed"; exit 1; }
-  listing=$(cat "$work/servers.txt")
-  mapfile -t servers < <(grep -v '^unsupported-' <<<"$listing" | cut -d' ' -f2-)
-  unsupported=$(grep '^unsupported-' <<<"$listing" | head -1 | cut -d' ' -f2-)
-  [ -n "$unsupported" ] && export UNSUPPORTED_SERVER="$unsupported"
 fi
-# The test build leaves the module in target/release/deps only; put it where `make run`
-# (which the docs tests run) and the README look, so nothing rebuilds it under the tests.
-module=target/release/libredis_lock.so
-if [ ! -e "$module" ] || [ "target/release/deps/libredis_lock.so" -nt "$module" ]; then
-  cp -p target/release/deps/libredis_lock.so "$module.new" && mv "$module.new" "$module" || exit 1
-fi
-# The benchmark's floor module (bench/floor), which its smoke test loads beside ours.
-cargo build --release -p redis-lock-floor || exit 1
-# One line per test binary: kind (unit or suite), the directory cargo would run it in
-# (its crate's), the executable. Suites first, longest first, so the pool ends together.
-python3 - "$work/artifacts.json" >"$work/binaries" <<'EOF'
-import json, os, sys
-order = ["packages", "server", "smoke", "cluster", "client", "docs", "fuzz"]
-rows = []
-for line in open(sys.argv[1]):
-    art = json.loads(line)
-    if art.get("reason") != "compiler-artifact" or not art.get("executable"):
-        continue
-    if not art["profile"]["test"]:
-        continue
-    target = art["target"]
-    kind = "suite" if target["kind"] == ["test"] else "unit"
-    rank = order.index(target["name"]) if target["name"] in order else len(order)
-    rows.append((kind == "unit", rank, kind, os.path.dirname(art["manifest_path"]), art["executable"]))
-for row in sorted(rows):
-    print(*row[2:])
-EOF
-
-# Runs a command with the time limit: timeout makes it a process group of its own and, at
-# the limit, signals the whole group (TERM, then KILL 10 s later). Prints how it ended.
-limited() {
-  local started=$SECONDS status
-  timeout --kill-after=10 "$run_timeout" "$@" </dev/null
-  status=$?
-  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
-    echo "==== KILLED: still running after ${run_timeout} s (RUN_TIMEOUT)"
-  fi
-  echo "==== took $((SECONDS - started)) s, exit status $status"
-  return "$status"
-}
+mapfile -t servers < <(list_servers)
+[ "${#servers[@]}" -gt 0 ] || { echo "no server to test on"; exit 1; }
+unsupported=$(unsupported_server)
+[ -n "$unsupported" ] && export UNSUPPORTED_SERVER="$unsupported"
+list_binaries >"$work/binaries" || exit 1
 
 # Prints a finished run's log whole, never interleaved with another's.
 show() {
@@ -98,22 +97,22 @@ show() {
 }
 
 echo "==== the doc tests"
-limited cargo test --release --workspace --doc ${TEST_FILTER:+"$TEST_FILTER"} >"$work/doc.log" 2>&1
+(limited cargo test --release --workspace --doc ${TEST_FILTER:+"$TEST_FILTER"}) >"$work/doc.log" 2>&1
 echo $? >"$work/doc.status"
 show "$work/doc.log"
 
-# One run: a binary on a server (or none). Writes <id>.log and <id>.status, then prints
-# the log.
+# One run: a binary on a server (or none). Writes <id>.log, <id>.status and <id>.took,
+# then prints the log.
 run_one() {
-  local id=$1 dir=$2 executable=$3 server=$4 name
-  name=$(basename "$executable" | sed 's/-[0-9a-f]*$//')
+  local id=$1 name=$2 dir=$3 executable=$4 server=$5 started=$SECONDS
+  shift 5
   {
     echo
     echo "==== $name on ${server:-no server} ($(basename "$(dirname "$dir")")/$(basename "$dir"))"
-    (cd "$dir" && REDIS_SERVER="$server" limited "$executable" --test-threads="$threads" \
-      ${TEST_FILTER:+"$TEST_FILTER"})
+    run_binary "$dir" "$executable" "$server" "$threads" ${TEST_FILTER:+"$TEST_FILTER"} "$@"
     echo $? >"$work/$id.status"
   } >"$work/$id.log" 2>&1
+  echo $((SECONDS - started)) >"$work/$id.took"
   show "$work/$id.log"
 }
 
@@ -121,13 +120,16 @@ ids=()
 labels=()
 running=0
 next=0
-while read -r kind dir executable; do
+while read -r kind name dir executable; do
   if [ "$kind" = unit ]; then
-    targets=("")
+    targets=("none ")
   else
     targets=("${servers[@]}")
   fi
-  for server in "${targets[@]}"; do
+  for target in "${targets[@]}"; do
+    server_name=${target%% *} server=${target#* }
+    mapfile -t skip < <([ "$kind" = unit ] || skips "$name" "$server_name")
+    [ "${skip[0]:-}" = none ] && continue
     if [ "$running" -ge "$jobs" ]; then
       wait -n
       running=$((running - 1))
@@ -135,8 +137,8 @@ while read -r kind dir executable; do
     id=$next
     next=$((next + 1))
     ids+=("$id")
-    labels+=("$(basename "$executable" | sed 's/-[0-9a-f]*$//') on ${server:-no server}")
-    run_one "$id" "$dir" "$executable" "$server" &
+    labels+=("$name on ${server:-no server}")
+    run_one "$id" "$name" "$dir" "$executable" "$server" "${skip[@]}" &
     running=$((running + 1))
   done
 done <"$work/binaries"
@@ -163,6 +165,11 @@ for index in "${!ids[@]}"; do
   report "$work/${ids[$index]}.log" "$work/${ids[$index]}.status" "${labels[$index]}"
 done
 
+echo
+echo "==== the slowest runs"
+for index in "${!ids[@]}"; do
+  echo "$(cat "$work/${ids[$index]}.took" 2>/dev/null || echo 0) ${labels[$index]}"
+done | sort -rn | head -10 | awk '{ t = $1; $1 = ""; printf "%5d s %s\n", t, $0 }'
 echo
 if [ "${#failed[@]}" -gt 0 ]; then
   printf 'FAILED: %s\n' "${failed[@]}"
