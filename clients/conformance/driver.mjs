@@ -118,9 +118,10 @@ class Driver {
     for (const client of this.clients) client.disconnect();
   }
 
-  async lock(name, key, ttl, { wait, watchdog, replicas, on = 0 } = {}) {
+  async lock(name, key, ttl, { wait, watchdog, replicas, on = 0, repltimeout } = {}) {
     const settings = wait === undefined ? {} : { wait };
     if (replicas !== undefined) settings.replicas = replicas;
+    if (repltimeout !== undefined) settings.replicasTimeout = repltimeout;
     const locker = on === 0 ? this.locker : new Locker(this.clients[on]);
     try {
       if (!watchdog) {

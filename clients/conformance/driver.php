@@ -122,7 +122,8 @@ final class Driver
     public function lock(string $name, string $key, int $ttl, array $options): string
     {
         // One object per holder (each has its own tokens); keys without the 'Lock:' prefix.
-        $locks = new RedisLock($this->clients[$options['on'] ?? 0], '', null, $options['replicas'] ?? 'auto');
+        $replicasTimeout = isset($options['repltimeout']) ? $options['repltimeout'] / 1000 : null;
+        $locks = new RedisLock($this->clients[$options['on'] ?? 0], '', null, $options['replicas'] ?? 'auto', $replicasTimeout);
         $this->locks[$name] = [$locks, $key];
         try {
             $wait = isset($options['wait']) ? $options['wait'] / 1000 : 0;

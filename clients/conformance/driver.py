@@ -50,14 +50,16 @@ class Driver:
         for client in self.clients + self.raw:
             client.close()
 
-    def lock(self, name, key, ttl, wait=None, watchdog=False, replicas="auto", on=0):
+    def lock(self, name, key, ttl, wait=None, watchdog=False, replicas="auto", on=0,
+             repltimeout=None):
         lost = threading.Event()
         self.lost[name] = lost
         try:
             lock = Lock(self.clients[on], key, timeout=ttl / 1000, blocking=wait is not None,
                         blocking_timeout=None if wait is None else wait / 1000,
                         watchdog=watchdog, on_lost=lambda _lock: lost.set(),
-                        replicas=replicas)
+                        replicas=replicas,
+                        replicas_timeout=None if repltimeout is None else repltimeout / 1000)
             granted = lock.acquire()
         except LockNotReplicatedError as error:
             return "too-few-replicas" if error.refused else "not-replicated"

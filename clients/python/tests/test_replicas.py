@@ -88,7 +88,7 @@ def synced(r, replica_port):
 
 
 def test_a_grant_waits_for_one_replica_in_the_same_round_trip(r, key, synced):
-    lock = Lock(r, key, timeout=10)
+    lock = Lock(r, key, timeout=10, replicas_timeout=10)
     assert lock.acquire(blocking=False)  # the connection learns its master's replicas
     lock.release()
     waits, own, roles = replica_waits(r), own_waits(r), calls(r, "role")
@@ -102,9 +102,11 @@ def test_a_grant_waits_for_one_replica_in_the_same_round_trip(r, key, synced):
 
 
 def test_a_waiting_acquire_sends_its_wait_behind_the_grant(r, other, key, synced):
-    assert Lock(other, key, timeout=2).acquire(blocking=False)
+    assert Lock(other, key, timeout=2, replicas_timeout=10).acquire(blocking=False)
     waits, own = replica_waits(r), own_waits(r)
-    lock = Lock(r, key, timeout=10, blocking_timeout=5)
+    # 10 s for the replica: a grant it acknowledged later than the replicas timeout is
+    # released and asked for again while the wait lasts (a second wait).
+    lock = Lock(r, key, timeout=10, blocking_timeout=10, replicas_timeout=10)
     assert lock.acquire()
     assert replica_waits(r) - waits == 1
     assert_own_waits(r, own, 1)

@@ -107,6 +107,9 @@ impl<'a> Driver<'a> {
         if let Some(replicas) = found.get("replicas") {
             options = options.replicas(Replicas::Exactly(*replicas as usize));
         }
+        if let Some(timeout) = found.get("repltimeout") {
+            options = options.replicas_timeout(ms(*timeout));
+        }
         let on = found.get("on").copied().unwrap_or(0) as usize;
         let other;
         let locker = if on == 0 {
