@@ -26,8 +26,8 @@ for line in open(sys.argv[1]):
     art = json.loads(line)
     if art.get("reason") != "compiler-artifact" or not art.get("executable"):
         continue
-    if not art["profile"]["test"]:
-        continue
+    if not art["profile"]["test"] or not art["target"].get("test", True):
+        continue  # not a test build, or a target that says `test = false`
     target = art["target"]
     kind = "suite" if target["kind"] == ["test"] else "unit"
     rank = order.index(target["name"]) if target["name"] in order else len(order)
@@ -64,14 +64,21 @@ unsupported_server() {
 
 # Runs a command with the time limit: timeout makes it a process group of its own and, at
 # the limit, signals the whole group (TERM, then KILL 10 s later). Prints how it ended.
+# Also prints the processor time the run used, its servers and helpers included (what
+# it costs the machine, beside the others: on two cores the suite's length is mostly the
+# sum of these). Meant for a subshell of its own: `times` counts the shell's children.
 limited() {
-  local started=$SECONDS status
+  local started=$SECONDS status cpu counted
   timeout --kill-after=10 "$run_timeout" "$@" </dev/null
   status=$?
   if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
     echo "==== KILLED: still running after ${run_timeout} s (RUN_TIMEOUT)"
   fi
-  echo "==== took $((SECONDS - started)) s, exit status $status"
+  counted="$work/times.$BASHPID"
+  times >"$counted"  # in this shell: a command substitution would count its own children
+  cpu=$(tail -1 "$counted" | awk '{ n = 0; for (i = 1; i <= NF; i++) { split($i, p, "m"); n += p[1] * 60 + p[2] } printf "%d", n }')
+  rm -f "$counted"
+  echo "==== took $((SECONDS - started)) s (processor time ${cpu} s), exit status $status"
   return "$status"
 }
 
