@@ -1,6 +1,11 @@
 """Small helpers the tests share."""
 
+import os
+import signal
 import time
+from contextlib import contextmanager
+
+import redis
 
 
 def wait_until(condition, what, limit=10.0):
@@ -16,3 +21,18 @@ def lock_info(client, key):
     from redis_lock_module import info
 
     return info(client, key)
+
+
+def pid_of(port):
+    return int(redis.Redis(port=port).info("server")["process_id"])
+
+
+@contextmanager
+def frozen(port):
+    """The server on `port` stopped (SIGSTOP) for the block, continued whatever happens."""
+    pid = pid_of(port)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

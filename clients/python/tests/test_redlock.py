@@ -11,7 +11,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
-from helpers import wait_until
+from helpers import frozen, wait_until
 from redis_lock_module import LockError, Redlock
 from redis_lock_module.asyncio import Redlock as AsyncRedlock
 from helpers import lock_info, wait_until
@@ -94,15 +94,13 @@ def test_a_master_that_is_down_counts_against_the_quorum(masters, dead_port, key
 
 
 def test_a_master_that_hangs_is_not_waited_for(masters, key):
-    masters[2].execute_command("CLIENT", "PAUSE", 2000, "ALL")
-    try:
-        started = time.monotonic()
+    # Master 2 answers nothing until the test is done (not for a set time a loaded
+    # machine may outlast): the acquire returning at all shows it was not waited for.
+    with frozen(masters[2].connection_pool.connection_kwargs["port"]):
         lock = Redlock(masters, key, timeout=10, master_timeout=0.2)
         assert lock.acquire(blocking=False)
-        assert time.monotonic() - started < 1.5 and sorted(lock.fences) == [0, 1]
+        assert sorted(lock.fences) == [0, 1]
         lock.release()
-    finally:
-        masters[0].execute_command("PING")
 
 
 def test_asyncio_redlock(redlock_ports, key):
@@ -169,12 +167,10 @@ def test_a_process_with_a_hung_master_exits(redlock_ports, key):
         "assert lock.acquire(blocking=False)\n"
         "lock.release()\n"
     )
-    masters = [redis.Redis(host="127.0.0.1", port=p) for p in redlock_ports]
-    sleeper = _hang(masters[2], 5)
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-c", program], check=True, timeout=4)
-    assert time.monotonic() - started < 4
-    sleeper.join()
+    # Master 2 answers nothing until the program has ended, however long it takes to
+    # start on a loaded machine: its exit proves the hung call did not hold it.
+    with frozen(redlock_ports[2]):
+        subprocess.run([sys.executable, "-c", program], check=True, timeout=60)
 
 
 def test_a_master_is_free_for_the_next_call_once_the_last_one_answered():

@@ -1,10 +1,7 @@
 """`replicas`: a grant counts once a replica has it (docs/clients.md, "Failover-safe by
 default"). The master of these tests has one replica; the Redlock masters have none."""
 
-import os
-import signal
 import time
-from contextlib import contextmanager
 
 import pytest
 import redis
@@ -13,7 +10,7 @@ from redis.sentinel import Sentinel
 from redis_lock_module import Lock, LockError, LockNotReplicatedError, MultiLock, Redlock
 from redis_lock_module import LockNotReplicated, lock
 from redis_lock_module.asyncio import Lock as AsyncLock
-from helpers import wait_until
+from helpers import frozen, pid_of, wait_until
 
 
 def calls(client, command):
@@ -57,21 +54,6 @@ def role(client):
         return client.execute_command("ROLE")[0]
     except redis.ConnectionError:
         return None
-
-
-def pid_of(port):
-    return int(redis.Redis(port=port).info("server")["process_id"])
-
-
-@contextmanager
-def frozen(port):
-    """The server on `port` stopped (SIGSTOP) for the block, continued whatever happens."""
-    pid = pid_of(port)
-    os.kill(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(pid, signal.SIGCONT)
 
 
 @pytest.fixture
