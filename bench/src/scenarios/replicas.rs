@@ -61,10 +61,16 @@ impl Proxy {
                     let (answered, counter) = (answered.clone(), counter.clone());
                     thread::spawn(move || {
                         let mut buf = [0u8; 16 * 1024];
-                        while let Ok(n) = from.read(&mut buf) {
-                            if n == 0 {
-                                break;
-                            }
+                        loop {
+                            let n = match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => n,
+                                // a signal, not the end of the stream: read again
+                                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {
+                                    continue;
+                                }
+                                Err(_) => break,
+                            };
                             if upstream && answered.swap(false, Ordering::SeqCst) {
                                 counter.fetch_add(1, Ordering::SeqCst);
                             }

@@ -74,8 +74,13 @@ fn read_reply(stream: &mut TcpStream) -> io::Result<Vec<u8>> {
     let mut reply = Vec::new();
     let mut byte = [0u8; 1];
     loop {
-        if stream.read(&mut byte)? == 0 {
-            return Err(io::Error::other("connection closed before the reply"));
+        match stream.read(&mut byte) {
+            Ok(0) => return Err(io::Error::other("connection closed before the reply")),
+            Ok(_) => {}
+            // A signal came while the read waited (the process stopped and continued,
+            // say): the read itself failed nothing; read again.
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err),
         }
         reply.push(byte[0]);
         let lines = reply.windows(2).filter(|w| w == b"\r\n").count();
