@@ -289,16 +289,20 @@ fn bad_limits_are_refused_with_an_error_naming_limit() {
 fn each_holder_expires_at_its_own_time_and_a_waiting_writer_follows_the_last() {
     let server = TestServer::start();
     let mut con = server.connection();
-    shared_as(&mut con, "rw", 150, "short").unwrap();
-    shared_as(&mut con, "rw", 600, "long").unwrap();
+    // 1.5 s and 6 s: far enough apart that a loaded machine's delays cannot blur which
+    // left first, and the writer queues while both hold.
+    shared_as(&mut con, "rw", 1_500, "short").unwrap();
+    shared_as(&mut con, "rw", 6_000, "long").unwrap();
     let mut writer = Waiter::start(&server, "rw", 60_000, &["WAIT", "0"]);
     let start = Instant::now();
-    poll_until(Duration::from_secs(5), "the short holder to expire", || {
-        holders(&mut con, "rw") == Some(1)
-    });
-    // Gone before the long holder's 600 ms, which the key's own expiry would have waited
+    poll_until(
+        Duration::from_secs(10),
+        "the short holder to expire",
+        || holders(&mut con, "rw") == Some(1),
+    );
+    // Gone before the long holder's 6 s, which the key's own expiry would have waited
     // for (holders 1 is only ever seen if it left first).
-    assert!(start.elapsed() < Duration::from_millis(1_000));
+    assert!(start.elapsed() < Duration::from_millis(4_000));
     assert_eq!(
         extend(&mut con, "rw", b"short", 1_000),
         0,
@@ -309,7 +313,7 @@ fn each_holder_expires_at_its_own_time_and_a_waiting_writer_follows_the_last() {
     assert!(granted.is_some(), "the writer is granted");
     let waited = at.duration_since(start);
     assert!(
-        waited >= Duration::from_millis(350) && waited < Duration::from_millis(1_500),
+        waited >= Duration::from_millis(3_500) && waited < Duration::from_millis(9_000),
         "granted when the last reader expired: {waited:?}"
     );
     assert_eq!(
