@@ -3,9 +3,9 @@
 # what is already there: redis-server and redis-cli (7.0+), libclang with its headers
 # for the binding's bindgen step. With --test, also what the tests need beyond that:
 # PHP with phpredis, python3 with the tests' virtualenvs (scripts/test-env.sh: redis-py,
-# pytest, mypy, ... as scripts/pins.txt pins them), Node.js with npm, tmux (the interactive cli's hints are read off a real terminal),
-# stress-ng (the load beside `make test-loaded`)
-# (the client packages' tests), iptables and libfaketime (the fault harness),
+# pytest, mypy, ... as scripts/pins.txt pins them), Node.js with npm (the client packages'
+# tests), tmux (the interactive cli's hints are read off a real terminal), stress-ng (the
+# load beside `make test-loaded`), iptables and libfaketime (the fault harness),
 # prometheus-redis-exporter and promtool (lock health in Prometheus). Safe to run again.
 set -euo pipefail
 

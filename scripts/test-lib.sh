@@ -40,26 +40,29 @@ EOF
 # The servers the suites run on, "<name> <binary>" a line: REDIS_SERVER alone (named
 # after its file) when it is set, else every server scripts/fetch-servers.sh provides.
 # Reads the fetcher's listing from $work/servers.txt when a background fetch left it
-# there. Exports UNSUPPORTED_SERVER (the server the module must refuse to load on).
+# there.
 list_servers() {
   if [ -n "${REDIS_SERVER:-}" ]; then
     echo "$(basename "$REDIS_SERVER") $REDIS_SERVER"
     return
   fi
-  local listing
-  if [ -s "$work/servers.txt" ]; then
-    listing=$(cat "$work/servers.txt")
-  else
-    listing=$(scripts/fetch-servers.sh) || return 1
-  fi
-  grep -v '^unsupported-' <<<"$listing"
+  server_listing | grep -v '^unsupported-'
 }
 
+# The server the module must refuse to load on (none with REDIS_SERVER).
 unsupported_server() {
   [ -n "${REDIS_SERVER:-}" ] && return
-  local listing
-  listing=$(cat "$work/servers.txt" 2>/dev/null || scripts/fetch-servers.sh --list)
-  grep '^unsupported-' <<<"$listing" | head -1 | cut -d' ' -f2-
+  server_listing | grep '^unsupported-' | head -1 | cut -d' ' -f2-
+}
+
+# scripts/fetch-servers.sh's listing: the one a background fetch left in
+# $work/servers.txt, else fetched now.
+server_listing() {
+  if [ -s "$work/servers.txt" ]; then
+    cat "$work/servers.txt"
+  else
+    scripts/fetch-servers.sh
+  fi
 }
 
 # Runs a command with the time limit: timeout makes it a process group of its own and, at

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole suite, `make test`:
-#   1. builds every test binary once (`cargo test --release --workspace --no-run`);
+#   1. builds every test binary once, the modules with them (scripts/test-lib.sh);
 #   2. runs the doc tests and the unit tests of every crate once: they need no server;
 #   3. runs every integration test binary (the module's server, cluster, fuzz, faults and
 #      docs suites, the clients' and the bench's) on the servers the table below gives
@@ -113,10 +113,10 @@ threads_for() {
   fi
 }
 
-# One run: a binary on a server (or none). Writes <id>.log, <id>.status and <id>.took,
-# then prints the log.
+# One run: a binary on a server (or none). Writes <id>.log and <id>.status, then prints
+# the log.
 run_one() {
-  local id=$1 name=$2 dir=$3 executable=$4 server=$5 started=$SECONDS
+  local id=$1 name=$2 dir=$3 executable=$4 server=$5
   shift 5
   {
     echo
@@ -124,7 +124,6 @@ run_one() {
     run_binary "$dir" "$executable" "$server" "$(threads_for "$name")" ${TEST_FILTER:+"$TEST_FILTER"} "$@"
     echo $? >"$work/$id.status"
   } >"$work/$id.log" 2>&1
-  echo $((SECONDS - started)) >"$work/$id.took"
   show "$work/$id.log"
 }
 
@@ -180,8 +179,10 @@ done
 echo
 echo "==== the slowest runs (time, processor time: the run's own, its servers' and helpers')"
 for index in "${!ids[@]}"; do
-  cpu=$(sed -nE 's/^==== took [0-9]+ s \(processor time ([0-9]+) s\).*/\1/p' "$work/${ids[$index]}.log" | tail -1)
-  echo "$(cat "$work/${ids[$index]}.took" 2>/dev/null || echo 0) ${cpu:-0} ${labels[$index]}"
+  # Its time and processor time, from the line `limited` ended its log with.
+  took=$(sed -nE 's/^==== took ([0-9]+) s \(processor time ([0-9]+) s\).*/\1 \2/p' \
+    "$work/${ids[$index]}.log" | tail -1)
+  echo "${took:-0 0} ${labels[$index]}"
 done | sort -rn >"$work/times"
 head -10 "$work/times" | awk '{ t = $1; c = $2; $1 = ""; $2 = ""; printf "%5d s %5d s %s\n", t, c, $0 }'
 awk '{ t += $1; c += $2 } END { printf "all %d runs: %d s, %d s of processor time\n", NR, t, c }' "$work/times"
