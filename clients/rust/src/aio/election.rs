@@ -77,6 +77,12 @@ impl Leadership {
         self.lock.fence()
     }
 
+    /// The leadership's token (the lock's), for `LOCK.DO` on the leader's behalf from
+    /// another process: a secret, as every token.
+    pub fn token(&self) -> &[u8] {
+        self.lock.token()
+    }
+
     /// Publishes `value` in place of the last one, same term; `false` if lost.
     pub async fn proclaim(&self, value: &[u8]) -> RedisResult<bool> {
         self.lock.proclaim(value).await

@@ -71,6 +71,12 @@ impl Leadership {
         self.lock.fence()
     }
 
+    /// The leadership's token (the lock's), for `LOCK.DO` on the leader's behalf from
+    /// another process: a secret, as every token.
+    pub fn token(&self) -> &[u8] {
+        self.lock.token()
+    }
+
     /// Publishes `value` in place of the last one, same term. `false` means the
     /// leadership is lost.
     pub fn proclaim(&self, value: &[u8]) -> RedisResult<bool> {
