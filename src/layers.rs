@@ -398,11 +398,12 @@ fn crate_graph(root: &Path) -> Vec<(PathBuf, Vec<PathBuf>)> {
 }
 
 /// The sources of every Rust crate of the workspace: the module, the core, the client,
-/// the benchmark, its floor module and the test kit.
-const CRATES: [&str; 6] = [
+/// the command line, the benchmark, its floor module and the test kit.
+const CRATES: [&str; 7] = [
     "src",
     "core/src",
     "clients/rust/src",
+    "clients/cli/src",
     "bench/src",
     "bench/floor/src",
     "testkit/src",
