@@ -35,7 +35,8 @@ run: $(MODULE) ## build (when the sources changed), then start redis-server with
 	$${REDIS_SERVER:-redis-server} redis.conf --port $(PORT)
 
 DIST ?= dist
-dist: $(MODULE) ## the release tarball, for a server without a Rust toolchain: $(DIST)/redis-lock-<version>-<arch>-linux-gnu.tar.gz (stripped module, its debug symbols, a loadmodule line, README, LICENSE, SHA256SUMS)
+dist: $(MODULE) ## the release tarball, for a server without a Rust toolchain: $(DIST)/redis-lock-<version>-<arch>-linux-gnu.tar.gz (stripped module, its debug symbols, the redis-lock command line, a loadmodule line, README, LICENSE, SHA256SUMS)
+	$(CARGO) build --release -p redis-lock-cli
 	@scripts/dist.sh $(DIST)
 
 test: deps ## build once, run every test on every server CI tests (REDIS_SERVER=path: on that one only); installs what the tests need (as deps-test; the virtualenvs beside the build)

@@ -4,18 +4,22 @@
 #     libredis_lock.so        the module, stripped
 #     libredis_lock.so.debug  its debug symbols (the module names it in .gnu_debuglink,
 #                             so gdb finds it beside the module)
+#     redis-lock              the command line (docs/cli.md), stripped
 #     redis-lock.conf         the loadmodule line to add to redis.conf / valkey.conf
 #     README.md, LICENSE
 #     SHA256SUMS              of every file above (sha256sum -c SHA256SUMS)
 #   and dist/redis-lock-<version>-<arch>-linux-gnu.tar.gz.sha256 beside it.
-# Usage: scripts/dist.sh [OUT_DIR] (default dist/); the module must be built
-# (target/release/libredis_lock.so: `make dist` builds it first).
+# Usage: scripts/dist.sh [OUT_DIR] (default dist/); the module and the command line must
+# be built (target/release/libredis_lock.so and target/release/redis-lock: `make dist`
+# builds them first).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=${1:-dist}
 module=target/release/libredis_lock.so
 [ -f "$module" ] || { echo "dist: $module is not built (cargo build --release)" >&2; exit 1; }
+cli=target/release/redis-lock
+[ -f "$cli" ] || { echo "dist: $cli is not built (cargo build --release -p redis-lock-cli)" >&2; exit 1; }
 for tool in objcopy strip sha256sum tar; do
   command -v "$tool" >/dev/null || { echo "dist: $tool is missing (binutils, coreutils, tar)" >&2; exit 1; }
 done
@@ -35,6 +39,8 @@ strip --strip-unneeded -o "$dir/libredis_lock.so" "$module"
 (cd "$dir" && objcopy --add-gnu-debuglink=libredis_lock.so.debug libredis_lock.so)
 chmod 0755 "$dir/libredis_lock.so"
 chmod 0644 "$dir/libredis_lock.so.debug"
+strip -o "$dir/redis-lock" "$cli"
+chmod 0755 "$dir/redis-lock"
 
 cat >"$dir/redis-lock.conf" <<CONF
 # redis-lock $version: add this line to redis.conf (or valkey.conf, or include this file),
@@ -45,7 +51,7 @@ loadmodule /opt/$name/libredis_lock.so
 lock.replicas auto
 CONF
 cp README.md LICENSE "$dir/"
-(cd "$dir" && sha256sum libredis_lock.so libredis_lock.so.debug redis-lock.conf README.md LICENSE >SHA256SUMS)
+(cd "$dir" && sha256sum libredis_lock.so libredis_lock.so.debug redis-lock redis-lock.conf README.md LICENSE >SHA256SUMS)
 
 tarball="$out/$name.tar.gz"
 # Owner and times fixed, files sorted: the same module gives the same tarball.

@@ -33,7 +33,8 @@ started=$SECONDS
 . scripts/test-lib.sh
 
 # Where each suite runs. Every suite that tests the module's own behaviour runs on every
-# server: the server suite, cluster, fuzz, faults, docs, the client crate's, and in the
+# server: the server suite, cluster, fuzz, faults, docs, the client crate's, the command
+# line's (cli: seconds per server, and its status reads the module's replies), and in the
 # packages binary the conformance scenarios (every package, the module's replies as
 # each package reads them), the docs' snippets and the PHP checks. The rest proves
 # something that does not change with the server, so one server (or one per path the

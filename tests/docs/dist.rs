@@ -103,9 +103,17 @@ fn the_release_tarball_installs_and_loads_with_nothing_but_loadmodule() {
             "SHA256SUMS",
             "libredis_lock.so",
             "libredis_lock.so.debug",
+            "redis-lock",
             "redis-lock.conf"
         ]
     );
+    // The command line runs from the unpacked folder (docs/cli.md).
+    let cli = Command::new(release.join("redis-lock"))
+        .arg("--version")
+        .output()
+        .expect("the release's redis-lock");
+    assert!(cli.status.success());
+    assert!(String::from_utf8_lossy(&cli.stdout).starts_with("redis-lock "));
     // Stripped, with its symbols apart and linked.
     let sections = Command::new("objdump")
         .args(["-h"])

@@ -14,6 +14,8 @@
 //! - the `text` block of `docs/sessions.md`: the two-terminal demo, with an interactive
 //!   `redis-cli` killed with SIGKILL, and the waiter granted the grace later; the one of
 //!   `docs/operations.md`: the fields of `INFO lock`, in the server's order.
+//! - `crontab`, `ini` and `text` blocks of `docs/cli.md`: run and checked by the command
+//!   line's own tests (clients/cli/tests/cli/docs.rs).
 //! - `sql` blocks: the fenced write, on SQLite (Python's `sqlite3`): it refuses a lower
 //!   fence and takes the same one again.
 //!
@@ -55,10 +57,17 @@ fn every_block_is_run_by_a_test() {
             "console" => {}
             // this file
             "sh" | "conf" => {}
-            // the sessions demo, and the INFO listing checked against the server's
+            // the sessions demo, and the INFO listing checked against the server's; the
+            // command line's synopses, status table and waiting line
+            // (clients/cli/tests/cli/docs.rs checks the table's columns and the line)
             "text" => assert!(
-                ["docs/sessions.md", "docs/operations.md"].contains(&name.as_str()),
+                ["docs/sessions.md", "docs/operations.md", "docs/cli.md"].contains(&name.as_str()),
                 "{at}: a text block that no test runs"
+            ),
+            // clients/cli/tests/cli/docs.rs runs the crontab line and the systemd unit
+            "crontab" | "ini" => assert_eq!(
+                name, "docs/cli.md",
+                "{at}: clients/cli/tests/cli/docs.rs runs the crontab and unit of docs/cli.md only"
             ),
             // run on SQLite
             "sql" => {}
