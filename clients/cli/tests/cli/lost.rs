@@ -123,3 +123,41 @@ fn a_killed_runner_takes_its_command_with_it_and_the_lock_frees_after_its_grace(
         killed.elapsed()
     );
 }
+
+#[test]
+fn a_server_that_stops_answering_for_the_whole_ttl_loses_the_lock_and_stops_the_command() {
+    let server = TestServer::start();
+    let scratch = Scratch::new("unreachable");
+    let trap = format!(
+        "trap 'echo term >> \"{}\"; exit 0' TERM",
+        scratch.path("signals").display()
+    );
+    let mut runner = start_recording(
+        &server,
+        &scratch,
+        "jobs:frozen",
+        &trap,
+        &["--timeout", "500ms"],
+    );
+    // The server is frozen (SIGSTOP): no renewal can be made before the 3 s TTL runs out.
+    let pid = server.pid().expect("the server's pid").to_string();
+    let frozen = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .expect("kill");
+    assert!(frozen.success());
+    let (status, stderr) = runner.finish(DEADLINE);
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+    assert_eq!(status.code(), Some(79), "{stderr}");
+    assert!(
+        stderr.contains("unreachable"),
+        "the runner says why: {stderr}"
+    );
+    assert_eq!(
+        scratch.lines("signals"),
+        ["term"],
+        "the command got SIGTERM"
+    );
+}
