@@ -20,6 +20,7 @@ pub mod command;
 pub mod command_info;
 pub mod config;
 pub mod guard;
+pub mod info;
 pub mod keys;
 pub mod main_thread;
 pub mod replicate;
@@ -236,25 +237,24 @@ pub fn is_replica(ctx: &Context) -> bool {
 /// The fields `redis_version` and `valkey_version` of `INFO server` (the second only on
 /// Valkey).
 pub fn server_versions(ctx: &Context) -> (Option<String>, Option<String>) {
-    let info = ctx.server_info("server");
-    let field = |name: &str| info.field(name).map(|value| value.to_string());
-    (field("redis_version"), field("valkey_version"))
+    let Some(info) = info::InfoSection::read(ctx, c"server") else {
+        return (None, None);
+    };
+    (info.field("redis_version"), info.field("valkey_version"))
 }
 
 /// The field `total_commands_processed` of `INFO stats`: it only grows, except when
 /// `CONFIG RESETSTAT` zeroes it.
 pub fn commands_processed(ctx: &Context) -> Option<u64> {
-    let info = ctx.server_info("stats");
-    info.field("total_commands_processed")?
-        .to_string()
+    info::InfoSection::read(ctx, c"stats")?
+        .field("total_commands_processed")?
         .parse()
         .ok()
 }
 
 /// The field `mem_allocator` of `INFO memory` (`jemalloc-5.3.0`, `libc`), empty if absent.
 pub fn server_allocator(ctx: &Context) -> String {
-    let info = ctx.server_info("memory");
-    info.field("mem_allocator")
-        .map(|value| value.to_string())
+    info::InfoSection::read(ctx, c"memory")
+        .and_then(|info| info.field("mem_allocator"))
         .unwrap_or_default()
 }

@@ -10,6 +10,8 @@ use redis_module::{Context, raw};
 
 use lock_core::{replica_acks, replicas};
 
+use super::info::InfoSection;
+
 /// The replication state of the server, from `INFO replication`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Replication {
@@ -19,12 +21,16 @@ pub struct Replication {
     pub offset: i64,
     /// The offset each online replica acknowledged.
     pub acked: Vec<i64>,
+    /// The replicas attached: online, or in their first sync.
+    pub attached: usize,
 }
 
 /// The server's replication state now.
 pub fn replication(ctx: &Context) -> Replication {
-    let info = ctx.server_info("replication");
-    let field = |name: &str| info.field(name).map(|value| value.to_string());
+    let Some(info) = InfoSection::read(ctx, c"replication") else {
+        return Replication::default();
+    };
+    let field = |name: &str| info.field(name);
     let master = field("role").as_deref() == Some("master");
     let offset = field("master_repl_offset")
         .and_then(|value| value.parse().ok())
@@ -32,14 +38,18 @@ pub fn replication(ctx: &Context) -> Replication {
     let linked: usize = field("connected_slaves")
         .and_then(|value| value.parse().ok())
         .unwrap_or(0);
-    let acked = (0..linked)
+    let lines: Vec<String> = (0..linked)
         .filter_map(|i| field(&format!("slave{i}")))
-        .filter_map(|line| replicas::online_offset(&line))
+        .collect();
+    let acked = lines
+        .iter()
+        .filter_map(|line| replicas::online_offset(line))
         .collect();
     Replication {
         master,
         offset,
         acked,
+        attached: lines.len(),
     }
 }
 
