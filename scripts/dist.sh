@@ -45,8 +45,9 @@ chmod 0755 "$dir/redis-lock"
 cat >"$dir/redis-lock.conf" <<CONF
 # redis-lock $version: add this line to redis.conf (or valkey.conf, or include this file),
 # with the folder you unpacked the tarball to. Load it on every node of a replicated or
-# clustered deployment. The second line makes a grant's reply wait until a replica has
-# it, when the master has an online replica (0: never; n: that many replicas).
+# clustered deployment. The second line is the module's default, written to be seen: a
+# grant's reply waits until a replica has it, when the master has one (0: never; n: that
+# many replicas).
 loadmodule /opt/$name/libredis_lock.so
 lock.replicas auto
 CONF

@@ -219,7 +219,7 @@ impl fmt::Display for Error {
             ),
             Error::InvalidReplicas => write!(
                 f,
-                "ERR invalid REPLICAS: expected an integer from 0 to {MAX_REPLICAS}"
+                "ERR invalid REPLICAS: expected an integer from 0 to {MAX_REPLICAS} or AUTO"
             ),
             Error::InvalidReplTimeout => write!(
                 f,

@@ -5,16 +5,17 @@
 
 use crate::limits::{MAX_DEFAULT_REPLTIMEOUT_MS, MAX_REPLICAS};
 
-/// How many replicas a grant waits for when its command names none: the
-/// `lock.replicas` setting.
+/// How many replicas a grant waits for: the `lock.replicas` setting, or a command's own
+/// `REPLICAS n|AUTO`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Setting {
-    /// Wait for this many (`0`, the default: answer at once).
-    #[default]
+    /// `0`: answer at once.
     Off,
     /// Wait for this many replicas.
     Count(u32),
-    /// Wait for one when the master has an online replica, else answer at once.
+    /// Wait for one when the master has a replica attached (online, or in its first
+    /// sync), else answer at once: the default.
+    #[default]
     Auto,
 }
 
@@ -58,11 +59,11 @@ pub fn count(text: &[u8]) -> Option<u32> {
     digits.parse::<u32>().ok().filter(|n| *n <= MAX_REPLICAS)
 }
 
-/// What a command asked for: `REPLICAS n` and `REPLTIMEOUT ms`, each if given.
+/// What a command asked for: `REPLICAS n|AUTO` and `REPLTIMEOUT ms`, each if given.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Asked {
-    /// `REPLICAS n`, if given.
-    pub replicas: Option<u32>,
+    /// `REPLICAS n` or `REPLICAS AUTO`, if given.
+    pub replicas: Option<Setting>,
     /// `REPLTIMEOUT ms`, if given.
     pub timeout_ms: Option<i64>,
 }
@@ -84,19 +85,26 @@ pub fn default_timeout(ttl_ms: i64) -> i64 {
 }
 
 impl Asked {
-    /// Whether the command itself asked to wait for replicas (`REPLICAS n`, n > 0).
+    /// Whether the command itself asked to wait for replicas (`REPLICAS n` with n > 0,
+    /// or `REPLICAS AUTO`): refused where the server cannot hold a reply.
     pub fn explicit(self) -> bool {
-        self.replicas.is_some_and(|n| n > 0)
+        self.replicas.is_some_and(Setting::waits)
     }
 
-    /// The wait of a grant of `ttl_ms` under `setting`, on a master with `online`
-    /// replicas: the command's `REPLICAS` if given, else the setting's. `None`: answer at
-    /// once.
-    pub fn wait(self, setting: Setting, online: usize, ttl_ms: i64) -> Option<Wait> {
-        let replicas = match (self.replicas, setting) {
-            (Some(n), _) | (None, Setting::Count(n)) => n,
-            (None, Setting::Auto) => u32::from(online > 0),
-            (None, Setting::Off) => 0,
+    /// The rule of this command under `setting`: its own `REPLICAS` if given, else the
+    /// setting.
+    pub fn rule(self, setting: Setting) -> Setting {
+        self.replicas.unwrap_or(setting)
+    }
+
+    /// The wait of a grant of `ttl_ms` under `setting`, on a master with `attached`
+    /// replicas (what `auto` counts): the command's `REPLICAS` if given, else the
+    /// setting's. `None`: answer at once.
+    pub fn wait(self, setting: Setting, attached: usize, ttl_ms: i64) -> Option<Wait> {
+        let replicas = match self.rule(setting) {
+            Setting::Count(n) => n,
+            Setting::Auto => u32::from(attached > 0),
+            Setting::Off => 0,
         };
         (replicas > 0).then(|| Wait {
             replicas,
@@ -165,12 +173,12 @@ mod tests {
             })
         );
         let zero = Asked {
-            replicas: Some(0),
+            replicas: Some(Setting::Off),
             timeout_ms: None,
         };
         assert_eq!(zero.wait(Setting::Count(2), 2, 5000), None);
         let two = Asked {
-            replicas: Some(2),
+            replicas: Some(Setting::Count(2)),
             timeout_ms: Some(7),
         };
         assert_eq!(
@@ -181,6 +189,25 @@ mod tests {
             })
         );
         assert!(two.explicit() && !zero.explicit() && !none.explicit());
+        let auto = Asked {
+            replicas: Some(Setting::Auto),
+            timeout_ms: None,
+        };
+        assert!(auto.explicit(), "REPLICAS AUTO is the command's own");
+        assert_eq!(
+            auto.wait(Setting::Off, 0, 5000),
+            None,
+            "no replica: at once"
+        );
+        assert_eq!(
+            auto.wait(Setting::Off, 1, 5000),
+            Some(Wait {
+                replicas: 1,
+                timeout_ms: 500
+            }),
+            "AUTO whatever the setting"
+        );
+        assert_eq!(Setting::default(), Setting::Auto);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use lock_core::error::Error;
 use lock_core::limits::{MAX_KEYS, MAX_LIMIT, MAX_TOKEN_LEN, MAX_TTL_MS, MAX_VALUE_LEN};
-use lock_core::replicas::{self, Asked};
+use lock_core::replicas::{Asked, Setting};
 use lock_core::rules::Kind;
 
 /// The parsed options of `LOCK.ACQUIRE key ttl-ms [TOKEN token] [WAIT timeout-ms]
@@ -174,7 +174,7 @@ fn replica_option(options: &[&[u8]], i: usize, asked: &mut Asked) -> Result<bool
     if timeout {
         asked.timeout_ms = Some(repl_timeout(value)?);
     } else {
-        asked.replicas = Some(replicas::count(value).ok_or(Error::InvalidReplicas)?);
+        asked.replicas = Some(Setting::parse(value).ok_or(Error::InvalidReplicas)?);
     }
     Ok(true)
 }
@@ -316,7 +316,7 @@ mod tests {
         assert_eq!(
             opts.replicas,
             Asked {
-                replicas: Some(2),
+                replicas: Some(Setting::Count(2)),
                 timeout_ms: Some(50)
             }
         );
@@ -329,12 +329,18 @@ mod tests {
         assert!(msg(acquire(&[b"100", b"REPLTIMEOUT", b"0"])).contains("REPLTIMEOUT"));
         assert!(msg(acquire(&[b"100", b"REPLICAS", b"1", b"replicas", b"1"])).contains("replicas"));
         let (_, opts) = acquire_all(&[b"1", b"k", b"100", b"REPLICAS", b"1"]).unwrap();
-        assert_eq!(opts.replicas.replicas, Some(1));
+        assert_eq!(opts.replicas.replicas, Some(Setting::Count(1)));
+        let (opts, _) = acquire(&[b"100", b"REPLICAS", b"auto"]).unwrap();
+        assert_eq!(opts.replicas.replicas, Some(Setting::Auto));
+        assert_eq!(
+            extend(&[b"REPLICAS", b"AUTO"]).unwrap().replicas,
+            Some(Setting::Auto)
+        );
         assert_eq!(extend(&[]).unwrap(), Asked::default());
         assert_eq!(
             extend(&[b"REPLICAS", b"0", b"REPLTIMEOUT", b"3"]).unwrap(),
             Asked {
-                replicas: Some(0),
+                replicas: Some(Setting::Off),
                 timeout_ms: Some(3)
             }
         );

@@ -13,7 +13,7 @@ const ALL_KEYS: &std::ffi::CStr = c"0.2.0";
 /// The module version that added `LOCK.CONTENDED`.
 const HEALTH: &std::ffi::CStr = c"0.3.0";
 
-const REPLICAS: Arg = Arg::option(c"n", c"REPLICAS", ArgKind::Integer);
+const REPLICAS: Arg = Arg::option(c"n|AUTO", c"REPLICAS", ArgKind::String);
 const REPLTIMEOUT: Arg = Arg::option(c"ms", c"REPLTIMEOUT", ArgKind::Integer);
 
 const KEY: Arg = Arg::required(c"key", ArgKind::Key);

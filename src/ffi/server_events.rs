@@ -26,6 +26,8 @@ pub enum ServerEvent {
     LoadingStarted,
     /// Loading (an RDB file, the AOF, a full sync) ended: the server serves its keys.
     LoadingEnded,
+    /// A replica of this server came online or went away.
+    ReplicaChanged,
 }
 
 /// Who hears of server events (set once, at load).
@@ -37,8 +39,8 @@ pub type KeyEventHandler = fn(&Context, &[u8], &[u8]);
 /// Who hears of generic keyspace events (set once, at load).
 static KEY_HANDLER: OnceLock<KeyEventHandler> = OnceLock::new();
 
-/// Subscribes `handler` to flushes, database swaps, role changes and the end of
-/// loading, and makes it the client-change handler that `watch_connections` turns on
+/// Subscribes `handler` to flushes, database swaps, role changes, the end of loading
+/// and replicas coming and going, and makes it the client-change handler that `watch_connections` turns on
 /// and off; false if the server refused a subscription.
 pub fn follow(ctx: &Context, handler: fn(&Context, ServerEvent)) -> bool {
     let _ = HANDLER.set(handler);
@@ -48,6 +50,7 @@ pub fn follow(ctx: &Context, handler: fn(&Context, ServerEvent)) -> bool {
         raw::REDISMODULE_EVENT_SWAPDB,
         raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
         raw::REDISMODULE_EVENT_LOADING,
+        raw::REDISMODULE_EVENT_REPLICA_CHANGE,
     ]
     .into_iter()
     .all(|id| subscribe(ctx, id, on_server_event))
@@ -120,6 +123,7 @@ extern "C" fn on_server_event(
             {
                 ServerEvent::LoadingStarted
             }
+            raw::REDISMODULE_EVENT_REPLICA_CHANGE => ServerEvent::ReplicaChanged,
             _ => return,
         };
         if let Some(handler) = HANDLER.get() {

@@ -94,6 +94,7 @@ fn on_server_event(ctx: &Context, event: ServerEvent) {
             watching::demoted(ctx);
         }
         ServerEvent::LoadingStarted => stats::set_serving(false),
+        ServerEvent::ReplicaChanged => waiting::held::replicas_changed(),
         ServerEvent::NowMaster | ServerEvent::LoadingEnded => {
             if event == ServerEvent::NowMaster {
                 waiting::held::promoted();

@@ -54,7 +54,7 @@ fn from_args(args: &[&[u8]]) -> Result<Option<Vec<u8>>, String> {
 /// defaults (`redis.conf` and `MODULE LOADEX ... CONFIG` come after them); why not.
 pub fn register(ctx: &Context, args: &[RedisString]) -> Result<(), String> {
     let args: Vec<&[u8]> = args.iter().map(RedisString::as_slice).collect();
-    let default = from_args(&args)?.unwrap_or_else(|| b"0".to_vec());
+    let default = from_args(&args)?.unwrap_or_else(|| b"auto".to_vec());
     set_replicas(&default)?;
     let default = String::from_utf8_lossy(&default).into_owned();
     if !config::register_string(ctx, &REPLICAS, &default) {

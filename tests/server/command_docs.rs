@@ -14,16 +14,16 @@ use crate::common::{TestServer, fresh_dir, poll_until, server_binary};
 const SYNOPSES: [(&str, &str); 9] = [
     (
         "LOCK.ACQUIRE",
-        "key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE value] [REPLICAS n] [REPLTIMEOUT ms]",
+        "key ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [LIMIT n] [VALUE value] [REPLICAS n|AUTO] [REPLTIMEOUT ms]",
     ),
     (
         "LOCK.ACQUIREALL",
-        "numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [REPLICAS n] [REPLTIMEOUT ms]",
+        "numkeys key [key ...] ttl-ms [TOKEN token] [WAIT timeout-ms] [SESSION grace-ms] [SHARED] [REPLICAS n|AUTO] [REPLTIMEOUT ms]",
     ),
     ("LOCK.RELEASE", "key token"),
     (
         "LOCK.EXTEND",
-        "key token ttl-ms [REPLICAS n] [REPLTIMEOUT ms]",
+        "key token ttl-ms [REPLICAS n|AUTO] [REPLTIMEOUT ms]",
     ),
     ("LOCK.INFO", "key"),
     ("LOCK.HOLDERS", "key"),

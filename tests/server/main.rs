@@ -25,6 +25,7 @@ mod mutual_exclusion;
 mod notifications;
 mod persistence;
 mod published_value;
+mod replica_default;
 mod replica_wait;
 mod replication;
 mod server_limits;

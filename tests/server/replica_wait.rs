@@ -231,7 +231,9 @@ fn a_grant_of_several_keys_that_falls_short_frees_them_all() {
 #[test]
 fn a_shortfall_hands_the_lock_to_the_next_waiter() {
     with_a_held_grant("3000", |master, m, mut first| {
-        let mut next = Waiter::start(master, "k", 60_000, &["WAIT", "10000"]);
+        // The next waiter asks for no replica (the replica is stopped: under the default
+        // `auto` its grant would wait for it too).
+        let mut next = Waiter::start(master, "k", 60_000, &["WAIT", "10000", "REPLICAS", "0"]);
         let text = error_text(first.reply());
         assert!(not_replicated(&text, 0, 1), "{text}");
         let (_, fence) = next.granted().expect("the next waiter has it");
@@ -326,7 +328,7 @@ fn the_setting_waits_for_commands_that_name_no_replicas() {
             .expect("CONFIG GET");
         pair[1].clone()
     };
-    assert_eq!(get(&mut m), "0", "off by default");
+    assert_eq!(get(&mut m), "auto", "auto by default");
     let bad = error_of_command(&mut m, &["CONFIG", "SET", "lock.replicas", "101"]);
     assert!(
         bad.contains("expected an integer from 0 to 100 or auto"),
@@ -379,14 +381,13 @@ fn the_setting_waits_for_commands_that_name_no_replicas() {
 fn the_setting_is_a_loadmodule_argument_too() {
     let module = module_path();
     let module = module.to_str().expect("a UTF-8 path");
-    let server =
-        TestServer::with_args(&["--no-module", "--loadmodule", module, "REPLICAS", "auto"]);
+    let server = TestServer::with_args(&["--no-module", "--loadmodule", module, "REPLICAS", "0"]);
     let pair: Vec<String> = redis::cmd("CONFIG")
         .arg("GET")
         .arg("lock.replicas")
         .query(&mut server.connection())
         .expect("CONFIG GET");
-    assert_eq!(pair[1], "auto");
+    assert_eq!(pair[1], "0", "the argument opts out of the default");
 }
 
 #[test]

@@ -57,9 +57,11 @@ thread_local! {
     /// Grants whose client went away while held: to be undone.
     static UNDOS: RefCell<Vec<Undo>> = const { RefCell::new(Vec::new()) };
     /// `lock.replicas`.
-    static SETTING: Cell<Setting> = const { Cell::new(Setting::Off) };
-    /// When `auto` last found an online replica (ms, the server's clock), if ever.
+    static SETTING: Cell<Setting> = const { Cell::new(Setting::Auto) };
+    /// When `auto` last found an attached replica (ms, the server's clock), if ever.
     static LAST_ONLINE: Cell<Option<i64>> = const { Cell::new(None) };
+    /// When `auto` last read the replicas (ms) and how many were attached.
+    static LOOKED: Cell<Option<(i64, usize)>> = const { Cell::new(None) };
     /// When `auto` first found none after that (ms), if it has.
     static NONE_SINCE: Cell<Option<i64>> = const { Cell::new(None) };
     /// The oldest server of this one's family that can hold a reply for replicas, when
@@ -108,7 +110,7 @@ pub fn check(asked: Asked, can_hold: bool) -> Result<(), Error> {
     Ok(())
 }
 
-/// How long `auto` counts a master that lost its online replicas as still having one,
+/// How long `auto` counts a master that lost its replicas as still having one,
 /// from the first grant that found none: a master deposed by a partition drops its
 /// replica links when the partition heals, and Sentinel demotes it only after it
 /// claimed the master role for 8 s; its grants in between must not be answered
@@ -118,27 +120,35 @@ pub fn check(asked: Asked, can_hold: bool) -> Result<(), Error> {
 /// the demotion after the heal.
 const AUTO_HOLD_MS: i64 = 15_000;
 
-/// How long a replica `auto` found online is taken as still there without looking
-/// again: `INFO replication` is built at most once a second for grants while a replica
-/// is online (its answer would be 1 within `AUTO_HOLD_MS` anyway).
+/// How long what `auto` found is taken as still so without looking again: `INFO
+/// replication` is built at most once a second for grants, whether it found replicas or
+/// none (a grant on a master without replicas then costs what it cost before `auto`
+/// existed). A replica that comes online or goes away (the server's replica-change
+/// event) is looked at by the next grant; one that attached and is still in its first
+/// sync, at the latest a second later.
 const AUTO_RECHECK_MS: i64 = 1_000;
 
-/// The replicas `auto` counts now: those `INFO replication` lists online, or 1 for
-/// `AUTO_HOLD_MS` after the first grant that found none where one was found before (a
-/// promotion starts afresh).
-fn auto_online(ctx: &Context) -> usize {
+/// The replicas `auto` counts now: those `INFO replication` lists, online or still in
+/// their first sync (a replica Sentinel may promote before its sync ends must not miss
+/// a grant: the grant waits for the sync, or falls short), or 1 for `AUTO_HOLD_MS`
+/// after the first grant that found none where one was found before (a promotion
+/// starts afresh).
+fn auto_attached(ctx: &Context) -> usize {
     let now = ffi::now_ms();
-    let last = LAST_ONLINE.with(Cell::get);
-    if last.is_some_and(|at| now.saturating_sub(at) < AUTO_RECHECK_MS) {
-        return 1;
-    }
-    let online = ffi::replication(ctx).acked.len();
-    if online > 0 {
+    let attached = match LOOKED.with(Cell::get) {
+        Some((at, attached)) if now.saturating_sub(at) < AUTO_RECHECK_MS => attached,
+        _ => {
+            let attached = ffi::replication(ctx).attached;
+            LOOKED.with(|l| l.set(Some((now, attached))));
+            attached
+        }
+    };
+    if attached > 0 {
         LAST_ONLINE.with(|l| l.set(Some(now)));
         NONE_SINCE.with(|n| n.set(None));
-        return online;
+        return attached;
     }
-    if last.is_none() {
+    if LAST_ONLINE.with(Cell::get).is_none() {
         return 0;
     }
     let since = NONE_SINCE.with(|n| {
@@ -153,28 +163,35 @@ fn auto_online(ctx: &Context) -> usize {
     0
 }
 
+/// A replica came online or went away: the next grant looks at the replicas again.
+pub fn replicas_changed() {
+    LOOKED.with(|l| l.set(None));
+}
+
 /// A promotion (or a hold that ran out): what `auto` saw as a replica is forgotten.
 pub fn promoted() {
     LAST_ONLINE.with(|l| l.set(None));
     NONE_SINCE.with(|n| n.set(None));
+    LOOKED.with(|l| l.set(None));
 }
 
 /// The replica wait of a grant of `ttl_ms` whose command asked `asked`, on this server
 /// now: `None` to answer at once. Reads the replicas only under `auto`.
 pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
     let setting = setting();
-    if needs().is_some() || (asked.replicas.is_none() && !setting.waits()) {
+    let rule = asked.rule(setting);
+    if needs().is_some() || !rule.waits() {
         return None;
     }
-    let online = if asked.replicas.is_none() && setting == Setting::Auto {
+    let attached = if rule == Setting::Auto {
         if ffi::is_replica(ctx) {
             return None;
         }
-        auto_online(ctx)
+        auto_attached(ctx)
     } else {
         0
     };
-    asked.wait(setting, online, ttl_ms)
+    asked.wait(setting, attached, ttl_ms)
 }
 
 /// Holds the reply of blocked client `handle` (`answer`) until `wait` is met; the
