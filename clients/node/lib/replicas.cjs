@@ -184,7 +184,7 @@ function forget(connection, key) {
 async function replicated(connection, key, commands, replicas) {
   // Made for the node each try goes to: after a MOVED, the WAIT the new node needs (or
   // the REPLICAS it holds the reply for).
-  let [required, waits, serverSide] = [0, [], false];
+  let [required, waits, serverSide, unwaited] = [0, [], false, false];
   const replies = await connection.exchange(key, async () => {
     required = replicas.setting === 0 ? 0 : replicas.required(await online(connection, key), key);
     serverSide = required > 0 && !replicas.fsync && !noServerWait.has(connection.addressOf());
@@ -193,8 +193,17 @@ async function replicated(connection, key, commands, replicas) {
       return commands.map((command) => [...command, 'REPLICAS', required, 'REPLTIMEOUT', replicas.timeoutMs]);
     }
     waits = replicas.off ? [] : replicas.waitCommands(required);
-    return [...commands, ...waits];
+    // The package waits itself (fsync), or not at all (replicas 0): the server must not
+    // wait as its own lock.replicas (auto by default) would have it.
+    unwaited = (replicas.setting === 0 || replicas.fsync) && !noServerWait.has(connection.addressOf());
+    const writes = unwaited ? commands.map((command) => [...command, 'REPLICAS', 0]) : commands;
+    return [...writes, ...waits];
   });
+  if (unwaited && replies.slice(0, commands.length).some(refusesReplicas)) {
+    // An older module that knows no REPLICAS changed nothing: the writes as they are.
+    noServerWait.add(connection.addressOf());
+    return replicated(connection, key, commands, replicas);
+  }
   if (serverSide) {
     if (replies.some(refusesReplicas)) {
       noServerWait.add(connection.addressOf());

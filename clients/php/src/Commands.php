@@ -216,7 +216,21 @@ final class Commands
             self::$noServerWait[$server] = true;
         }
         $waits = $replicas->off() ? [] : $replicas->waitCommands($required, $ttlMs);
-        $replies = $this->exchange($connection, $key, array_merge($commands, $waits));
+        // The package waits itself (fsync), or not at all (replicas 0): the server must not
+        // wait as its own lock.replicas (auto by default) would have it.
+        $writes = $commands;
+        $unwaited = ($replicas->asksNoReplica() || $replicas->fsync()) && !isset(self::$noServerWait[$server]);
+        if ($unwaited) {
+            $writes = array_map(function (array $command) {
+                return array_merge($command, ['REPLICAS', '0']);
+            }, $commands);
+        }
+        $replies = $this->exchange($connection, $key, array_merge($writes, $waits));
+        if ($unwaited && self::refusesReplicas(array_slice($replies, 0, count($commands)))) {
+            // An older module that knows no REPLICAS changed nothing: the writes as they are.
+            self::$noServerWait[$server] = true;
+            $replies = $this->exchange($connection, $key, array_merge($commands, $waits));
+        }
         $short = $waits === [] ? null : $replicas->shortfall($required, $replies[count($commands)] ?? null);
         if ($short !== null) {
             $replicas->forget($place);

@@ -156,6 +156,20 @@ impl Policy {
         cmd
     }
 
+    /// Whether the writes must tell the server not to wait (`REPLICAS 0`): the package
+    /// asks no replica (`Exactly(0)`), or waits itself (`WAITAOF`, with `fsync`). The
+    /// server's own `lock.replicas` (`auto` by default) would hold them otherwise.
+    pub(crate) fn tells_server_not_to_wait(&self) -> bool {
+        self.asks_no_replica() || self.fsync
+    }
+
+    /// `cmd` with `REPLICAS 0`: the server answers at once, whatever its setting.
+    pub(crate) fn without_server_wait(cmd: &redis::Cmd) -> redis::Cmd {
+        let mut cmd = cmd.clone();
+        cmd.arg("REPLICAS").arg(0);
+        cmd
+    }
+
     /// `WAIT required timeout-ms` for a lock of `ttl` (with `fsync`, `WAITAOF 1 required
     /// timeout-ms`), or `None` when nothing is waited for.
     pub(crate) fn wait_cmd(&self, required: usize, ttl: Duration) -> Option<redis::Cmd> {

@@ -287,6 +287,19 @@ def server_waits(connection: Any, replicas: Replicas, required: int) -> bool:
     return required > 0 and not replicas.fsync and _SERVER_WAITS.get(_address(connection), True)
 
 
+def tells_server_not_to_wait(connection: Any, replicas: Replicas) -> bool:
+    """Whether the writes must say `REPLICAS 0`: the package asks no replica
+    (`replicas=0`) or waits itself (`WAITAOF`, with fsync), and the server's own
+    `lock.replicas` (`auto` by default) would hold them otherwise. Not to a server known
+    to refuse `REPLICAS` (an older module)."""
+    return (replicas.setting == 0 or replicas.fsync) and _SERVER_WAITS.get(
+        _address(connection), True)
+
+
+def without_server_wait(commands: Sequence[Sequence[Any]]) -> List[List[Any]]:
+    return [[*command, "REPLICAS", 0] for command in commands]
+
+
 def with_replicas(commands: Sequence[Sequence[Any]], replicas: Replicas,
                   required: int) -> List[List[Any]]:
     return [[*command, "REPLICAS", required, "REPLTIMEOUT", replicas.timeout_ms]
@@ -305,7 +318,8 @@ def learned_server_waits(connection: Any, replies: Sequence[Any]) -> bool:
     refused = any(isinstance(reply, ResponseError) and (
         _error_text(reply).startswith("REPLICAS needs")
         or "unknown option 'REPLICAS'" in _error_text(reply)) for reply in replies)
-    _SERVER_WAITS[_address(connection)] = not refused
+    if refused:
+        _SERVER_WAITS[_address(connection)] = False
     return not refused
 
 
@@ -338,6 +352,10 @@ def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
         if learned_server_waits(connection, replies):
             return Outcome(replies, required, None, name)
     waits = [] if replicas.off else replicas.wait_command(required)
+    if tells_server_not_to_wait(connection, replicas):
+        replies = exchange(connection, [*without_server_wait([args]), *waits])
+        if learned_server_waits(connection, replies[:1]):
+            return Outcome(replies, required, replicas if waits else None, name)
     replies = exchange(connection, [list(args), *waits])
     return Outcome(replies, required, replicas if waits else None, name)
 
@@ -375,6 +393,10 @@ async def async_replicated(connection: Any, args: Sequence[Any], replicas: Repli
         if learned_server_waits(connection, replies):
             return Outcome(replies, required, None, name)
     waits = [] if replicas.off else replicas.wait_command(required)
+    if tells_server_not_to_wait(connection, replicas):
+        replies = await async_exchange(connection, [*without_server_wait([args]), *waits])
+        if learned_server_waits(connection, replies[:1]):
+            return Outcome(replies, required, replicas if waits else None, name)
     replies = await async_exchange(connection, [list(args), *waits])
     return Outcome(replies, required, replicas if waits else None, name)
 
@@ -531,6 +553,10 @@ def kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
         if learned_server_waits(connection, replies):
             return _kept(replies, len(commands), required, name, None)
     waits = [] if replicas.off else replicas.wait_command(required)
+    if tells_server_not_to_wait(connection, replicas):
+        replies = exchange(connection, [*without_server_wait(commands), *waits])
+        if learned_server_waits(connection, replies[:len(commands)]):
+            return _kept(replies, len(commands), required, name, replicas if waits else None)
     return _kept(exchange(connection, [*commands, *waits]), len(commands), required, name,
                  replicas if waits else None)
 
@@ -543,6 +569,10 @@ async def async_kept(connection: Any, commands: Sequence[Sequence[Any]], replica
         if learned_server_waits(connection, replies):
             return _kept(replies, len(commands), required, name, None)
     waits = [] if replicas.off else replicas.wait_command(required)
+    if tells_server_not_to_wait(connection, replicas):
+        replies = await async_exchange(connection, [*without_server_wait(commands), *waits])
+        if learned_server_waits(connection, replies[:len(commands)]):
+            return _kept(replies, len(commands), required, name, replicas if waits else None)
     return _kept(await async_exchange(connection, [*commands, *waits]), len(commands), required,
                  name, replicas if waits else None)
 

@@ -74,6 +74,14 @@ pub(crate) async fn replicated_on(
         policy.required(online(conn, generation, con, key).await?, key)?
     };
     let count = cmds.len();
+    // The package waits itself (`fsync`), or not at all (`Exactly(0)`): the server must
+    // not wait for its replicas as its own setting would have it (`REPLICAS 0`; an older
+    // module that knows no `REPLICAS` is sent the writes as they are).
+    let original = cmds.clone();
+    let unwaited = policy.tells_server_not_to_wait() && conn.learned.server_waits();
+    if unwaited {
+        cmds = cmds.iter().map(Policy::without_server_wait).collect();
+    }
     if !on_cluster(con) && policy.server_side(required) && conn.learned.server_waits() {
         let asked: Vec<redis::Cmd> = cmds
             .iter()
@@ -97,12 +105,21 @@ pub(crate) async fn replicated_on(
         policy.wait_cmd(required, ttl)
     };
     let waited = wait.is_some().then_some(policy);
-    cmds.extend(wait);
+    cmds.extend(wait.clone());
     let cluster = on_cluster(con) && !policy.asks_no_replica();
     if cluster {
         cmds.push(node_cmd());
     }
     let mut replies = con.exchange(key, &cmds).await?;
+    if unwaited && !conn.learned.took_replicas(&replies) {
+        // An older module refused `REPLICAS 0` and changed nothing: as they are.
+        let mut again = original;
+        again.extend(wait);
+        if cluster {
+            again.push(node_cmd());
+        }
+        replies = con.exchange(key, &again).await?;
+    }
     let node = if cluster { replies.pop() } else { None };
     let mut outcome = Outcome::of(replies, count, required, waited);
     let place = place(con, key);

@@ -68,6 +68,14 @@ pub(crate) fn replicated(
         policy.required(online(links, con, key)?, key)?
     };
     let count = cmds.len();
+    // The package waits itself (`fsync`), or not at all (`Exactly(0)`): the server must
+    // not wait for its replicas as its own setting would have it (`REPLICAS 0`; an older
+    // module that knows no `REPLICAS` is sent the writes as they are).
+    let original = cmds.clone();
+    let unwaited = policy.tells_server_not_to_wait() && links.learned.server_waits();
+    if unwaited {
+        cmds = cmds.iter().map(Policy::without_server_wait).collect();
+    }
     if !on_cluster(con) && policy.server_side(required) && links.learned.server_waits() {
         let asked: Vec<redis::Cmd> = cmds
             .iter()
@@ -102,9 +110,17 @@ pub(crate) fn replicated(
         policy.wait_cmd(required, ttl)
     };
     let waited = wait.is_some().then_some(policy);
-    cmds.extend(wait);
+    let writes_sent = cmds.is_empty();
+    cmds.extend(wait.clone());
     if !cmds.is_empty() {
-        replies.extend(con.exchange(key, &cmds)?);
+        let mut got = con.exchange(key, &cmds)?;
+        if unwaited && !writes_sent && !links.learned.took_replicas(&got) {
+            // An older module refused `REPLICAS 0` and changed nothing: as they are.
+            let mut again = original;
+            again.extend(wait);
+            got = con.exchange(key, &again)?;
+        }
+        replies.extend(got);
     }
     let outcome = Outcome::of(replies, count, required, waited);
     if outcome.missing(key, "granted").is_some() {

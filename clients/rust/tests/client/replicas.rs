@@ -434,6 +434,8 @@ fn after_a_slot_moved_the_first_grant_waits_as_the_new_node_needs() {
 /// to a blocked waiter by another client's release or by the holder's expiry, and a
 /// same-token re-acquire or an extend on a connection of its own, are each followed by
 /// a `WAIT 1` that counts only a replica that has them: 0 while the replica is stopped.
+/// Every write says `REPLICAS 0`: the server's own wait (its `lock.replicas`, `auto` by
+/// default) is what the package's `WAIT` stands in for where the server cannot wait.
 #[test]
 fn a_wait_after_any_grant_counts_only_a_replica_that_has_it() {
     let (master, replica) = master_with_replica();
@@ -442,7 +444,12 @@ fn a_wait_after_any_grant_counts_only_a_replica_that_has_it() {
     };
     let acquire = |con: &mut redis::Connection, ttl: u64, token: &str, wait: Option<u64>| {
         let mut cmd = redis::cmd("LOCK.ACQUIRE");
-        cmd.arg("h").arg(ttl).arg("TOKEN").arg(token);
+        cmd.arg("h")
+            .arg(ttl)
+            .arg("TOKEN")
+            .arg(token)
+            .arg("REPLICAS")
+            .arg(0);
         if let Some(ms) = wait {
             cmd.arg("WAIT").arg(ms);
         }
@@ -486,11 +493,15 @@ fn a_wait_after_any_grant_counts_only_a_replica_that_has_it() {
                 .arg(10_000)
                 .arg("TOKEN")
                 .arg("w")
+                .arg("REPLICAS")
+                .arg(0)
                 .clone(),
             redis::cmd("LOCK.EXTEND")
                 .arg("h")
                 .arg("w")
                 .arg(10_000)
+                .arg("REPLICAS")
+                .arg(0)
                 .clone(),
         ] {
             let mut own = master.connection();
