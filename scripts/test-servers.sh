@@ -99,6 +99,11 @@ show() {
   flock "$work/output.lock" cat "$1"
 }
 
+# The previous release's module, for tests/upgrade/: built beside the first runs, which
+# mostly wait on servers; an upgrade test that comes first waits for it (a lock file),
+# and says why if it cannot be built.
+scripts/previous-release.sh >"$work/previous.log" 2>&1 &
+
 echo "==== the doc tests"
 (limited cargo test --release --workspace --doc ${TEST_FILTER:+"$TEST_FILTER"}) >"$work/doc.log" 2>&1
 echo $? >"$work/doc.status"
