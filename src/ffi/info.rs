@@ -34,7 +34,11 @@ impl InfoSection {
                 self.data,
                 name.as_ptr(),
             );
-            (!value.is_null()).then(|| std::ffi::CStr::from_ptr(value).to_string_lossy().into_owned())
+            (!value.is_null()).then(|| {
+                std::ffi::CStr::from_ptr(value)
+                    .to_string_lossy()
+                    .into_owned()
+            })
         }
     }
 }
