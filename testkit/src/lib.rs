@@ -507,7 +507,10 @@ pub fn loaded_modules(con: &mut redis::Connection) -> Vec<String> {
 }
 
 /// A replica of `master`, started with `replicaof`, returned once the initial sync is
-/// done (`master_link_status:up`).
+/// done (`master_link_status:up`) and the master has heard it acknowledge a write made
+/// after it (so a grant that waits for the replicas, as `lock.replicas auto` makes every
+/// grant do by default, is not made in the moment between the two). The write is a key
+/// set and deleted in database 15: nothing of it stays.
 pub fn start_replica(master: &TestServer, extra: &[&str]) -> TestServer {
     let port = master.port.to_string();
     let mut args = vec!["--replicaof", "127.0.0.1", port.as_str()];
@@ -521,6 +524,32 @@ pub fn start_replica(master: &TestServer, extra: &[&str]) -> TestServer {
             .unwrap();
         info.contains("master_link_status:up")
     });
+    let mut m = master.connection();
+    let info: String = redis::cmd("INFO").arg("replication").query(&mut m).unwrap();
+    let replicas: i64 = info
+        .lines()
+        .find_map(|line| line.strip_prefix("connected_slaves:"))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(1);
+    let () = redis::cmd("SELECT").arg(15).query(&mut m).unwrap();
+    let () = redis::cmd("SET")
+        .arg("testkit:attached")
+        .arg(1)
+        .query(&mut m)
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("testkit:attached")
+        .query(&mut m)
+        .unwrap();
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(replicas)
+        .arg(20_000)
+        .query(&mut m)
+        .unwrap();
+    assert!(
+        acked >= replicas,
+        "the replicas did not acknowledge in 20 s"
+    );
     replica
 }
 
