@@ -338,54 +338,17 @@ fn memory_usage_answers_an_integer() {
     assert!(bytes > 0, "{bytes}");
 }
 
-/// The bytes of database 0's own tables (`MEMORY STATS`' `overhead.hashtable.main` and
-/// `.expires`): both tables while one is being rehashed into the other, which the server
-/// finishes a little at a time, so two fills of the same keys may be measured at
-/// different points of it (a loaded machine's cron runs late).
-fn keyspace_tables(con: &mut redis::Connection) -> i64 {
-    let stats: Vec<redis::Value> = redis::cmd("MEMORY")
-        .arg("STATS")
-        .query(con)
-        .expect("MEMORY STATS");
-    let name = |value: &redis::Value| match value {
-        redis::Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        redis::Value::SimpleString(text) => text.clone(),
-        _ => String::new(),
-    };
-    let db0 = stats
-        .chunks(2)
-        .find(|pair| name(&pair[0]) == "db.0")
-        .map(|pair| pair[1].clone());
-    let Some(redis::Value::Array(fields)) = db0 else {
-        return 0;
-    };
-    fields
-        .chunks(2)
-        .filter(|pair| {
-            ["overhead.hashtable.main", "overhead.hashtable.expires"]
-                .contains(&name(&pair[0]).as_str())
-        })
-        .map(|pair| match pair[1] {
-            redis::Value::Int(n) => n,
-            _ => 0,
-        })
-        .sum()
-}
-
 /// Fills a fresh server with `count` keys written by `command(i)`: the growth of
 /// `used_memory` per key less the clients' buffers (`mem_clients_normal`: a loaded
-/// machine leaves them larger after a pipeline) and the keyspace's own tables (the
-/// same for both fills but for how far a rehash has gone), and the mean `MEMORY USAGE`
-/// of the first hundred (some servers answer a little more for some keys than for
-/// others).
+/// machine leaves them larger after a pipeline), once no rehash of the keyspace is under
+/// way, and the mean `MEMORY USAGE` of the first hundred (some servers answer a little
+/// more for some keys than for others).
 fn footprint_of(count: usize, command: impl Fn(usize) -> redis::Cmd) -> (f64, f64) {
     let server = TestServer::start();
     let mut con = server.connection();
     let used = |con: &mut redis::Connection| {
         let memory = server_info(con, "memory");
-        info_int(&memory, "used_memory")
-            - info_int(&memory, "mem_clients_normal")
-            - keyspace_tables(con)
+        info_int(&memory, "used_memory") - info_int(&memory, "mem_clients_normal")
     };
     let before = used(&mut con);
     for first in (0..count).step_by(1000) {
@@ -395,6 +358,17 @@ fn footprint_of(count: usize, command: impl Fn(usize) -> redis::Cmd) -> (f64, f6
         }
         let () = pipe.query(&mut con).expect("the keys are written");
     }
+    // A table being rehashed into a larger one holds both for a while, which the server
+    // finishes a little at a time (a cron that runs late on a loaded machine): both fills
+    // are measured once the main table is whole again.
+    poll_until(Duration::from_secs(20), "the keyspace's rehash done", || {
+        let stats: String = redis::cmd("DEBUG")
+            .arg("HTSTATS")
+            .arg(0)
+            .query(&mut con)
+            .expect("DEBUG HTSTATS");
+        !stats.contains("rehashing target")
+    });
     let grown = (used(&mut con) - before) as f64 / count as f64;
     let usage: i64 = (0..100)
         .map(|i| {
@@ -439,8 +413,13 @@ fn memory_usage_matches_growth(extra: &[&str], beside: f64) {
          a string key: {string_grown:.1}, MEMORY USAGE {string_usage:.1}"
     );
     let reported = lock_usage - string_usage;
+    // Within 12 bytes: MEMORY USAGE counts what the key's allocations were asked for,
+    // used_memory what the allocator's size classes gave; on Redis 8, which keeps a
+    // string's value inside its key's object and a lock's value apart, the two differ by
+    // 8 to 9 bytes a key once no rehash is under way (measured). A lock that forgot its
+    // token or its holder table would be 32 bytes or more off.
     assert!(
-        (reported - real).abs() <= 8.0,
+        (reported - real).abs() <= 12.0,
         "{extra:?}: MEMORY USAGE says a lock costs {reported:.1} bytes more than a string \
          key; memory grew by {real:.1} more ({lock_grown:.1} against {string_grown:.1} a \
          key, less {beside} beside it)"
