@@ -371,8 +371,11 @@ function runScenario(array $scenario, array $ports, array $pids): string
             $driver->server($i, ['FLUSHALL']);
         }
         attachReplica($driver, $ports);
+        // `[7.0: outcome]`: the outcome where the server cannot wait for its replicas
+        // itself (Redis 7.0), and the package waits.
+        $waitsItself = !serverWaits((string) $driver->server(0, ['INFO', 'server']));
         foreach ($scenario['steps'] as $s) {
-            $expected = $s['overrides']['php'] ?? $s['expected'];
+            $expected = $s['overrides']['php'] ?? ($waitsItself ? ($s['overrides']['7.0'] ?? null) : null) ?? $s['expected'];
             $state['expected'] = $expected;
             $started = microtime(true);
             try {

@@ -174,8 +174,12 @@ def run(scenario, package, make_driver, ports=()):
         for client_index in range(3):
             driver.server(client_index, ["FLUSHALL"])
         attach_replica(driver, ports)
+        # `[7.0: outcome]`: the outcome where the server cannot wait for its replicas
+        # itself (Redis 7.0), and the package waits.
+        waits_itself = not server_waits(driver.server(0, ["INFO", "server"]))
         for text, words, expected, overrides in scenario["steps"]:
-            expected = overrides.get(package, expected)
+            path = overrides.get("7.0") if waits_itself else None
+            expected = overrides.get(package, path or expected)
             state["expected"] = expected
             started = time.monotonic()
             try:

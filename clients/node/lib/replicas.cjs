@@ -1,30 +1,21 @@
 'use strict';
 // `replicas`: a grant counts once the master's replicas have it (docs/clients.md,
 // "Failover-safe by default"). Every write that makes or keeps a grant (an acquire,
-// `lockAll`, an extend, `using`'s extends) asks the server to hold its reply until `n`
-// replicas have it (`REPLICAS n REPLTIMEOUT ms`): the server counts the acknowledgements
-// of the grant's own offset and, when too few come in time, undoes the grant itself and
-// answers NOTREPLICATED. A server that does not take `REPLICAS` (Redis 7.0, an older
-// module: it refuses the command, changing nothing) gets the writes again with `WAIT n
-// timeout` on the same connection, in the same round trip, from then on; there a grant
-// too few replicas acknowledged is released at once by its token. Either way the
-// shortfall is reported as NotReplicatedError.
-//
-// `'auto'` (the default) asks for 1 when the master has a replica online and for nothing
-// on a master without one. What a connection learned of its master (`ROLE`, or `WAIT 0 0`
-// for a user whose ACL denies `ROLE`) is forgotten when it connects again, after an error
-// or a shortfall, and after RELEARN_MS; on a cluster it is kept per node, so a slot that
-// moved (a MOVED answer) is asked of its new node at once. A master that lists fewer replicas than before is
-// taken at its former count for HOLD_MS (a deposed master loses its replicas just before
-// it is demoted). An explicit `n` asks for `n`; a master with fewer online refuses at once.
+// `lockAll`, an extend, `using`'s extends) asks the server to hold its reply until its
+// replicas have it (`REPLICAS AUTO`, the default: one replica when the master has one,
+// none without, by the server's own rule; or the number given; `REPLTIMEOUT ms`): the
+// server counts the acknowledgements of the grant's own offset and, when too few come in
+// time, undoes the grant itself and answers NOTREPLICATED. The package keeps no knowledge
+// of replicas of its own there: no ROLE, no INFO, no WAIT. A server that cannot wait
+// (Redis 7.0, a module before 0.3.0) refuses the option, changing nothing; from then on
+// the package waits itself (redis70.cjs). Either way the shortfall is reported as
+// NotReplicatedError.
 
-const { slotOf } = require('./connection.cjs');
 const { NotReplicatedError } = require('./errors.cjs');
+const redis70 = require('./redis70.cjs');
 
 const AUTO = 'auto';
 const MAX_DEFAULT_TIMEOUT_MS = 1000;
-const RELEARN_MS = 5000;
-const HOLD_MS = 15000;
 
 /** A lock's `replicas` and `replicasTimeout` (ms), checked; the WAIT they ask. */
 class Replicas {
@@ -77,78 +68,6 @@ class Replicas {
   }
 }
 
-// What each connection learned of its master, and the most replicas each server was
-// seen with.
-const learned = new WeakMap();
-const seen = new Map();
-
-/**
- * Where what `connection` learned is kept: per client, and on a cluster per node (the
- * master the client's slot map names for the key now: after a MOVED, the new one).
- */
-function placeOf(connection, key) {
-  const client = connection.client;
-  if (!learned.has(client)) {
-    learned.set(client, new Map());
-    if (typeof client.on === 'function') {
-      // a new connection (a reconnect, a failover's new master) learns again
-      for (const event of ['ready', 'connect']) {
-        client.on(event, () => learned.get(client)?.clear());
-      }
-    }
-  }
-  const node = connection.isCluster ? connection.nodeAddressOf(key) ?? `slot ${slotOf(key)}` : '';
-  return { places: learned.get(client), slot: node };
-}
-
-/**
- * The count to go by: `online`, or the server's former count within HOLD_MS of its last
- * drop (a count that falls again, say from 1 to 0 after 2 to 1, starts the hold afresh).
- */
-function heldCount(address, online) {
-  const before = seen.get(address);
-  if (before === undefined || online >= before.online) {
-    seen.set(address, { online, last: online, fewerSince: undefined });
-    return online;
-  }
-  const now = Date.now();
-  if (before.fewerSince === undefined || online < before.last) {
-    before.fewerSince = now;
-  }
-  before.last = online;
-  if (now - before.fewerSince < HOLD_MS) {
-    return before.online;
-  }
-  seen.set(address, { online, last: online, fewerSince: undefined });
-  return online;
-}
-
-function onlineFrom(reply) {
-  if (typeof reply === 'number') {
-    return reply;
-  }
-  return String(reply[0]) === 'master' && Array.isArray(reply[2]) ? reply[2].length : 0;
-}
-
-/** The replicas `key`'s master has online, learned now if not known. */
-async function online(connection, key) {
-  const { places, slot } = placeOf(connection, key);
-  const known = places.get(slot);
-  if (known !== undefined && Date.now() - known.at < RELEARN_MS) {
-    return known.online;
-  }
-  let [reply] = await connection.exchange(key, [['ROLE']]);
-  if (reply instanceof Error && /^NOPERM/.test(reply.message)) {
-    [reply] = await connection.exchange(key, [['WAIT', 0, 0]]);
-  }
-  if (reply instanceof Error) {
-    throw reply;
-  }
-  const count = heldCount(`${connection.addressOf()}#${slot}`, onlineFrom(reply));
-  places.set(slot, { online: count, at: Date.now() });
-  return count;
-}
-
 // Servers (by address) that refused `REPLICAS`: their writes go with WAIT.
 const noServerWait = new Set();
 
@@ -171,62 +90,36 @@ function fromServer(key, reply) {
   );
 }
 
-function forget(connection, key) {
-  const { places, slot } = placeOf(connection, key);
-  places.delete(slot);
-}
-
 /**
- * Sends `commands` (writes that make or keep a grant) with the WAIT they need, in one
- * round trip on `connection`; resolves to `{ replies, required, acked }` (the writes'
- * replies, an error reply as its Error).
+ * Sends `commands` (writes that make or keep a grant) asking the server to hold each
+ * reply until its replicas have it (`REPLICAS AUTO`, or the number given, and
+ * `REPLTIMEOUT`; with fsync, a `WAITAOF 1 0` behind them for the master's own fsync), in
+ * one round trip on `connection`; resolves to `{ replies, required, acked }` (the
+ * writes' replies, an error reply as its Error). A server that cannot wait (Redis 7.0)
+ * refuses, changing nothing: then, and from then on, the package waits itself
+ * (redis70.cjs).
  */
 async function replicated(connection, key, commands, replicas) {
-  // Made for the node each try goes to: after a MOVED, the WAIT the new node needs (or
-  // the REPLICAS it holds the reply for).
-  let [required, waits, serverSide, unwaited] = [0, [], false, false];
-  const replies = await connection.exchange(key, async () => {
-    required = replicas.setting === 0 ? 0 : replicas.required(await online(connection, key), key);
-    serverSide = required > 0 && !replicas.fsync && !noServerWait.has(connection.addressOf());
-    if (serverSide) {
-      waits = [];
-      return commands.map((command) => [...command, 'REPLICAS', required, 'REPLTIMEOUT', replicas.timeoutMs]);
-    }
-    waits = replicas.off ? [] : replicas.waitCommands(required);
-    // The package waits itself (fsync), or not at all (replicas 0): the server must not
-    // wait as its own lock.replicas (auto by default) would have it.
-    unwaited = (replicas.setting === 0 || replicas.fsync) && !noServerWait.has(connection.addressOf());
-    const writes = unwaited ? commands.map((command) => [...command, 'REPLICAS', 0]) : commands;
-    return [...writes, ...waits];
-  });
-  if (unwaited && replies.slice(0, commands.length).some(refusesReplicas)) {
-    // An older module that knows no REPLICAS changed nothing: the writes as they are.
-    noServerWait.add(connection.addressOf());
-    return replicated(connection, key, commands, replicas);
+  if (noServerWait.has(connection.addressOf())) {
+    return redis70.replicated(connection, key, commands, replicas);
   }
-  if (serverSide) {
-    if (replies.some(refusesReplicas)) {
-      noServerWait.add(connection.addressOf());
-      return replicated(connection, key, commands, replicas);
-    }
-    const told = replies.map((reply) => fromServer(key, reply));
-    if (told.some((reply) => reply instanceof NotReplicatedError)) {
-      forget(connection, key);
-    }
-    return { replies: told, required, answer: undefined, waited: false, fsync: false, acked: required };
-  }
-  const answer = waits.length > 0 ? replies[commands.length] : undefined;
-  const outcome = {
-    replies: replies.slice(0, commands.length), required, answer, waited: waits.length > 0, fsync: replicas.fsync,
-  };
+  const rule = replicas.setting === AUTO ? 'AUTO' : replicas.setting;
+  const writes = commands.map((command) => [...command, 'REPLICAS', rule, 'REPLTIMEOUT', replicas.timeoutMs]);
   if (replicas.fsync) {
-    const [local, acked] = Array.isArray(answer) ? answer.map(Number) : [0, 0];
-    Object.assign(outcome, { local, acked, refused: !Array.isArray(answer) });
-  } else {
-    outcome.acked = typeof answer === 'number' ? answer : 0;
+    writes.push(['WAITAOF', 1, 0, replicas.timeoutMs]);
   }
-  if (short(outcome)) {
-    forget(connection, key);
+  const replies = await connection.exchange(key, writes);
+  const own = replies.slice(0, commands.length);
+  if (own.some(refusesReplicas)) {
+    noServerWait.add(connection.addressOf());
+    return redis70.replicated(connection, key, commands, replicas);
+  }
+  const told = own.map((reply) => fromServer(key, reply));
+  const outcome = { replies: told, required: 0, answer: undefined, waited: false, fsync: false, acked: 0 };
+  if (replicas.fsync) {
+    const answer = replies[commands.length];
+    const [local, acked] = Array.isArray(answer) ? answer.map(Number) : [0, 0];
+    Object.assign(outcome, { answer, waited: true, fsync: true, local, acked, refused: !Array.isArray(answer) });
   }
   return outcome;
 }
@@ -253,15 +146,6 @@ function shortfall(label, what, outcome) {
   );
 }
 
-/** Whether the wait sent with a write found fewer acknowledgements than it asked for. */
-function short(outcome) {
-  if (!outcome.waited) {
-    return false;
-  }
-  if (outcome.fsync) {
-    return outcome.refused || outcome.local < 1 || outcome.acked < outcome.required;
-  }
-  return outcome.acked < outcome.required;
-}
+const { short } = redis70;
 
 module.exports = { AUTO, Replicas, replicated, shortfall, short };

@@ -116,7 +116,7 @@ for (const [library, connect] of Object.entries(libraries)) {
       await close(client);
     });
 
-    test('replicas 0 sends no WAIT; more replicas than the master has are refused at once', async () => {
+    test('replicas 0 sends no WAIT; more replicas than the master has are not replicated', async () => {
       await synced();
       const client = await connect();
       const waits = await replicaWaits(admin);
@@ -124,9 +124,17 @@ for (const [library, connect] of Object.entries(libraries)) {
       await lock.extend(5_000);
       await lock.release();
       assert.equal(await replicaWaits(admin), waits);
-      const error = await new Locker(client, { replicas: 2 }).acquire(`${library}:r4`, 10_000).catch((e) => e);
-      assert.ok(error instanceof NotReplicatedError && error.refused, String(error));
-      assert.match(error.message, /1 replicas online/);
+      const two = new Locker(client, { replicas: 2, replicasTimeout: 200 });
+      const error = await two.acquire(`${library}:r4`, 10_000).catch((e) => e);
+      if (await serverWaits(admin)) {
+        // The server holds the grant for two acknowledgements, one comes, it undoes it.
+        assert.ok(error instanceof NotReplicatedError && !error.refused, String(error));
+        assert.deepEqual([error.acked, error.required], [1, 2]);
+      } else {
+        // The package counts the replicas itself (Redis 7.0): refused before sending.
+        assert.ok(error instanceof NotReplicatedError && error.refused, String(error));
+        assert.match(error.message, /1 replicas online/);
+      }
       assert.equal(await admin.exists(`${library}:r4`), 0);
       await assert.rejects(new Locker(client, { replicas: -1 }).acquire(`${library}:r4`, 10_000), RangeError);
       await assert.rejects(new Locker(client, { replicasTimeout: 0 }).acquire(`${library}:r4`, 10_000), RangeError);
@@ -176,7 +184,9 @@ test('fsync waits for WAITAOF where the server has it, and is refused where not'
     }, 'both fsyncing', 20_000);
     const before = await calls(admin, 'waitaof');
     const lock = await locker.acquire('fsync:a', 10_000);
-    assert.equal(await calls(admin, 'waitaof') - before, 1);
+    // The package's WAITAOF, and the module's own with which the held reply asks the
+    // replica to acknowledge.
+    assert.equal(await calls(admin, 'waitaof') - before, 2);
     await lock.release();
     await frozen(async () => {
       const error = await locker.acquire('fsync:a', 10_000).catch((e) => e);

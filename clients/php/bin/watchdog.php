@@ -4,8 +4,10 @@
  * key, token, ttl in ms, since: the hrtime in ns at which the grant was asked for,
  * replicas and replicasTimeout: the lock's RedisLock\Replicas) from stdin, then extends
  * the lock every third of its TTL until stdin closes (stopped) or the lock is lost, which
- * it reports by writing "lost". Each extend goes with the WAIT its replicas ask, in one
- * round trip; one too few replicas acknowledged counts as not made, and is tried again.
+ * it reports by writing "lost". Each extend asks the server to hold its reply until its
+ * replicas have it (where the server cannot, Redis 7.0, it goes with the WAIT they need,
+ * in one round trip); one too few replicas acknowledged counts as not made, and is tried
+ * again.
  */
 
 declare(strict_types=1);
@@ -19,6 +21,8 @@ if (!is_array($job)) {
 $ttl = (int) $job['ttl'];
 $replicas = new RedisLock\Replicas($job['replicas'] ?? 'auto', $job['replicasTimeout'] ?? null, (bool) ($job['fsync'] ?? false));
 $address = $job['host'] . ':' . $job['port'];
+// Whether the server holds the extend's reply for its replicas (until it refuses).
+$serverWaits = true;
 $lost = function (): void {
     fwrite(STDOUT, "lost\n");
     exit(0);
@@ -70,26 +74,53 @@ while (true) {
     }
     try {
         $redis->setOption(Redis::OPT_READ_TIMEOUT, $left);
-        $required = 0;
-        if (!$replicas->asksNoReplica()) {
-            $online = $replicas->known('');
-            if ($online === null) {
-                $role = $redis->rawCommand('ROLE');
-                $online = $replicas->learn('', $address, RedisLock\Replicas::onlineFrom($role === false ? $redis->rawCommand('WAIT', '0', '0') : $role));
+        $extend = ['LOCK.EXTEND', $job['key'], $job['token'], (string) $ttl];
+        $extended = null;
+        if ($serverWaits) {
+            // The server holds the reply until its replicas have the extend.
+            $redis->clearLastError();
+            $pipeline = $redis->multi(Redis::PIPELINE);
+            foreach ($replicas->serverWrites([$extend], $ttl) as $command) {
+                $pipeline->rawCommand(...$command);
             }
-            $required = $replicas->required($online, $job['key']);
+            $replies = $pipeline->exec();
+            $error = (string) $redis->getLastError();
+            $redis->clearLastError();
+            if (($replies[0] ?? false) === false && preg_match("/REPLICAS needs|unknown option 'REPLICAS'/", $error)) {
+                $serverWaits = false;   // Redis 7.0: the helper waits itself from now on
+            } elseif (($replies[0] ?? false) === false && strpos($error, 'NOTREPLICATED') !== false) {
+                continue;   // not replicated: held as before, tried again sooner
+            } else {
+                $extended = $replies[0] ?? false;
+                if ($extended === 1 && $replicas->fsync() && $replicas->shortfall(0, $replies[1] ?? null) !== null) {
+                    continue;   // not fsynced: tried again sooner
+                }
+            }
         }
-        $pipeline = $redis->multi(Redis::PIPELINE);
-        $pipeline->rawCommand('LOCK.EXTEND', $job['key'], $job['token'], (string) $ttl);
-        foreach ($replicas->waitCommands($required, $ttl) as $wait) {
-            $pipeline->rawCommand(...$wait);
-        }
-        $replies = $pipeline->exec();
-        $extended = $replies[0] ?? false;
-        $waited = !$replicas->off();
-        if ($extended === 1 && $waited && $replicas->shortfall($required, $replies[1] ?? null) !== null) {
-            $replicas->forget('');
-            continue;   // not replicated: held as before, tried again sooner
+        if (!$serverWaits) {
+            // The server cannot wait (Redis 7.0): the replicas learned here (Redis70).
+            $learned = $replicas->redis70();
+            $required = 0;
+            if (!$replicas->asksNoReplica()) {
+                $online = $learned->known('');
+                if ($online === null) {
+                    $role = $redis->rawCommand('ROLE');
+                    $online = $learned->learn('', $address, RedisLock\Redis70::onlineFrom($role === false ? $redis->rawCommand('WAIT', '0', '0') : $role));
+                }
+                $required = $replicas->required($online, $job['key']);
+            }
+            $pipeline = $redis->multi(Redis::PIPELINE);
+            $pipeline->rawCommand(...$extend);
+            foreach ($replicas->waitCommands($required, $ttl) as $wait) {
+                $pipeline->rawCommand(...$wait);
+            }
+            $replies = $pipeline->exec();
+            $extended = $replies[0] ?? false;
+            $waited = !$replicas->off();
+            if ($extended === 1 && $waited && $replicas->shortfall($required, $replies[1] ?? null) !== null) {
+                $learned->forget('');
+                continue;   // not replicated: held as before, tried again sooner
+            }
         }
     } catch (RedisLock\LockException $e) {
         continue;   // too few replicas online for an explicit number: tried again

@@ -188,12 +188,11 @@ final class Commands
      */
     private function replicated($connection, string $key, array $commands, Replicas $replicas, int $ttlMs): array
     {
-        $place = $this->redis instanceof RedisCluster ? $key : '';
-        $required = $replicas->asksNoReplica() ? 0 : $replicas->required($this->online($place, $key, $replicas), $key);
         $server = $this->redis instanceof RedisCluster ? 'cluster' : $this->redis->getHost() . ':' . $this->redis->getPort();
-        if ($required > 0 && !$replicas->fsync() && !isset(self::$noServerWait[$server])) {
+        if (!isset(self::$noServerWait[$server])) {
+            $writes = $replicas->serverWrites($commands, $ttlMs);
             try {
-                $replies = $this->exchange($connection, $key, $replicas->withReplicas($commands, $required, $ttlMs));
+                $replies = $this->exchange($connection, $key, $writes);
             } catch (RedisException $e) {
                 // phpredis throws an error reply of a code it does not know (NOTREPLICATED)
                 // instead of handing it back: each command here is sent on its own.
@@ -202,40 +201,22 @@ final class Commands
                 }
                 $replies = [new LockException($commands[0][0] . ': ' . $e->getMessage())];
             }
-            if (!self::refusesReplicas($replies)) {
+            $own = array_slice($replies, 0, count($commands));
+            if (!self::refusesReplicas($own)) {
                 $told = array_map(function ($reply) use ($key) {
                     return self::fromServer($key, $reply);
-                }, $replies);
-                foreach ($told as $reply) {
-                    if ($reply instanceof NotReplicatedException) {
-                        $replicas->forget($place);
-                    }
-                }
-                return [$told, $required, null];
+                }, $own);
+                $short = $replicas->fsync() ? $replicas->shortfall(0, $replies[count($commands)] ?? null) : null;
+                return [$told, 0, $short];
             }
             self::$noServerWait[$server] = true;
         }
-        $waits = $replicas->off() ? [] : $replicas->waitCommands($required, $ttlMs);
-        // The package waits itself (fsync), or not at all (replicas 0): the server must not
-        // wait as its own lock.replicas (auto by default) would have it.
-        $writes = $commands;
-        $unwaited = ($replicas->asksNoReplica() || $replicas->fsync()) && !isset(self::$noServerWait[$server]);
-        if ($unwaited) {
-            $writes = array_map(function (array $command) {
-                return array_merge($command, ['REPLICAS', '0']);
-            }, $commands);
-        }
-        $replies = $this->exchange($connection, $key, array_merge($writes, $waits));
-        if ($unwaited && self::refusesReplicas(array_slice($replies, 0, count($commands)))) {
-            // An older module that knows no REPLICAS changed nothing: the writes as they are.
-            self::$noServerWait[$server] = true;
-            $replies = $this->exchange($connection, $key, array_merge($commands, $waits));
-        }
-        $short = $waits === [] ? null : $replicas->shortfall($required, $replies[count($commands)] ?? null);
-        if ($short !== null) {
-            $replicas->forget($place);
-        }
-        return [array_slice($replies, 0, count($commands)), $required, $short];
+        // The server cannot wait for its replicas (Redis 7.0): the package waits itself.
+        $place = $this->redis instanceof RedisCluster ? $key : '';
+        $address = $this->redis instanceof RedisCluster ? "cluster:$key" : $server;
+        return $replicas->redis70()->replicated(function (array $cmds) use ($connection, $key) {
+            return $this->exchange($connection, $key, $cmds);
+        }, $place, $address, $key, $commands, $replicas, $ttlMs);
     }
 
     /**
@@ -274,24 +255,6 @@ final class Commands
             $required,
             false
         );
-    }
-
-    /** The replicas `$key`'s master has online, learned now (`ROLE`) if not known. */
-    private function online(string $place, string $key, Replicas $replicas): int
-    {
-        $known = $replicas->known($place);
-        if ($known !== null) {
-            return $known;
-        }
-        $reply = $this->exchange($this->redis, $key, [['ROLE']])[0];
-        if ($reply instanceof LockException && strpos($reply->getMessage(), 'NOPERM') !== false) {
-            $reply = $this->exchange($this->redis, $key, [['WAIT', '0', '0']])[0];
-        }
-        if ($reply instanceof LockException) {
-            throw $reply;
-        }
-        $address = $this->redis instanceof RedisCluster ? "cluster:$key" : $this->redis->getHost() . ':' . $this->redis->getPort();
-        return $replicas->learn($place, $address, Replicas::onlineFrom($reply));
     }
 
     /**

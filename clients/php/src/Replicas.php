@@ -7,24 +7,17 @@ namespace RedisLock;
 /**
  * `replicas`: a grant counts once the master's replicas have it (docs/clients.md,
  * "Failover-safe by default"). Every write that makes or keeps a grant (`lock`,
- * `lockAll`, `expire`, the watchdog's extends) goes with `WAIT n timeout` on the same
- * connection, pipelined in the same round trip (on a RedisCluster, which has no
- * pipelines in phpredis, right after it on the key's node connection). When fewer than
- * `n` replicas acknowledge a grant in time, it is released at once by its token.
- *
- * 'auto' (the default) asks for 1 when the master has a replica online and for nothing
- * on a master without one. What the connection learned of its master (`ROLE`, or
- * `WAIT 0 0` for a user whose ACL denies `ROLE`) is forgotten after an error or a
- * shortfall and after RELEARN_SECONDS; a master that lists fewer replicas than before is
- * taken at its former count for HOLD_SECONDS (a deposed master loses its replicas just
- * before it is demoted). An explicit number asks for that many; a master with fewer online
- * refuses at once.
+ * `lockAll`, `expire`, the watchdog's extends) asks the server to hold its reply until
+ * its replicas have it (`REPLICAS AUTO`, the default: one replica when the master has
+ * one, none without, by the server's own rule; or the number given; `REPLTIMEOUT ms`).
+ * The server undoes a grant too few replicas acknowledged in time and answers
+ * NOTREPLICATED. The package keeps no knowledge of replicas of its own there: no ROLE, no
+ * INFO, no WAIT. A server that cannot wait (Redis 7.0, a module before 0.3.0) refuses the
+ * option, changing nothing; from then on the package waits itself (Redis70).
  */
 final class Replicas
 {
     public const AUTO = 'auto';
-    public const RELEARN_SECONDS = 5.0;
-    public const HOLD_SECONDS = 15.0;
     private const MAX_DEFAULT_TIMEOUT_MS = 1000;
 
     /** @var string|int */
@@ -33,10 +26,8 @@ final class Replicas
     private $timeoutMs;
     /** @var int the longest the default timeout may be (Redlock: half a master's timeout) */
     private $capMs = self::MAX_DEFAULT_TIMEOUT_MS;
-    /** @var array<string, array{0: int, 1: float}> what each key's master was seen with: [online, when] */
-    private $learned = [];
-    /** @var array<string, array{0: int, 1: ?float, 2: int}> address => [most replicas seen, fewer since, last seen] */
-    private static $seen = [];
+    /** @var Redis70|null what the package learned itself, where the server cannot wait */
+    private $redis70;
 
     /**
      * @param string|int $setting 'auto', or a number of replicas from 0 (off)
@@ -118,21 +109,6 @@ final class Replicas
     }
 
     /**
-     * `$commands` asking the server to hold each reply until `$required` replicas have
-     * it (`REPLICAS n REPLTIMEOUT ms`), for a `$ttlMs` lock.
-     *
-     * @param list<list<string>> $commands
-     * @return list<list<string>>
-     */
-    public function withReplicas(array $commands, int $required, int $ttlMs): array
-    {
-        $timeout = $this->timeoutMs ?? max(1, min(intdiv($ttlMs, 10), $this->capMs));
-        return array_map(function (array $command) use ($required, $timeout) {
-            return array_merge($command, ['REPLICAS', (string) $required, 'REPLTIMEOUT', (string) $timeout]);
-        }, $commands);
-    }
-
-    /**
      * The shortfall of a wait's `$answer`, or null when it counts what was asked:
      * [acknowledged, refused (WAITAOF failed: trying again will not mend it), why].
      *
@@ -154,47 +130,33 @@ final class Replicas
         return $acked >= $required ? null : [$acked, false, "only $acked of $required replicas acknowledged it in time"];
     }
 
-    /** What was learned of `$key`'s master, if still trusted. */
-    public function known(string $key): ?int
+    /** What the package learns of the masters itself, where the server cannot wait (Redis 7.0). */
+    public function redis70(): Redis70
     {
-        if (!isset($this->learned[$key]) || microtime(true) - $this->learned[$key][1] > self::RELEARN_SECONDS) {
-            return null;
-        }
-        return $this->learned[$key][0];
-    }
-
-    /** Keeps what was learned; returns the count to go by. */
-    public function learn(string $key, string $address, int $online): int
-    {
-        $count = self::held($address, $online);
-        $this->learned[$key] = [$count, microtime(true)];
-        return $count;
-    }
-
-    public function forget(string $key): void
-    {
-        unset($this->learned[$key]);
+        return $this->redis70 ?? ($this->redis70 = new Redis70());
     }
 
     /**
-     * `$online`, or the server's former count within HOLD_SECONDS of its last drop (a
-     * count that falls again, say from 1 to 0 after 2 to 1, starts the hold afresh).
+     * `$commands` asking the server to hold each reply until its replicas have it
+     * (`REPLICAS AUTO`, or the number given, and `REPLTIMEOUT`), for a `$ttlMs` lock; with
+     * fsync, a `WAITAOF 1 0` behind them for the master's own fsync.
+     *
+     * @param list<list<string>> $commands
+     * @return list<list<string>>
      */
-    private static function held(string $address, int $online): int
+    public function serverWrites(array $commands, int $ttlMs): array
     {
-        $seen = self::$seen[$address] ?? null;
-        if ($seen === null || $online >= $seen[0]) {
-            self::$seen[$address] = [$online, null, $online];
-            return $online;
+        $rule = $this->setting === self::AUTO ? 'AUTO' : (string) $this->setting;
+        $timeout = $this->fsync
+            ? ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 3), 2 * $this->capMs)))
+            : ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 10), $this->capMs)));
+        $writes = array_map(function (array $command) use ($rule, $timeout) {
+            return array_merge($command, ['REPLICAS', $rule, 'REPLTIMEOUT', (string) $timeout]);
+        }, $commands);
+        if ($this->fsync) {
+            $writes[] = ['WAITAOF', '1', '0', (string) $timeout];
         }
-        $now = microtime(true);
-        $since = ($seen[1] === null || $online < $seen[2]) ? $now : $seen[1];
-        if ($now - $since < self::HOLD_SECONDS) {
-            self::$seen[$address] = [$seen[0], $since, $online];
-            return $seen[0];
-        }
-        self::$seen[$address] = [$online, null, $online];
-        return $online;
+        return $writes;
     }
 
     /**
@@ -217,14 +179,5 @@ final class Replicas
                 }
             }
         }
-    }
-
-    /** The replicas online in a `ROLE` reply (a master lists them), or a `WAIT 0 0` answer. */
-    public static function onlineFrom($reply): int
-    {
-        if (is_int($reply)) {
-            return $reply;
-        }
-        return is_array($reply) && ($reply[0] ?? null) === 'master' && is_array($reply[2] ?? null) ? count($reply[2]) : 0;
     }
 }

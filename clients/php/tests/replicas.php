@@ -124,10 +124,13 @@ $off = new RedisLock(connect($port), 'r:', null, 0);
 check('replicas 0 grants', $off->lock('c', 0, 10) && $off->expire('c', 10) && $off->unlock('c'));
 check('... without a WAIT', replicaWaits($admin) === $waits);
 try {
-    (new RedisLock(connect($port), 'r:', null, 2))->lock('c', 0, 10);
-    check('more replicas than the master has are refused', false);
+    (new RedisLock(connect($port), 'r:', null, 2, 0.2))->lock('c', 0, 10);
+    check('more replicas than the master has are not replicated', false);
 } catch (NotReplicatedException $e) {
-    check('more replicas than the master has are refused at once', $e->refused && $admin->exists('r:c') === 0);
+    // Where the server waits it holds the grant for two and undoes it with one; where the
+    // package counts the replicas itself (Redis 7.0), it refuses before sending.
+    check('more replicas than the master has are not replicated, and nothing is held',
+        $e->refused === !serverWaits($admin) && $admin->exists('r:c') === 0);
 }
 check('a bad replicas setting is refused', throws(function () use ($port) {
     new RedisLock(connect($port), 'r:', null, -1);
@@ -173,7 +176,9 @@ if (!$hasWaitaof) {
         }
     }
     $before = calls($admin, 'waitaof');
-    check('fsync waits with WAITAOF and grants', $fsync->lock('f', 0, 10) && calls($admin, 'waitaof') - $before === 1);
+    // The package's WAITAOF, and the module's own with which the held reply asks the
+    // replica to acknowledge.
+    check('fsync waits with WAITAOF and grants', $fsync->lock('f', 0, 10) && calls($admin, 'waitaof') - $before === 2);
     $fsync->unlock('f');
     foreach ([$admin, $replica] as $server) {
         $server->config('SET', 'appendfsync', 'everysec');

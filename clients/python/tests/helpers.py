@@ -36,3 +36,13 @@ def frozen(port):
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def server_waits(client):
+    """Whether the server holds a grant's reply for its replicas itself (`REPLICAS`:
+    Redis 7.2+, every Valkey), so that the package sends it `REPLICAS AUTO` and learns
+    nothing of the replicas itself; on Redis 7.0 the package counts them and waits."""
+    info = client.info("server")
+    if "valkey_version" in info:
+        return True
+    return tuple(int(part) for part in str(info["redis_version"]).split(".")[:2]) >= (7, 2)

@@ -8,6 +8,7 @@ import time
 
 import redis
 
+from helpers import server_waits
 from redis_lock_module import (
     LockNotAcquired, LockNotReplicated, acquire, extend, info, lock, release,
 )
@@ -141,8 +142,10 @@ def check_replicas(port, replica_port, r):
         with lock(r, "jobs:9", 10_000, replicas=2, replicas_timeout_ms=300):
             check("a lock without enough replicas is not entered", False)
     except LockNotReplicated as err:
-        check("a master with fewer replicas online than asked for refuses at once, as Lock's",
-              (err.wanted, err.acked, err.refused) == (2, 1, True)
+        # Where the server waits it holds the grant for two and undoes it with one; where
+        # the package counts the replicas (Redis 7.0), it refuses at once, as Lock's.
+        check("a master with fewer replicas than asked for is not replicated",
+              (err.wanted, err.acked, err.refused) == (2, 1, not server_waits(r))
               and isinstance(err, LockNotAcquired))
     check("and nothing is held", info(r, "jobs:9") is None)
 

@@ -71,23 +71,26 @@ impl LockOptions {
         }
     }
 
-    /// Wait with `WAITAOF 1 n` instead of `WAIT n`: the grant counts once the master has
-    /// also fsynced it to its append-only file (and the replicas asked for theirs), for a
-    /// worry about a restart rather than a failover. Redis 7.2+ or Valkey 8+ with
-    /// `appendonly yes`; elsewhere every acquire is refused, the grant released. The
-    /// default timeout is then a third of the TTL, at most 2 s.
+    /// Also wait for the master's own fsync (`WAITAOF 1 0` behind the writes, which still
+    /// ask the server to wait for the replicas): the grant counts once the master's
+    /// append-only file has it on disk, for a worry about a restart rather than a
+    /// failover. Redis 7.2+ or Valkey 8+ with `appendonly yes`; elsewhere every acquire
+    /// is refused, the grant released. The default timeout is then a third of the TTL, at
+    /// most 2 s.
     pub fn fsync(mut self, fsync: bool) -> Self {
         self.fsync = fsync;
         self
     }
 
     /// How many replicas must acknowledge the grant (and each extend, the watchdog's
-    /// included) before it counts: [`Replicas::Auto`] (the default) is 1 when the
-    /// master has a replica online and none without; `Exactly(n)` asks for `n` (a master
-    /// with fewer online refuses at once), `Exactly(0)` turns it off. The `WAIT` goes
-    /// with the grant in the same round trip; a grant too few replicas acknowledged is
-    /// released at once and the acquire answers an error [`is_not_replicated`]
-    /// recognizes (tried again while its [`wait`](Self::wait) lasts).
+    /// included) before it counts: [`Replicas::Auto`] (the default) is the server's own
+    /// rule (`REPLICAS AUTO`: 1 when the master has a replica, none without);
+    /// `Exactly(n)` asks for `n`, `Exactly(0)` turns it off. The server holds the reply
+    /// until they have it, in the same round trip, and undoes a grant too few
+    /// acknowledged: the acquire answers an error [`is_not_replicated`] recognizes
+    /// (tried again while its [`wait`](Self::wait) lasts). On Redis 7.0, which cannot
+    /// wait, the locker counts the replicas itself and sends its own `WAIT` (a master
+    /// with fewer online than `n` refuses at once there).
     ///
     /// [`is_not_replicated`]: crate::is_not_replicated
     pub fn replicas(mut self, replicas: Replicas) -> Self {

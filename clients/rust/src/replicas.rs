@@ -1,35 +1,22 @@
 //! `replicas`: a grant counts once the master's replicas have it (docs/clients.md,
-//! "Failover-safe by default"). The part without I/O: the setting, the `WAIT` it asks,
-//! what its answer means, and what a locker learned of its masters.
+//! "Failover-safe by default"). The part without I/O: the setting, what the server is
+//! asked, what its answer means.
 //!
 //! Every write that makes or keeps a grant (an acquire, `lock_all`, an extend, the
-//! watchdog's extends) asks the server to hold its reply until `n` replicas have it
-//! (`REPLICAS n REPLTIMEOUT ms`): the server counts the acknowledgements of the grant's
-//! own offset and, when too few come in time, undoes the grant itself and answers
-//! `NOTREPLICATED`. Where the server does not take `REPLICAS` (Redis 7.0, an older
-//! module: it refuses the command and changes nothing), and on a cluster connection,
-//! the write goes with `WAIT n timeout` on the same connection, pipelined in the same
-//! round trip (on a blocking cluster connection, right after it on the key's node); a
-//! grant too few replicas acknowledged is then released at once by its token. Either
-//! way the acquire answers an error that [`is_not_replicated`] recognizes.
-//!
-//! [`Replicas::Auto`] (the default) asks for 1 when the master has a replica online and
-//! for nothing on a master without one. What a locker learned of a master (`ROLE`, or
-//! `WAIT 0 0` for a user whose ACL denies `ROLE`) is learned again on a new connection,
-//! after a shortfall, and after [`RELEARN`]; a master that lists fewer replicas than
-//! before is taken at its former count for [`HOLD`] (a deposed master loses its replicas
-//! just before Sentinel demotes it, which it does after 8 s of a wrong role).
+//! watchdog's extends) asks the server to hold its reply until its replicas have it
+//! (`REPLICAS AUTO`, or the number given, `REPLTIMEOUT ms`): the server counts the
+//! acknowledgements of the grant's own offset and, when too few come in time, undoes the
+//! grant itself and answers `NOTREPLICATED`. The package keeps no knowledge of replicas
+//! of its own there: no `ROLE`, no `INFO`, no `WAIT`. A server that cannot wait (Redis
+//! 7.0, a module before 0.3.0) refuses the option and changes nothing; the locker then
+//! waits itself ([`crate::redis70`]). Either way the acquire answers an error that
+//! [`is_not_replicated`] recognizes.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
 
-/// How long what was learned of a master is trusted.
-pub const RELEARN: Duration = Duration::from_secs(5);
-/// How long a master that lists fewer replicas than before counts at its former number.
-pub const HOLD: Duration = Duration::from_secs(15);
 /// The longest default wait for the replicas' acknowledgement.
 const MAX_DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 /// What a not-replicated grant's error starts with.
@@ -38,10 +25,11 @@ const NOT_REPLICATED: &str = "NOTREPLICATED";
 /// How many replicas must acknowledge a grant (or an extend) before it counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Replicas {
-    /// 1 when the master has a replica online, none on a master without one.
+    /// The server's rule (`REPLICAS AUTO`): 1 when the master has a replica, none on a
+    /// master without one.
     #[default]
     Auto,
-    /// Exactly this many (a master with fewer online refuses at once); 0 turns it off.
+    /// Exactly this many; 0 turns it off.
     Exactly(usize),
 }
 
@@ -135,39 +123,30 @@ impl Policy {
         timeout.as_millis().clamp(1, u128::from(u64::MAX)) as u64
     }
 
-    /// Whether the server is asked to wait for the replicas itself (`REPLICAS`): some
-    /// are required, and no fsync (the server's wait is for replicas only).
-    pub(crate) fn server_side(&self, required: usize) -> bool {
-        required > 0 && !self.fsync
-    }
-
-    /// `cmd` asking the server to hold its reply until `required` replicas have it.
-    pub(crate) fn with_replicas(
-        &self,
-        cmd: &redis::Cmd,
-        required: usize,
-        ttl: Duration,
-    ) -> redis::Cmd {
-        let mut cmd = cmd.clone();
-        cmd.arg("REPLICAS")
-            .arg(required)
-            .arg("REPLTIMEOUT")
-            .arg(self.timeout_ms(ttl));
-        cmd
-    }
-
-    /// Whether the writes must tell the server not to wait (`REPLICAS 0`): the package
-    /// asks no replica (`Exactly(0)`), or waits itself (`WAITAOF`, with `fsync`). The
-    /// server's own `lock.replicas` (`auto` by default) would hold them otherwise.
-    pub(crate) fn tells_server_not_to_wait(&self) -> bool {
-        self.asks_no_replica() || self.fsync
-    }
-
-    /// `cmd` with `REPLICAS 0`: the server answers at once, whatever its setting.
-    pub(crate) fn without_server_wait(cmd: &redis::Cmd) -> redis::Cmd {
-        let mut cmd = cmd.clone();
-        cmd.arg("REPLICAS").arg(0);
-        cmd
+    /// `cmds` asking the server to hold each reply until its replicas have it (`REPLICAS
+    /// AUTO`, or the number given, 0 included, and `REPLTIMEOUT`), for a lock of `ttl`;
+    /// with `fsync`, a `WAITAOF 1 0` after them for the master's own fsync.
+    pub(crate) fn server_writes(&self, cmds: &[redis::Cmd], ttl: Duration) -> Vec<redis::Cmd> {
+        let timeout = self.timeout_ms(ttl);
+        let mut writes: Vec<redis::Cmd> = cmds
+            .iter()
+            .map(|cmd| {
+                let mut cmd = cmd.clone();
+                cmd.arg("REPLICAS");
+                match self.replicas {
+                    Replicas::Auto => cmd.arg("AUTO"),
+                    Replicas::Exactly(n) => cmd.arg(n),
+                };
+                cmd.arg("REPLTIMEOUT").arg(timeout);
+                cmd
+            })
+            .collect();
+        if self.fsync {
+            let mut wait = redis::cmd("WAITAOF");
+            wait.arg(1).arg(0).arg(timeout);
+            writes.push(wait);
+        }
+        writes
     }
 
     /// `WAIT required timeout-ms` for a lock of `ttl` (with `fsync`, `WAITAOF 1 required
@@ -268,6 +247,79 @@ pub(crate) fn server_shortfalls(
         .collect()
 }
 
+/// The cluster slot of `key` (CRC16 of its hash tag), where its master is.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16384
+}
+
+/// Whether a locker's servers hold a grant's reply for their replicas themselves: set
+/// once one refused `REPLICAS`, and the locker waits itself from then on
+/// ([`crate::redis70`]).
+#[derive(Debug, Default)]
+pub(crate) struct ServerWaits {
+    refused: AtomicBool,
+}
+
+impl ServerWaits {
+    /// Whether to ask the servers to wait (none refused yet).
+    pub(crate) fn may(&self) -> bool {
+        !self.refused.load(Ordering::Relaxed)
+    }
+
+    /// Keeps whether the server took `REPLICAS` (`replies` to writes that asked it);
+    /// whether it did.
+    pub(crate) fn took(&self, replies: &[RedisResult<Value>]) -> bool {
+        let refused = refuses_replicas(replies);
+        if refused {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+        !refused
+    }
+}
+
+/// The outcome of `count` writes the server was asked to wait for ([`Policy::server_writes`]),
+/// or `None` when it refused `REPLICAS` (nothing changed: the locker waits itself).
+pub(crate) fn server_outcome(
+    server: &ServerWaits,
+    key: &[u8],
+    replies: Vec<RedisResult<Value>>,
+    count: usize,
+    policy: Policy,
+) -> Option<Outcome> {
+    if !server.took(&replies[..count.min(replies.len())]) {
+        return None;
+    }
+    let waited = policy.fsync.then_some(policy);
+    Some(Outcome::of(
+        server_shortfalls(key, replies),
+        count,
+        0,
+        waited,
+    ))
+}
+
 /// The replies of a write that makes or keeps a grant, and of its `WAIT`.
 pub(crate) struct Outcome {
     pub(crate) replies: Vec<RedisResult<Value>>,
@@ -356,40 +408,6 @@ impl Outcome {
     }
 }
 
-/// The commands that learn what a master has: `ROLE` and `CLIENT INFO` (its address).
-pub(crate) fn learn_cmds() -> [redis::Cmd; 2] {
-    [redis::cmd("ROLE"), node_cmd()]
-}
-
-/// `CLIENT INFO`: which node a cluster exchange went to (its `laddr`), sent after the
-/// writes, so that a `MOVED` the cluster client followed is seen.
-pub(crate) fn node_cmd() -> redis::Cmd {
-    let mut info = redis::cmd("CLIENT");
-    info.arg("INFO");
-    info
-}
-
-/// `WAIT 0 0`: the replicas that have this connection's writes, for a user without `ROLE`.
-pub(crate) fn count_cmd() -> redis::Cmd {
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(0).arg(0);
-    wait
-}
-
-/// What the learning commands answered: the replicas online and the server's address.
-pub(crate) fn learned_from(
-    mut replies: Vec<RedisResult<Value>>,
-    place: u16,
-) -> (RedisResult<Value>, String) {
-    let info = replies.pop().and_then(Result::ok);
-    let role = replies.pop().unwrap_or(Ok(Value::Nil));
-    let address = info
-        .as_ref()
-        .and_then(address_from)
-        .unwrap_or_else(|| format!("slot {place}"));
-    (role, address)
-}
-
 /// `None` when `answer` (the `WAIT`'s) counts `required` acknowledgements, else the
 /// error that says how many of how many did.
 pub(crate) fn shortfall(
@@ -408,176 +426,6 @@ pub(crate) fn shortfall(
             String::from_utf8_lossy(key)
         ))
     })
-}
-
-/// The replicas online in a `ROLE` reply (a master lists them; a replica has none), or a
-/// `WAIT 0 0` answer.
-pub(crate) fn online_from(reply: &Value) -> usize {
-    match reply {
-        Value::Int(n) => usize::try_from(*n).unwrap_or(0),
-        Value::Array(items) => match (items.first(), items.get(2)) {
-            (Some(Value::BulkString(role)), Some(Value::Array(replicas))) if role == b"master" => {
-                replicas.len()
-            }
-            _ => 0,
-        },
-        _ => 0,
-    }
-}
-
-/// The server's own address from a `CLIENT INFO` reply (`laddr=`), to tell servers apart.
-pub(crate) fn address_from(reply: &Value) -> Option<String> {
-    let text = match reply {
-        Value::BulkString(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-        Value::VerbatimString { text, .. } => text.clone(),
-        Value::SimpleString(text) => text.clone(),
-        _ => return None,
-    };
-    text.split_whitespace()
-        .find_map(|field| field.strip_prefix("laddr="))
-        .map(str::to_string)
-}
-
-/// Whether `ROLE` was refused by the user's ACL (then `WAIT 0 0` counts instead).
-pub(crate) fn role_refused(reply: &RedisResult<Value>) -> bool {
-    matches!(reply, Err(err) if err.code() == Some("NOPERM"))
-}
-
-/// The cluster slot of `key` (CRC16 of its hash tag), where its master is.
-pub(crate) fn slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .filter(|&close| close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &byte in tagged {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
-
-/// What a locker learned of its masters: per place (a slot on a cluster, else 0) the
-/// count, when, and on which connection (its generation); per server address the most
-/// replicas it was seen with, and since when it shows fewer.
-#[derive(Debug, Default)]
-pub(crate) struct Learned {
-    inner: Mutex<Inner>,
-    /// Set once a server refused `REPLICAS`: the locker waits with `WAIT` from then on.
-    no_server_wait: std::sync::atomic::AtomicBool,
-}
-
-#[derive(Debug, Default)]
-struct Inner {
-    /// place -> (count, when, generation, the address it was learned on)
-    places: HashMap<u16, (usize, Instant, u64, String)>,
-    /// address -> (most replicas seen, fewer since, the count seen last)
-    seen: HashMap<String, (usize, Option<Instant>, usize)>,
-}
-
-impl Learned {
-    /// Whether to ask the servers to wait for their replicas (none refused yet).
-    pub(crate) fn server_waits(&self) -> bool {
-        !self
-            .no_server_wait
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Keeps whether the server took `REPLICAS` (`replies` to writes that asked it);
-    /// whether it did.
-    pub(crate) fn took_replicas(&self, replies: &[RedisResult<Value>]) -> bool {
-        let refused = refuses_replicas(replies);
-        if refused {
-            self.no_server_wait
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        !refused
-    }
-
-    /// The count learned for `place` on the connection of `generation`, if still trusted.
-    pub(crate) fn known(&self, place: u16, generation: u64) -> Option<usize> {
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        match inner.places.get(&place) {
-            Some(&(online, at, of, _)) if of == generation && at.elapsed() < RELEARN => {
-                Some(online)
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether `info` (the `CLIENT INFO` answer of the node that took a cluster
-    /// exchange) names another node than the one `place` was learned on: the slot moved
-    /// (a `MOVED` the cluster client followed), and what was learned is of the old node.
-    pub(crate) fn moved(&self, place: u16, info: &RedisResult<Value>) -> bool {
-        let Some(address) = info.as_ref().ok().and_then(address_from) else {
-            return false;
-        };
-        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        matches!(inner.places.get(&place), Some((_, _, _, learned_on)) if *learned_on != address)
-    }
-
-    /// Keeps what was learned; the count to go by (the former one within HOLD of the
-    /// last drop: a count that falls again, say from 1 to 0 after 2 to 1, starts the
-    /// hold afresh).
-    pub(crate) fn learn(
-        &self,
-        place: u16,
-        generation: u64,
-        address: String,
-        online: usize,
-    ) -> usize {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let count = match inner.seen.get(&address).copied() {
-            Some((most, since, last)) if online < most => {
-                let since = match since {
-                    Some(since) if online >= last => since,
-                    _ => now,
-                };
-                if now.duration_since(since) < HOLD {
-                    inner
-                        .seen
-                        .insert(address.clone(), (most, Some(since), online));
-                    most
-                } else {
-                    inner.seen.insert(address.clone(), (online, None, online));
-                    online
-                }
-            }
-            _ => {
-                inner.seen.insert(address.clone(), (online, None, online));
-                online
-            }
-        };
-        inner
-            .places
-            .insert(place, (count, now, generation, address));
-        count
-    }
-
-    /// Forgets every place (a new connection was made), keeping the servers' counts.
-    pub(crate) fn clear(&self) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.places.clear();
-    }
-
-    pub(crate) fn forget(&self, place: u16) {
-        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.places.remove(&place);
-    }
 }
 
 #[cfg(test)]
@@ -620,32 +468,9 @@ mod tests {
     }
 
     #[test]
-    fn a_drop_is_held_then_followed() {
-        let learned = Learned::default();
-        assert_eq!(learned.learn(0, 1, "a".into(), 1), 1);
-        assert_eq!(learned.learn(0, 1, "a".into(), 0), 1, "held");
-        assert_eq!(learned.learn(0, 2, "b".into(), 0), 0, "another server");
-        assert_eq!(learned.known(0, 2), Some(0));
-        assert_eq!(learned.known(0, 3), None, "a new connection learns again");
-    }
-
-    #[test]
     fn slots_follow_hash_tags() {
         assert_eq!(slot(b"123456789"), 0x31C3);
         assert_eq!(slot(b"{user}:a"), slot(b"{user}:b"));
         assert_eq!(slot(b"foo"), 12182);
-    }
-
-    #[test]
-    fn role_replies_count_the_replicas_a_master_lists() {
-        let master = Value::Array(vec![
-            Value::BulkString(b"master".to_vec()),
-            Value::Int(10),
-            Value::Array(vec![Value::Array(vec![])]),
-        ]);
-        assert_eq!(online_from(&master), 1);
-        assert_eq!(online_from(&Value::Int(2)), 2);
-        let info = Value::BulkString(b"id=3 addr=127.0.0.1:5 laddr=127.0.0.1:7379 fd=8".to_vec());
-        assert_eq!(address_from(&info).as_deref(), Some("127.0.0.1:7379"));
     }
 }

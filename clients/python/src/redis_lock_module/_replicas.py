@@ -2,47 +2,31 @@
 "Failover-safe by default").
 
 Every write that makes or keeps a grant (an acquire, an extend, the watchdog's extends)
-asks the server to hold its reply until `n` replicas have it (`REPLICAS n REPLTIMEOUT
-ms`): the server counts the acknowledgements of the grant's own offset and, when fewer
-than `n` come in time, undoes the grant itself and answers `NOTREPLICATED`. A server
-that does not take `REPLICAS` (Redis 7.0, or an older module: it refuses the command,
-changing nothing) gets the write again with `WAIT n timeout` on the same connection, in
-the same round trip, from then on; there a grant too few replicas acknowledged is
-released at once by its token. Either way it is reported as not replicated, never as
-granted.
-
-`replicas="auto"` (the default) asks for 1 when the master has a replica online, and for
-nothing on a master without one. What a connection learned of its master (`ROLE`, or
-`WAIT 0 0` for a user whose ACL denies `ROLE`) is forgotten when it connects again (a
-failover, a reconnect), after an error or a shortfall, and after `RELEARN_SECONDS`. A
-master that lists fewer replicas than before is taken at its former count for
-`HOLD_SECONDS` after its last drop (a deposed master loses its replicas just before it
-is demoted). An
-explicit `n` asks for `n`, and a master with fewer replicas online refuses at once.
+asks the server to hold its reply until its replicas have it: `REPLICAS AUTO` (the
+default: one replica when the master has one, none without, by the server's own rule)
+or the number given, with `REPLTIMEOUT ms`. The server counts the acknowledgements of
+the grant's own offset and, when too few come in time, undoes the grant itself and
+answers `NOTREPLICATED`. The package keeps no knowledge of replicas of its own there:
+no `ROLE`, no `INFO`, no `WAIT`. A server that cannot wait (Redis 7.0, or a module
+before 0.3.0) refuses the option and changes nothing, and from then on the package
+waits itself (`_redis70`). Either way a grant too few replicas acknowledged is reported
+as not replicated, never as granted.
 """
 
 from __future__ import annotations
 
 import inspect
-import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 
 from redis.exceptions import ResponseError
 
 from ._protocol import Number
+from . import _redis70
 from .exceptions import LockError, LockNotReplicatedError, lock_error
 
 AUTO = "auto"
 # The longest default wait for the replicas: a tenth of the TTL, at most this (ms).
 MAX_DEFAULT_TIMEOUT_MS = 1000
-# How long what a connection learned of its master's replicas is trusted.
-RELEARN_SECONDS = 5.0
-# How long a master that lists fewer replicas than before is taken at its former count:
-# a deposed master whose partition healed drops its replicas just before Sentinel (or
-# the cluster) makes it a replica, and its grants in between must not count unwaited.
-HOLD_SECONDS = 15.0
-_ATTRIBUTE = "_redis_lock_replicas"
-_FORGETTER = "_redis_lock_forgetter"
 
 Setting = Union[str, int]
 
@@ -140,103 +124,6 @@ class Replicas:
             f"in time{why}", str(name)).counted(acked, required)
 
 
-# What a connection learned of its master.
-
-class _Learned:
-    """How many replicas a connection's master had online, and when that was learned."""
-
-    def __init__(self, online: int):
-        self.online = online
-        self.at = time.monotonic()
-
-
-class _Forgetter:
-    """A connection's connect callback, registered once and kept on the connection: a
-    new connection (a reconnect, a failover's new master) learns again. redis-py keeps
-    connect callbacks as weak references to bound methods (and before 4.3 calls a dead
-    one), so the method's object must live as long as the connection."""
-
-    def forget(self, connection: Any) -> None:
-        forget(connection)
-
-
-def known(connection: Any) -> Optional[int]:
-    learned: Optional[_Learned] = getattr(connection, _ATTRIBUTE, None)
-    if learned is None or time.monotonic() - learned.at > RELEARN_SECONDS:
-        return None
-    return learned.online
-
-
-def remember(connection: Any, online: int) -> int:
-    """Keeps what `connection` learned; returns the count to go by (`_held_count`)."""
-    learned = _Learned(_held_count(_address(connection), online))
-    setattr(connection, _ATTRIBUTE, learned)
-    if getattr(connection, _FORGETTER, None) is None:
-        forgetter = _Forgetter()
-        setattr(connection, _FORGETTER, forgetter)
-        register = getattr(connection, "register_connect_callback", None)
-        if register is not None:
-            register(forgetter.forget)
-    return learned.online
-
-
-class _Seen:
-    """The most replicas a server was seen with, the count it showed last, and since when
-    it has shown fewer (restarted at each further drop)."""
-
-    def __init__(self, online: int):
-        self.online = online
-        self.last = online
-        self.fewer_since: Optional[float] = None
-
-
-_SEEN: Dict[Any, _Seen] = {}
-
-
-def _address(connection: Any) -> Any:
-    return (getattr(connection, "host", None), getattr(connection, "port", None),
-            getattr(connection, "path", None))
-
-
-def _held_count(address: Any, online: int) -> int:
-    """`online`, unless the server at `address` had more replicas and dropped to fewer
-    less than HOLD_SECONDS ago (counted from its last drop: a count that falls again, say
-    from 1 to 0 after 2 to 1, starts the hold afresh): then that many (a grant waits for
-    one, as before the drop)."""
-    seen = _SEEN.get(address)
-    if seen is None or online >= seen.online:
-        _SEEN[address] = _Seen(online)
-        return online
-    now = time.monotonic()
-    if seen.fewer_since is None or online < seen.last:
-        seen.fewer_since = now
-    seen.last = online
-    if now - seen.fewer_since < HOLD_SECONDS:
-        return seen.online
-    _SEEN[address] = _Seen(online)
-    return online
-
-
-def forget(connection: Any) -> None:
-    if getattr(connection, _ATTRIBUTE, None) is not None:
-        setattr(connection, _ATTRIBUTE, None)
-
-
-def online_from(reply: Any) -> int:
-    """The replicas online in a `ROLE` reply (a master's third element lists them; a
-    replica has none), or in a `WAIT 0 0` answer."""
-    if isinstance(reply, int):
-        return reply
-    role = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
-    return len(reply[2]) if role == "master" and len(reply) > 2 else 0
-
-
-def refused_role(error: ResponseError) -> bool:
-    """`ROLE` denied by the user's ACL: `WAIT 0 0` (in `@connection`, as `WAIT`) counts the
-    replicas that have this connection's writes instead."""
-    return str(error).startswith("NOPERM")
-
-
 # One round trip on one connection.
 
 def pack(connection: Any, commands: Sequence[Sequence[Any]]) -> Any:
@@ -261,49 +148,31 @@ def exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
     return read_all(connection, len(commands))
 
 
-def online(connection: Any) -> int:
-    """The replicas the connection's master has online, learned now if not known."""
-    count = known(connection)
-    if count is not None:
-        return count
-    (reply,) = exchange(connection, [["ROLE"]])
-    if isinstance(reply, ResponseError):
-        if not refused_role(reply):
-            raise reply
-        (reply,) = exchange(connection, [["WAIT", 0, 0]])
-        if isinstance(reply, ResponseError):
-            raise reply
-    return remember(connection, online_from(reply))
-
-
 # Whether the server at an address holds a grant's reply for its replicas itself
 # (`REPLICAS n`): learned from its first answer to it.
 _SERVER_WAITS: Dict[Any, bool] = {}
 
 
-def server_waits(connection: Any, replicas: Replicas, required: int) -> bool:
-    """Whether to ask the server to wait (`REPLICAS`): replicas are required, no fsync
-    (the server's wait is for replicas only), and the server has not refused it."""
-    return required > 0 and not replicas.fsync and _SERVER_WAITS.get(_address(connection), True)
+def server_writes(commands: Sequence[Sequence[Any]], replicas: Replicas) -> List[List[Any]]:
+    """`commands` asking the server to hold each reply for its replicas (`REPLICAS AUTO`,
+    or the number given, 0 included, and `REPLTIMEOUT`); with fsync, a `WAITAOF 1 0`
+    after them for the master's own fsync."""
+    rule = "AUTO" if replicas.setting == AUTO else replicas.setting
+    writes = [[*command, "REPLICAS", rule, "REPLTIMEOUT", replicas.timeout_ms]
+              for command in commands]
+    if replicas.fsync:
+        writes.append(["WAITAOF", 1, 0, replicas.timeout_ms])
+    return writes
 
 
-def tells_server_not_to_wait(connection: Any, replicas: Replicas) -> bool:
-    """Whether the writes must say `REPLICAS 0`: the package asks no replica
-    (`replicas=0`) or waits itself (`WAITAOF`, with fsync), and the server's own
-    `lock.replicas` (`auto` by default) would hold them otherwise. Not to a server known
-    to refuse `REPLICAS` (an older module)."""
-    return (replicas.setting == 0 or replicas.fsync) and _SERVER_WAITS.get(
-        _address(connection), True)
+def server_may_wait(connection: Any) -> bool:
+    """Whether the server has not refused `REPLICAS` (it is tried until it does)."""
+    return _SERVER_WAITS.get(_address(connection), True)
 
 
-def without_server_wait(commands: Sequence[Sequence[Any]]) -> List[List[Any]]:
-    return [[*command, "REPLICAS", 0] for command in commands]
-
-
-def with_replicas(commands: Sequence[Sequence[Any]], replicas: Replicas,
-                  required: int) -> List[List[Any]]:
-    return [[*command, "REPLICAS", required, "REPLTIMEOUT", replicas.timeout_ms]
-            for command in commands]
+def _address(connection: Any) -> Any:
+    return (getattr(connection, "host", None), getattr(connection, "port", None),
+            getattr(connection, "path", None))
 
 
 def _error_text(reply: Any) -> str:
@@ -344,20 +213,14 @@ def not_replicated(reply: Any, name: Any,
 
 def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                name: Any) -> "Outcome":
-    """Sends `args` (a write that makes or keeps a grant) asking the server to wait for
-    its replicas, or with the `WAIT` it needs, in one round trip on `connection`."""
-    required = 0 if replicas.setting == 0 else replicas.required(online(connection), name)
-    if server_waits(connection, replicas, required):
-        replies = exchange(connection, with_replicas([args], replicas, required))
-        if learned_server_waits(connection, replies):
-            return Outcome(replies, required, None, name)
-    waits = [] if replicas.off else replicas.wait_command(required)
-    if tells_server_not_to_wait(connection, replicas):
-        replies = exchange(connection, [*without_server_wait([args]), *waits])
+    """Sends `args` (a write that makes or keeps a grant) asking the server to hold its
+    reply until its replicas have it, in one round trip on `connection`; where the server
+    cannot (Redis 7.0), with the `WAIT` the package works out itself (`_redis70`)."""
+    if server_may_wait(connection):
+        replies = exchange(connection, server_writes([args], replicas))
         if learned_server_waits(connection, replies[:1]):
-            return Outcome(replies, required, replicas if waits else None, name)
-    replies = exchange(connection, [list(args), *waits])
-    return Outcome(replies, required, replicas if waits else None, name)
+            return Outcome(replies, 0, replicas if replicas.fsync else None, name)
+    return _redis70.replicated(connection, args, replicas, name)
 
 
 async def async_exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
@@ -371,34 +234,13 @@ async def async_exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> 
     return replies
 
 
-async def async_online(connection: Any) -> int:
-    count = known(connection)
-    if count is not None:
-        return count
-    (reply,) = await async_exchange(connection, [["ROLE"]])
-    if isinstance(reply, ResponseError):
-        if not refused_role(reply):
-            raise reply
-        (reply,) = await async_exchange(connection, [["WAIT", 0, 0]])
-        if isinstance(reply, ResponseError):
-            raise reply
-    return remember(connection, online_from(reply))
-
-
 async def async_replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                            name: Any) -> "Outcome":
-    required = 0 if replicas.setting == 0 else replicas.required(await async_online(connection), name)
-    if server_waits(connection, replicas, required):
-        replies = await async_exchange(connection, with_replicas([args], replicas, required))
-        if learned_server_waits(connection, replies):
-            return Outcome(replies, required, None, name)
-    waits = [] if replicas.off else replicas.wait_command(required)
-    if tells_server_not_to_wait(connection, replicas):
-        replies = await async_exchange(connection, [*without_server_wait([args]), *waits])
+    if server_may_wait(connection):
+        replies = await async_exchange(connection, server_writes([args], replicas))
         if learned_server_waits(connection, replies[:1]):
-            return Outcome(replies, required, replicas if waits else None, name)
-    replies = await async_exchange(connection, [list(args), *waits])
-    return Outcome(replies, required, replicas if waits else None, name)
+            return Outcome(replies, 0, replicas if replicas.fsync else None, name)
+    return await _redis70.async_replicated(connection, args, replicas, name)
 
 
 class Outcome:
@@ -434,7 +276,7 @@ def _granted_reply(connection: Any, outcome: Outcome) -> Any:
     try:
         return outcome.reply
     except LockNotReplicatedError:
-        forget(connection)
+        _redis70.forget(connection)
         raise
 
 
@@ -447,7 +289,7 @@ def granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
     missing = outcome.missing(name) if _granted_reply(connection, outcome) is not None else None
     if missing is None:
         return outcome.reply
-    forget(connection)
+    _redis70.forget(connection)
     try:
         exchange(connection, releases)
     except Exception:
@@ -461,7 +303,7 @@ async def async_granted(connection: Any, args: Sequence[Any], replicas: Replicas
     missing = outcome.missing(name) if _granted_reply(connection, outcome) is not None else None
     if missing is None:
         return outcome.reply
-    forget(connection)
+    _redis70.forget(connection)
     try:
         await async_exchange(connection, releases)
     except Exception:
@@ -495,7 +337,7 @@ def on_master(client: Any, key: Any, work: Callable[[Any], Any]) -> Any:
         connection = pool.get_connection("LOCK.ACQUIRE")
 
     def broken(error: Optional[BaseException] = None) -> None:
-        forget(connection)
+        _redis70.forget(connection)
         connection.disconnect()
 
     try:
@@ -524,7 +366,7 @@ async def async_on_master(client: Any, key: Any, work: Callable[[Any], Awaitable
             connection = await pool.get_connection("LOCK.ACQUIRE")
 
     async def broken(error: Optional[BaseException] = None) -> None:
-        forget(connection)
+        _redis70.forget(connection)
         await connection.disconnect()
 
     try:
@@ -545,36 +387,23 @@ async def async_on_master(client: Any, key: Any, work: Callable[[Any], Awaitable
 
 def kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
          name: Any) -> List[Any]:
-    """The replies of `commands` (extends: 1 where still held), sent with the `WAIT` they
-    need; LockNotReplicatedError when all were kept but too few replicas acknowledged."""
-    required = 0 if replicas.setting == 0 else replicas.required(online(connection), name)
-    if server_waits(connection, replicas, required):
-        replies = exchange(connection, with_replicas(commands, replicas, required))
-        if learned_server_waits(connection, replies):
-            return _kept(replies, len(commands), required, name, None)
-    waits = [] if replicas.off else replicas.wait_command(required)
-    if tells_server_not_to_wait(connection, replicas):
-        replies = exchange(connection, [*without_server_wait(commands), *waits])
+    """The replies of `commands` (extends: 1 where still held), the server asked to hold
+    them for its replicas (`_redis70`: with the `WAIT` they need); LockNotReplicatedError
+    when all were kept but too few replicas acknowledged."""
+    if server_may_wait(connection):
+        replies = exchange(connection, server_writes(commands, replicas))
         if learned_server_waits(connection, replies[:len(commands)]):
-            return _kept(replies, len(commands), required, name, replicas if waits else None)
-    return _kept(exchange(connection, [*commands, *waits]), len(commands), required, name,
-                 replicas if waits else None)
+            return _kept(replies, len(commands), 0, name, replicas if replicas.fsync else None)
+    return _kept(*_redis70.kept(connection, commands, replicas, name))
 
 
 async def async_kept(connection: Any, commands: Sequence[Sequence[Any]], replicas: Replicas,
                      name: Any) -> List[Any]:
-    required = 0 if replicas.setting == 0 else replicas.required(await async_online(connection), name)
-    if server_waits(connection, replicas, required):
-        replies = await async_exchange(connection, with_replicas(commands, replicas, required))
-        if learned_server_waits(connection, replies):
-            return _kept(replies, len(commands), required, name, None)
-    waits = [] if replicas.off else replicas.wait_command(required)
-    if tells_server_not_to_wait(connection, replicas):
-        replies = await async_exchange(connection, [*without_server_wait(commands), *waits])
+    if server_may_wait(connection):
+        replies = await async_exchange(connection, server_writes(commands, replicas))
         if learned_server_waits(connection, replies[:len(commands)]):
-            return _kept(replies, len(commands), required, name, replicas if waits else None)
-    return _kept(await async_exchange(connection, [*commands, *waits]), len(commands), required,
-                 name, replicas if waits else None)
+            return _kept(replies, len(commands), 0, name, replicas if replicas.fsync else None)
+    return _kept(*await _redis70.async_kept(connection, commands, replicas, name))
 
 
 def _kept(replies: List[Any], count: int, required: int, name: Any,

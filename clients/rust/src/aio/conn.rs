@@ -172,8 +172,11 @@ pub(super) struct Conn {
     /// How many connections the slot has held: session-bound locks know which one they
     /// are bound to.
     pub(super) generation: AtomicU64,
-    /// What was learned of the masters' replicas, per connection generation.
-    pub(super) learned: crate::replicas::Learned,
+    /// Whether its servers hold a grant's reply for their replicas themselves.
+    pub(super) server_waits: crate::replicas::ServerWaits,
+    /// What was learned of the masters' replicas where they do not (Redis 7.0), per
+    /// connection generation.
+    pub(super) learned: crate::redis70::Learned,
 }
 
 impl Conn {
@@ -187,7 +190,8 @@ impl Conn {
             connect_timeout,
             slot: Mutex::new(None),
             generation: AtomicU64::new(0),
-            learned: crate::replicas::Learned::default(),
+            server_waits: crate::replicas::ServerWaits::default(),
+            learned: crate::redis70::Learned::default(),
         }
     }
 

@@ -50,6 +50,7 @@ mod election;
 mod lock;
 mod locker;
 mod multi;
+mod redis70;
 mod redlock;
 mod replicated;
 mod shared;

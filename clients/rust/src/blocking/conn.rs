@@ -193,7 +193,10 @@ const MAX_IDLE: usize = 16;
 pub(crate) struct Links {
     pub(crate) source: Source,
     idle: Mutex<Vec<Link>>,
-    pub(crate) learned: crate::replicas::Learned,
+    /// Whether its servers hold a grant's reply for their replicas themselves.
+    pub(crate) server_waits: crate::replicas::ServerWaits,
+    /// What it learned of them where they do not (Redis 7.0).
+    pub(crate) learned: crate::redis70::Learned,
 }
 
 impl std::fmt::Debug for Link {
@@ -213,7 +216,8 @@ impl Links {
         Links {
             source,
             idle: Mutex::new(Vec::new()),
-            learned: crate::replicas::Learned::default(),
+            server_waits: crate::replicas::ServerWaits::default(),
+            learned: crate::redis70::Learned::default(),
         }
     }
 

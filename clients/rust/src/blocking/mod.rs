@@ -12,6 +12,7 @@ mod election;
 mod lock;
 mod locker;
 mod multi;
+mod redis70;
 mod redlock;
 mod replicated;
 mod shared;

@@ -6,7 +6,7 @@ use redis::FromRedisValue;
 use redis::RedisResult;
 
 use super::conn::exchange;
-use super::replicated::online_with;
+use super::redis70::online_with;
 use crate::blocking::connect;
 use crate::commands::Grant;
 use crate::commands::acquire_cmd;
@@ -14,6 +14,7 @@ use crate::commands::extend_cmd;
 use crate::commands::release_cmd;
 use crate::guard::outcome_unknown;
 use crate::new_token;
+use crate::redis70::Learned;
 use crate::redlock::Attempts;
 use crate::redlock::Held;
 use crate::redlock::RedlockError;
@@ -23,7 +24,7 @@ use crate::redlock::confirmed;
 use crate::redlock::debug_redlock;
 use crate::redlock::instances;
 use crate::redlock::redlock_guard_accessors;
-use crate::replicas::{Learned, Outcome, Policy, is_not_replicated};
+use crate::replicas::{Outcome, Policy, ServerWaits, is_not_replicated, server_outcome};
 use std::fmt;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -54,6 +55,7 @@ impl Redlock {
             instances: instances(clients, |client| Instance {
                 client,
                 con: Mutex::new(None),
+                server_waits: ServerWaits::default(),
                 learned: Learned::default(),
             }),
         }
@@ -202,7 +204,10 @@ struct Instance {
     client: redis::Client,
     /// Kept open between calls; `None` after an error, reopened on next use.
     con: Mutex<Option<Connection>>,
-    /// What was learned of the master's replicas (forgotten when it reconnects).
+    /// Whether the master holds a grant's reply for its replicas itself.
+    server_waits: ServerWaits,
+    /// What was learned of the master's replicas where it does not (Redis 7.0;
+    /// forgotten when it reconnects).
     learned: Learned,
 }
 
@@ -278,6 +283,15 @@ impl Instance {
         grant: &GrantCmds<'_>,
     ) -> RedisResult<Option<Grant>> {
         let policy = grant.policy;
+        if self.server_waits.may() {
+            let writes = policy.server_writes(std::slice::from_ref(&grant.cmd), grant.ttl);
+            let replies = exchange(con, &writes)?;
+            if let Some(outcome) = server_outcome(&self.server_waits, grant.key, replies, 1, policy)
+            {
+                return self.settled(con, grant, outcome);
+            }
+        }
+        // The master cannot wait for its replicas (Redis 7.0): the package's own WAIT.
         let required = if policy.asks_no_replica() {
             0
         } else {
@@ -292,7 +306,17 @@ impl Instance {
         };
         let waited = wait.is_some().then_some(policy);
         cmds.extend(wait);
-        let mut outcome = Outcome::of(exchange(con, &cmds)?, 1, required, waited);
+        let outcome = Outcome::of(exchange(con, &cmds)?, 1, required, waited);
+        self.settled(con, grant, outcome)
+    }
+
+    /// The grant of `outcome`, or the shortfall's error once the grant is undone.
+    fn settled(
+        &self,
+        con: &mut Connection,
+        grant: &GrantCmds<'_>,
+        mut outcome: Outcome,
+    ) -> RedisResult<Option<Grant>> {
         let granted = outcome.first::<Option<Grant>>()?;
         if granted.is_some()
             && let Some(missing) = outcome.missing(grant.key, "granted")
