@@ -361,14 +361,18 @@ fn footprint_of(count: usize, command: impl Fn(usize) -> redis::Cmd) -> (f64, f6
     // A table being rehashed into a larger one holds both for a while, which the server
     // finishes a little at a time (a cron that runs late on a loaded machine): both fills
     // are measured once the main table is whole again.
-    poll_until(Duration::from_secs(20), "the keyspace's rehash done", || {
-        let stats: String = redis::cmd("DEBUG")
-            .arg("HTSTATS")
-            .arg(0)
-            .query(&mut con)
-            .expect("DEBUG HTSTATS");
-        !stats.contains("rehashing target")
-    });
+    poll_until(
+        Duration::from_secs(20),
+        "the keyspace's rehash done",
+        || {
+            let stats: String = redis::cmd("DEBUG")
+                .arg("HTSTATS")
+                .arg(0)
+                .query(&mut con)
+                .expect("DEBUG HTSTATS");
+            !stats.contains("rehashing target")
+        },
+    );
     let grown = (used(&mut con) - before) as f64 / count as f64;
     let usage: i64 = (0..100)
         .map(|i| {

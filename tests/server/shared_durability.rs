@@ -109,10 +109,20 @@ fn replicas_and_the_aof_follow_every_holder_and_its_expiry() {
         0,
         "the master's doing"
     );
-    let aof = String::from_utf8_lossy(&aof_files(&master, "i")).into_owned();
-    let hold = aof.find("LOCK._HOLD").expect("the grants in the AOF");
-    let dropped = aof.find("LOCK._DROP").expect("the expiry in the AOF");
-    assert!(dropped > hold);
+    // The master writes its AOF buffer before it sleeps, or up to 2 s later while a slow
+    // disk is still busy with the last fsync: read until the expiry is there.
+    let mut aof = String::new();
+    poll_until(
+        Duration::from_secs(10),
+        "the grants, then the expiry, in the AOF",
+        || {
+            aof = String::from_utf8_lossy(&aof_files(&master, "i")).into_owned();
+            match (aof.find("LOCK._HOLD"), aof.find("LOCK._DROP")) {
+                (Some(hold), Some(dropped)) => dropped > hold,
+                _ => false,
+            }
+        },
+    );
     assert!(!aof.contains("SHARED"), "the effect, not the command");
 }
 
