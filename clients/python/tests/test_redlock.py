@@ -163,7 +163,7 @@ def test_a_process_with_a_hung_master_exits(redlock_ports, key):
         "import redis, sys\n"
         "from redis_lock_module import Redlock\n"
         f"ms = [redis.Redis(host='127.0.0.1', port=p) for p in {list(redlock_ports)}]\n"
-        f"lock = Redlock(ms, {key!r}, timeout=10, master_timeout=0.05)\n"
+        f"lock = Redlock(ms, {key!r}, timeout=10, master_timeout=0.5)\n"
         "assert lock.acquire(blocking=False)\n"
         "lock.release()\n"
     )
