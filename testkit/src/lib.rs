@@ -15,9 +15,11 @@ mod cluster;
 pub mod launch;
 pub mod pages;
 mod sentinel;
+mod terminal;
 
 pub use cluster::{MiniCluster, cluster_node};
 pub use sentinel::Sentinel;
+pub use terminal::Terminal;
 
 use std::fs;
 use std::net::{TcpListener, TcpStream};

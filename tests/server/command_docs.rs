@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use crate::common::{TestServer, fresh_dir, poll_until, server_binary};
+use crate::common::{Terminal, TestServer, poll_until, server_binary};
 
 /// The public commands and their synopsis, as `COMMAND DOCS` must give it.
 const SYNOPSES: [(&str, &str); 9] = [
@@ -208,66 +208,11 @@ fn cli_help_prints_the_synopsis_and_summary_of_each_command() {
     }
 }
 
-/// A tmux server of its own (its socket in a fresh directory, so tests running at once
-/// never share one) running one interactive cli; killed, and its directory removed, when
-/// dropped.
-struct Terminal {
-    dir: PathBuf,
-}
-
-impl Terminal {
-    fn open(cli: &std::path::Path, port: u16) -> Self {
-        let terminal = Terminal {
-            dir: fresh_dir("tmux"),
-        };
-        let status = terminal
-            .tmux()
-            .args(["new-session", "-d", "-x", "220", "-y", "20"])
-            .arg(format!("{} -p {port}", cli.display()))
-            .status()
-            .expect("tmux (installed by scripts/install-deps.sh --test)");
-        assert!(status.success(), "tmux new-session");
-        terminal
-    }
-
-    /// A tmux command on this terminal's server.
-    fn tmux(&self) -> Command {
-        let mut command = Command::new("tmux");
-        command.arg("-S").arg(self.dir.join("socket"));
-        command
-    }
-
-    fn screen(&self) -> String {
-        let output = self
-            .tmux()
-            .args(["capture-pane", "-p"])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    }
-
-    fn type_text(&self, text: &str) {
-        let status = self
-            .tmux()
-            .args(["send-keys", "-l", text])
-            .status()
-            .expect("tmux send-keys");
-        assert!(status.success());
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        let _ = self.tmux().arg("kill-server").status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[test]
 fn the_interactive_cli_hints_the_remaining_arguments_while_one_types() {
     let server = TestServer::start();
     for cli in clis() {
-        let terminal = Terminal::open(&cli, server.port);
+        let terminal = Terminal::run(&format!("{} -p {}", cli.display(), server.port), 220, 20);
         let prompt = format!("127.0.0.1:{}>", server.port);
         poll_until(Duration::from_secs(10), "the cli's prompt", || {
             terminal.screen().contains(&prompt)

@@ -125,11 +125,7 @@ fn the_systemd_units_scheduler_leads_and_stops_as_systemd_stops_it() {
         leader().starts_with("host-a\t")
     });
     // systemctl stop, with KillMode=mixed: SIGTERM to the main process.
-    let sent = Command::new("kill")
-        .args(["-TERM", &runner.pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    send_signal(runner.pid(), "TERM");
     let (status, stderr) = runner.finish(DEADLINE);
     assert_eq!(
         status.code(),

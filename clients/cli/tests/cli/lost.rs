@@ -140,16 +140,10 @@ fn a_server_that_stops_answering_for_the_whole_ttl_loses_the_lock_and_stops_the_
         &["--timeout", "500ms"],
     );
     // The server is frozen (SIGSTOP): no renewal can be made before the 3 s TTL runs out.
-    let pid = server.pid().expect("the server's pid").to_string();
-    let frozen = std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .expect("kill");
-    assert!(frozen.success());
+    let pid = server.pid().expect("the server's pid");
+    send_signal(pid, "STOP");
     let (status, stderr) = runner.finish(DEADLINE);
-    let _ = std::process::Command::new("kill")
-        .args(["-CONT", &pid])
-        .status();
+    send_signal(pid, "CONT");
     assert_eq!(status.code(), Some(79), "{stderr}");
     assert!(
         stderr.contains("unreachable"),

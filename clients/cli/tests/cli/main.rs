@@ -186,3 +186,13 @@ pub fn with_password(password: &str) -> TestServer {
         .expect("CONFIG SET requirepass");
     server
 }
+
+/// Sends signal `name` (`TERM`, `INT`, `STOP`, ...) to process `pid`, as `kill(1)` does.
+pub fn send_signal(pid: u32, name: &str) {
+    let sent = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .expect("kill");
+    assert!(sent.success(), "kill -{name} {pid}");
+}

@@ -45,11 +45,7 @@ fn sigterm_to_the_runner_goes_to_the_command_and_gives_its_143() {
         ],
     );
     scratch.wait_lines("up", 1);
-    let sent = std::process::Command::new("kill")
-        .args(["-TERM", &runner.pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    send_signal(runner.pid(), "TERM");
     let (status, stderr) = runner.finish(DEADLINE);
     assert_eq!(status.code(), Some(143), "{stderr}");
     let mut con = server.connection();
@@ -92,11 +88,7 @@ fn sigint_while_waiting_ends_the_wait_with_130_and_runs_nothing() {
     poll_until(DEADLINE, "the waiter waits", || {
         waiters(&mut con, "jobs:int") == 1
     });
-    let sent = std::process::Command::new("kill")
-        .args(["-INT", &waiter.pid().to_string()])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
+    send_signal(waiter.pid(), "INT");
     let (status, _) = waiter.finish(DEADLINE);
     assert_eq!(status.code(), Some(130));
     poll_until(DEADLINE, "the wait is gone from the queue", || {

@@ -2,8 +2,9 @@
 //! by Python's own JSON parser), never with a token; and the waiting line, on a real
 //! terminal (tmux) and nowhere else.
 
-use std::path::PathBuf;
 use std::process::Command;
+
+use redis_lock_testkit::Terminal;
 
 use crate::*;
 
@@ -157,49 +158,6 @@ fn status_shows_holders_waiters_mode_and_limit_never_a_token() {
     assert_eq!(stderr, "", "no waiting line where stderr is no terminal");
 }
 
-/// A tmux server of the test's own (its socket in a fresh folder), killed on drop.
-struct Terminal {
-    dir: PathBuf,
-}
-
-impl Terminal {
-    fn run(command: &str) -> Terminal {
-        let terminal = Terminal {
-            dir: fresh_dir("tmux"),
-        };
-        let status = terminal
-            .tmux()
-            .args(["new-session", "-d", "-x", "160", "-y", "10"])
-            .arg(command)
-            .status()
-            .expect("tmux (installed by scripts/install-deps.sh --test)");
-        assert!(status.success(), "tmux new-session");
-        terminal
-    }
-
-    fn tmux(&self) -> Command {
-        let mut command = Command::new("tmux");
-        command.arg("-S").arg(self.dir.join("socket"));
-        command
-    }
-
-    fn screen(&self) -> String {
-        let out = self
-            .tmux()
-            .args(["capture-pane", "-p"])
-            .output()
-            .expect("capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        let _ = self.tmux().arg("kill-server").status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[test]
 fn on_a_terminal_a_waiting_runner_shows_who_holds_the_lock_until_it_is_taken() {
     let server = TestServer::start();
@@ -216,7 +174,7 @@ fn on_a_terminal_a_waiting_runner_shows_who_holds_the_lock_until_it_is_taken() {
         port = server.port,
         done = scratch.path("done").display()
     );
-    let terminal = Terminal::run(&command);
+    let terminal = Terminal::run(&command, 160, 10);
     let wanted = "redis-lock: waiting for tty:report: held for";
     let detail = format!("by client {client} (host-9), fence {fence}, 1 waiting");
     poll_until(DEADLINE, "the waiting line", || {
