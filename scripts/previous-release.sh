@@ -18,6 +18,12 @@ mkdir -p target/upgrade
 exec 9>target/upgrade/build.lock
 flock 9
 if [ "$(cat "$dir/built" 2>/dev/null)" != "$commit" ]; then
+  if ! git cat-file -e "$commit^{commit}" 2>/dev/null; then
+    # A shallow clone (a CI checkout): the history it lacks, from where it came.
+    if [ "$(git rev-parse --is-shallow-repository 2>/dev/null)" = true ]; then
+      git fetch --quiet --unshallow 2>/dev/null || git fetch --quiet origin "$commit" 2>/dev/null || true
+    fi
+  fi
   git cat-file -e "$commit^{commit}" 2>/dev/null || {
     echo "previous-release: this clone has no commit $commit (release $version): fetch the whole history (git fetch --unshallow)" >&2
     exit 1
