@@ -9,6 +9,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::args::Holding;
 use crate::events::Event;
 use crate::exit::{self, Failure};
 use crate::sys;
@@ -59,18 +60,18 @@ fn start(command: &[OsString], lock: &LockEnv) -> Result<Child, Failure> {
     })
 }
 
-/// Runs `command` under the lock until it ends: signals of the runner go to its process
+/// Runs `holding`'s command under the lock until it ends: signals of the runner go to its process
 /// group; `lost` (polled between events) says when the lock is gone, and then the group
-/// gets SIGTERM, and SIGKILL `kill_after` later.
+/// gets SIGTERM, and SIGKILL `--kill-after` later.
 pub fn supervise<G: Send + 'static>(
     tx: &Sender<Event<G>>,
     rx: &Receiver<Event<G>>,
-    command: &[OsString],
+    holding: &Holding,
     lock: &LockEnv,
-    kill_after: Duration,
     lost: &dyn Fn() -> Option<String>,
 ) -> Result<Outcome, Failure> {
-    let mut child = start(command, lock)?;
+    let kill_after = holding.kill_after;
+    let mut child = start(&holding.command, lock)?;
     let pid = child.id();
     let ended = tx.clone();
     thread::spawn(move || {

@@ -180,14 +180,7 @@ impl Target {
     pub fn connection(&self, timeout: Duration) -> Result<Box<dyn ConnectionLike + Send>, Failure> {
         Ok(match self {
             Target::Server(client) => Box::new(plain(client, timeout)?),
-            Target::Sentinel {
-                sentinels,
-                master,
-                node,
-            } => {
-                let client = Self::sentinel_client(sentinels, master, node)?.get_client()?;
-                Box::new(plain(&client, timeout)?)
-            }
+            Target::Sentinel { .. } => Box::new(plain(&self.sentinels_master()?, timeout)?),
             Target::Cluster { nodes, node } => {
                 let con = Self::cluster_client(nodes, node)?.get_connection()?;
                 con.set_read_timeout(Some(timeout))?;
@@ -216,14 +209,19 @@ impl Target {
                     .collect()
             }
             Target::Server(client) => Ok(vec![plain(client, timeout)?]),
+            Target::Sentinel { .. } => Ok(vec![plain(&self.sentinels_master()?, timeout)?]),
+        }
+    }
+
+    /// A client of the master the Sentinels name now (a Sentinel target only).
+    fn sentinels_master(&self) -> Result<redis::Client, Failure> {
+        match self {
             Target::Sentinel {
                 sentinels,
                 master,
                 node,
-            } => {
-                let client = Self::sentinel_client(sentinels, master, node)?.get_client()?;
-                Ok(vec![plain(&client, timeout)?])
-            }
+            } => Ok(Self::sentinel_client(sentinels, master, node)?.get_client()?),
+            _ => Err(Failure::new(CONFIG, "no Sentinel was given")),
         }
     }
 }

@@ -38,14 +38,9 @@ pub fn elect(
             fence: leadership.term(),
             token: leadership.token().to_vec(),
         };
-        let outcome = supervise(
-            tx,
-            rx,
-            &args.holding.command,
-            &env,
-            args.holding.kill_after,
-            &|| leadership.check().err().map(|lost| lost.to_string()),
-        );
+        let outcome = supervise(tx, rx, &args.holding, &env, &|| {
+            leadership.check().err().map(|lost| lost.to_string())
+        });
         match outcome {
             Err(failure) => {
                 let _ = leadership.resign();

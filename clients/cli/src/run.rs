@@ -103,14 +103,9 @@ pub fn run(
         fence: lock.fence(),
         token: lock.token().to_vec(),
     };
-    let outcome = supervise(
-        tx,
-        rx,
-        &args.holding.command,
-        &env,
-        args.holding.kill_after,
-        &|| lock.check().err().map(|lost| lost.to_string()),
-    );
+    let outcome = supervise(tx, rx, &args.holding, &env, &|| {
+        lock.check().err().map(|lost| lost.to_string())
+    });
     match outcome {
         Err(failure) => {
             let _ = lock.release();
