@@ -120,7 +120,9 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
 
     let db = ffi::selected_db(ctx);
     let key = KeyRef::new(db, argv[1]);
-    let name = args.string(1).ok_or(Error::WrongArity)?;
+    let Some(name) = args.string(1) else {
+        return Err(Error::WrongArity);
+    };
     let (mut opened, queued) = waiting::open_for_newcomer(ctx, key, &name)?;
     let held = opened.lock()?;
     let mine = options
@@ -141,16 +143,20 @@ fn run_acquire(ctx: &Context, args: &Args) -> Reply {
                 value: options.value,
             };
             let wait = super::replica_wait(ctx, options.replicas, options.ttl_ms);
+            // The token is copied only for a reply held for the replicas.
             let (fence, token) = store::grant(ctx, &mut opened, request, |token, fence| {
                 if wait.is_none() {
                     ffi::reply_granted(ctx, token, fence);
+                    return None;
                 }
-                Box::<[u8]>::from(token)
+                Some(Box::<[u8]>::from(token))
             })?;
             waiting::watch_holders(ctx, key, &opened);
-            match wait {
-                Some(wait) => hold_grant(ctx, db, argv[1], Answer::Granted { token, fence }, wait),
-                None => Ok(RedisValue::NoReply),
+            match (wait, token) {
+                (Some(wait), Some(token)) => {
+                    hold_grant(ctx, db, argv[1], Answer::Granted { token, fence }, wait)
+                }
+                _ => Ok(RedisValue::NoReply),
             }
         }
         Decision::Renew => {

@@ -60,25 +60,27 @@ pub fn integer(arg: &[u8]) -> Option<i64> {
 }
 
 /// A duration in ms: an integer from `least` to [`MAX_TTL_MS`], else `invalid()`.
-fn millis(arg: &[u8], least: i64, invalid: Error) -> Result<i64, Error> {
+/// (The error is made only when it is the answer: one made and dropped costs a grant
+/// a call.)
+fn millis(arg: &[u8], least: i64, invalid: fn() -> Error) -> Result<i64, Error> {
     integer(arg)
         .filter(|ms| (least..=MAX_TTL_MS).contains(ms))
-        .ok_or(invalid)
+        .ok_or_else(invalid)
 }
 
 /// `ttl-ms`: an integer from 1 to [`MAX_TTL_MS`].
 pub fn ttl(arg: &[u8]) -> Result<i64, Error> {
-    millis(arg, 1, Error::InvalidTtl)
+    millis(arg, 1, || Error::InvalidTtl)
 }
 
 /// `timeout-ms`: an integer from 0 to [`MAX_TTL_MS`].
 pub fn timeout(arg: &[u8]) -> Result<i64, Error> {
-    millis(arg, 0, Error::InvalidTimeout)
+    millis(arg, 0, || Error::InvalidTimeout)
 }
 
 /// `grace-ms`: an integer from 0 to [`MAX_TTL_MS`].
 pub fn grace(arg: &[u8]) -> Result<i64, Error> {
-    millis(arg, 0, Error::InvalidGrace)
+    millis(arg, 0, || Error::InvalidGrace)
 }
 
 /// `fence` (of `LOCK.WATCH`): an integer from 0 (nobody holds the key) to 2^63 - 1.
@@ -143,7 +145,7 @@ const REPLTIMEOUT: &[u8] = b"REPLTIMEOUT";
 
 /// `REPLTIMEOUT ms`: an integer from 1 to [`MAX_TTL_MS`].
 pub fn repl_timeout(arg: &[u8]) -> Result<i64, Error> {
-    millis(arg, 1, Error::InvalidReplTimeout)
+    millis(arg, 1, || Error::InvalidReplTimeout)
 }
 
 /// The value of the option named at `options[i]`: the argument after it.
@@ -235,7 +237,9 @@ fn parse_acquire<'a>(
     rest: &[&'a [u8]],
     all_keys: bool,
 ) -> Result<(AcquireOptions<'a>, Option<usize>), Error> {
-    let (ttl_arg, options) = rest.split_first().ok_or(Error::WrongArity)?;
+    let Some((ttl_arg, options)) = rest.split_first() else {
+        return Err(Error::WrongArity);
+    };
     let ttl_ms = ttl(ttl_arg)?;
     let mut parsed = AcquireOptions {
         ttl_ms,

@@ -39,10 +39,11 @@ fn settled(ctx: &Context, reply: Reply) -> Reply {
 
 /// Whether the server may block the caller here (`WAIT`): not inside `MULTI`/`EXEC` or a
 /// script, and not on a replica, which follows its master and grants nothing itself.
+/// One read of the context's flags.
 fn can_block(ctx: &Context) -> bool {
+    use redis_module::ContextFlags;
     !ctx.get_flags()
-        .contains(redis_module::ContextFlags::DENY_BLOCKING)
-        && !crate::ffi::is_replica(ctx)
+        .intersects(ContextFlags::DENY_BLOCKING | ContextFlags::SLAVE)
 }
 
 use crate::keyspace::release::open_served;
@@ -50,16 +51,15 @@ use crate::keyspace::release::open_served;
 /// The replica wait of a grant (of `ttl_ms`, asked `asked`) made by the calling command:
 /// `None` to answer at once, as inside MULTI/EXEC or a script, where the server forbids
 /// holding a reply (there the setting does not apply; an explicit `REPLICAS` was
-/// refused before anything was touched).
+/// refused before anything was touched). Whether the caller can be blocked is read only
+/// when there is a wait to hold it for: a grant on a master without replicas reads no
+/// flags.
 fn replica_wait(
     ctx: &Context,
     asked: lock_core::replicas::Asked,
     ttl_ms: i64,
 ) -> Option<lock_core::replicas::Wait> {
-    if !can_block(ctx) {
-        return None;
-    }
-    waiting::held::wait_for(ctx, asked, ttl_ms)
+    waiting::held::wait_for(ctx, asked, ttl_ms).filter(|_| can_block(ctx))
 }
 
 /// Refuses an explicit `REPLICAS n` the server cannot honour here, before any key is

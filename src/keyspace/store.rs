@@ -55,7 +55,9 @@ pub fn grant<R>(
         value,
     } = request;
     let now_ms = ffi::now_ms();
-    let fence = fence::clock().next(now_ms).ok_or(Error::FenceExhausted)?;
+    let Some(fence) = fence::clock().next(now_ms) else {
+        return Err(Error::FenceExhausted);
+    };
     let expire_at = now_ms.saturating_add(ttl_ms);
     // What replicates: the grant's state, whatever form the lock takes.
     let granted = |token| LockSet {

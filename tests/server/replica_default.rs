@@ -124,6 +124,33 @@ fn replicas_auto_on_a_command_is_the_auto_rule_whatever_the_setting() {
 }
 
 #[test]
+fn the_rule_follows_a_new_replica_and_a_setting_change_at_the_next_grant() {
+    // What auto last found (a master without replicas) is not taken on trust when a
+    // replica comes online or the setting changes: the next grant after either waits.
+    let master = TestServer::start();
+    let mut m = master.connection();
+    acquire(&mut m, "before", 10_000, &[]).expect("granted at once: no replica");
+    if !server_kind().can_wait_for_replicas() {
+        return; // Redis 7.0 cannot hold a reply: nothing here waits
+    }
+    assert_eq!(lock_stat(&mut m, "lock_replica_waits"), 0);
+    let replica = start_replica(&master, &[]);
+    sync_replicas(&mut m, 1);
+    let mut r = replica.connection();
+    let (_, fence) = acquire(&mut m, "after", 10_000, &[]).expect("granted");
+    assert_eq!(info_field(&mut r, "after", "fence"), Some(fence), "waited");
+    assert_eq!(lock_stat(&mut m, "lock_replica_waits"), 1);
+
+    config_set(&mut m, "lock.replicas", "0");
+    acquire(&mut m, "off", 10_000, &[]).expect("granted");
+    assert_eq!(lock_stat(&mut m, "lock_replica_waits"), 1, "0 waits for nothing");
+    config_set(&mut m, "lock.replicas", "auto");
+    let (_, fence) = acquire(&mut m, "on", 10_000, &[]).expect("granted");
+    assert_eq!(info_field(&mut r, "on", "fence"), Some(fence), "waited again");
+    assert_eq!(lock_stat(&mut m, "lock_replica_waits"), 2);
+}
+
+#[test]
 fn a_grant_waits_for_a_replica_still_in_its_first_sync() {
     // The master starts a diskless full sync 10 s after a replica asks: the replica is
     // attached, not online, for that long.

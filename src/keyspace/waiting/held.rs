@@ -10,6 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use redis_module::Context;
 
@@ -56,33 +57,82 @@ thread_local! {
     static HELD: RefCell<HashMap<usize, Held>> = RefCell::new(HashMap::new());
     /// Grants whose client went away while held: to be undone.
     static UNDOS: RefCell<Vec<Undo>> = const { RefCell::new(Vec::new()) };
+    /// `lock.replicas`, the server it needs, and what `auto` knows of the replicas:
+    /// one cell, read once by a grant.
+    static RULE: Cell<Rule> = const { Cell::new(Rule::INITIAL) };
+}
+
+/// What decides a grant's replica wait.
+#[derive(Debug, Clone, Copy)]
+struct Rule {
     /// `lock.replicas`.
-    static SETTING: Cell<Setting> = const { Cell::new(Setting::Auto) };
-    /// When `auto` last found an attached replica (ms, the server's clock), if ever.
-    static LAST_ONLINE: Cell<Option<i64>> = const { Cell::new(None) };
-    /// When `auto` last read the replicas (ms) and how many were attached.
-    static LOOKED: Cell<Option<(i64, usize)>> = const { Cell::new(None) };
-    /// When `auto` first found none after that (ms), if it has.
-    static NONE_SINCE: Cell<Option<i64>> = const { Cell::new(None) };
+    setting: Setting,
     /// The oldest server of this one's family that can hold a reply for replicas, when
     /// this one cannot (set at load).
-    static NEEDS: Cell<Option<&'static str>> = const { Cell::new(None) };
+    needs: Option<&'static str>,
+    /// When `auto` last read the replicas (ms, the server's clock) and how many were
+    /// attached.
+    looked: Option<(i64, usize)>,
+    /// When `auto` last found an attached replica (ms), if ever.
+    last_online: Option<i64>,
+    /// When `auto` first found none after that (ms), if it has.
+    none_since: Option<i64>,
+}
+
+impl Rule {
+    const INITIAL: Rule = Rule {
+        setting: Setting::Auto,
+        needs: None,
+        looked: None,
+        last_online: None,
+        none_since: None,
+    };
+}
+
+/// Until when (ms, the server's clock) a grant whose command names no `REPLICAS` is
+/// answered at once with no further look: `i64::MAX` while the setting cannot wait (`0`,
+/// or a server that cannot), the end of `auto`'s last look while that look found a
+/// master without replicas that never had one, else 0 (look). What a grant on a master
+/// without replicas pays for the rule: one load and one read of the server's cached
+/// clock. A plain static: the server runs commands on its main thread only.
+static UNWAITED_UNTIL: AtomicI64 = AtomicI64::new(0);
+
+/// Whether a grant whose command names no `REPLICAS` is answered at once, as the last
+/// full look found.
+fn unwaited() -> bool {
+    let until = UNWAITED_UNTIL.load(Ordering::Relaxed);
+    until == i64::MAX || (until > 0 && now_ms() < until)
+}
+
+/// The server's cached clock in ms (the time of the current command).
+fn now_ms() -> i64 {
+    ffi::now_us() / 1000
+}
+
+/// Changes the rule's cell with `f`; the next grant looks in full.
+fn update(f: impl FnOnce(&mut Rule)) {
+    RULE.with(|cell| {
+        let mut rule = cell.get();
+        f(&mut rule);
+        cell.set(rule);
+    });
+    UNWAITED_UNTIL.store(0, Ordering::Relaxed);
 }
 
 /// Records, at load, the server a replica wait needs if this one cannot do it.
 pub fn init(needs: Option<&'static str>) {
-    NEEDS.with(|n| n.set(needs));
+    update(|rule| rule.needs = needs);
 }
 
 /// The oldest server of this one's family that can hold a reply for replicas, when this
 /// one cannot.
 pub fn needs() -> Option<&'static str> {
-    NEEDS.with(Cell::get)
+    RULE.with(Cell::get).needs
 }
 
 /// `lock.replicas` now.
 pub fn setting() -> Setting {
-    SETTING.with(Cell::get)
+    RULE.with(Cell::get).setting
 }
 
 /// Sets `lock.replicas`: refused (with the error's text) for a count on a server that
@@ -91,7 +141,7 @@ pub fn set_setting(setting: Setting) -> Result<(), Error> {
     if let (Setting::Count(_), Some(oldest)) = (setting, needs()) {
         return Err(Error::ReplicasUnsupported(oldest));
     }
-    SETTING.with(|s| s.set(setting));
+    update(|rule| rule.setting = setting);
     Ok(())
 }
 
@@ -128,70 +178,93 @@ const AUTO_HOLD_MS: i64 = 15_000;
 /// sync, at the latest a second later.
 const AUTO_RECHECK_MS: i64 = 1_000;
 
-/// The replicas `auto` counts now: those `INFO replication` lists, online or still in
-/// their first sync (a replica Sentinel may promote before its sync ends must not miss
-/// a grant: the grant waits for the sync, or falls short), or 1 for `AUTO_HOLD_MS`
-/// after the first grant that found none where one was found before (a promotion
-/// starts afresh).
-fn auto_attached(ctx: &Context) -> usize {
-    let now = ffi::now_ms();
-    let attached = match LOOKED.with(Cell::get) {
-        Some((at, attached)) if now.saturating_sub(at) < AUTO_RECHECK_MS => attached,
-        _ => {
+/// The replicas `auto` counts now, `rule` being what it knew: those `INFO replication`
+/// lists, online or still in their first sync (a replica Sentinel may promote before its
+/// sync ends must not miss a grant: the grant waits for the sync, or falls short), or 1
+/// for `AUTO_HOLD_MS` after the first grant that found none where one was found before
+/// (a promotion starts afresh).
+fn auto_attached(ctx: &Context, mut rule: Rule) -> usize {
+    let now = now_ms();
+    let fresh = rule
+        .looked
+        .filter(|(at, _)| now.saturating_sub(*at) < AUTO_RECHECK_MS);
+    let attached = fresh.map_or_else(
+        || {
             let attached = ffi::replication(ctx).attached;
-            LOOKED.with(|l| l.set(Some((now, attached))));
+            rule.looked = Some((now, attached));
             attached
+        },
+        |(_, attached)| attached,
+    );
+    let counted = if attached > 0 {
+        rule.last_online = Some(now);
+        rule.none_since = None;
+        attached
+    } else if rule.last_online.is_none() {
+        0
+    } else {
+        let since = *rule.none_since.get_or_insert(now);
+        if now.saturating_sub(since) < AUTO_HOLD_MS {
+            1
+        } else {
+            forget(&mut rule);
+            0
         }
     };
-    if attached > 0 {
-        LAST_ONLINE.with(|l| l.set(Some(now)));
-        NONE_SINCE.with(|n| n.set(None));
-        return attached;
+    RULE.with(|cell| cell.set(rule));
+    if let (0, Setting::Auto, Some((at, _)), None) =
+        (counted, rule.setting, rule.looked, rule.last_online)
+    {
+        // Until the look is a second old, the setting's grants need not look again.
+        UNWAITED_UNTIL.store(at.saturating_add(AUTO_RECHECK_MS), Ordering::Relaxed);
     }
-    if LAST_ONLINE.with(Cell::get).is_none() {
-        return 0;
-    }
-    let since = NONE_SINCE.with(|n| {
-        let since = n.get().unwrap_or(now);
-        n.set(Some(since));
-        since
-    });
-    if now.saturating_sub(since) < AUTO_HOLD_MS {
-        return 1;
-    }
-    promoted();
-    0
+    counted
 }
 
 /// A replica came online or went away: the next grant looks at the replicas again.
 pub fn replicas_changed() {
-    LOOKED.with(|l| l.set(None));
+    update(|rule| rule.looked = None);
 }
 
 /// A promotion (or a hold that ran out): what `auto` saw as a replica is forgotten.
 pub fn promoted() {
-    LAST_ONLINE.with(|l| l.set(None));
-    NONE_SINCE.with(|n| n.set(None));
-    LOOKED.with(|l| l.set(None));
+    update(forget);
+}
+
+/// Forgets what `auto` saw of the replicas.
+fn forget(rule: &mut Rule) {
+    rule.last_online = None;
+    rule.none_since = None;
+    rule.looked = None;
 }
 
 /// The replica wait of a grant of `ttl_ms` whose command asked `asked`, on this server
-/// now: `None` to answer at once. Reads the replicas only under `auto`.
+/// now: `None` to answer at once. Reads the replicas only under `auto`, and under `auto`
+/// whether this server is a replica (which waits for nothing) only when it has replicas
+/// of its own to wait for. The caller checks that the reply can be held.
 pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
-    let setting = setting();
-    let rule = asked.rule(setting);
-    if needs().is_some() || !rule.waits() {
+    if asked.replicas.is_none() && unwaited() {
         return None;
     }
-    let attached = if rule == Setting::Auto {
-        if ffi::is_replica(ctx) {
+    let rule = RULE.with(Cell::get);
+    let setting = asked.rule(rule.setting);
+    if rule.needs.is_some() || !setting.waits() {
+        if rule.needs.is_some() || !rule.setting.waits() {
+            // The setting never waits here: neither do its grants, until it changes.
+            UNWAITED_UNTIL.store(i64::MAX, Ordering::Relaxed);
+        }
+        return None;
+    }
+    let attached = if setting == Setting::Auto {
+        let attached = auto_attached(ctx, rule);
+        if attached == 0 || ffi::is_replica(ctx) {
             return None;
         }
-        auto_attached(ctx)
+        attached
     } else {
         0
     };
-    asked.wait(setting, attached, ttl_ms)
+    asked.wait(rule.setting, attached, ttl_ms)
 }
 
 /// Holds the reply of blocked client `handle` (`answer`) until `wait` is met; the
@@ -219,12 +292,13 @@ pub fn hold(ctx: &Context, handle: usize, answer: Answer, db: i32, undo: Option<
 /// the grant (its reply held here).
 pub fn answer(ctx: &Context, waiter: Waiter, answer: Answer) {
     let token = match &answer {
-        Answer::Granted { token, .. } | Answer::GrantedAll { token, .. } => token.to_vec(),
+        Answer::Granted { token, .. } | Answer::GrantedAll { token, .. } => token,
         _ => return queues::answer(ctx, waiter, answer),
     };
     let Some(wait) = wait_for(ctx, waiter.replicas, waiter.ttl_ms) else {
         return queues::answer(ctx, waiter, answer);
     };
+    let token = token.to_vec();
     queues::waited(&waiter);
     queues::stop_wake_timer(ctx, &waiter);
     let db = waiter.key.db;
