@@ -51,14 +51,16 @@ packages() {
   shift
   env "${vars[@]}" cargo test --release -p redis-lock-client --test packages -- --exact "$@"
 }
-suite=redis_py_lock_suite::redis_py_lock_tests_pass_against_the_package_on_resp2_and_resp3
+# redis-py's lock tests: a test for each protocol.
+suite=(redis_py_lock_suite::redis_py_lock_tests_pass_against_the_package_on_resp2
+  redis_py_lock_suite::redis_py_lock_tests_pass_against_the_package_on_resp3)
 # The Python and Node drivers (the ones on redis-py and ioredis).
 conformance=(conformance::the_python_package_behaves_as_the_conformance_scenarios_say
   conformance::the_node_package_behaves_as_the_conformance_scenarios_say)
 
 echo "running the suites (minutes; logs in $work)" >&2
-py_pinned=$(run redis-py-pinned.log packages PYTHON="$python" -- "$suite")
-py_newest=$(run redis-py-newest.log packages PYTHON="$latest_python" -- "$suite")
+py_pinned=$(run redis-py-pinned.log packages PYTHON="$python" -- "${suite[@]}")
+py_newest=$(run redis-py-newest.log packages PYTHON="$latest_python" -- "${suite[@]}")
 conf_pinned=$(run conformance-pinned.log packages PYTHON="$python" -- "${conformance[@]}")
 conf_newest=$(run conformance-newest.log packages PYTHON="$latest_python" \
   REDIS_LOCK_NODE_DIR="$work/node" -- "${conformance[@]}")

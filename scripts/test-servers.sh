@@ -43,7 +43,8 @@ started=$SECONDS
 # A test that no line names runs everywhere; a server that REDIS_SERVER names runs all.
 placement() {
   cat <<'TABLE'
-packages redis_py_lock_suite redis-8.2.3 redis-py's own lock tests (two protocols) prove the Python package against its peer's API, which is the same on every server
+packages redis_py_lock_suite::redis_py_lock_tests_pass_against_the_package_on_resp2 redis-8.2.3 redis-py's own lock tests prove the Python package against its peer's API, which is the same on every server: RESP2 on one server, RESP3 on another (the two are a minute or more each, and run beside each other so)
+packages redis_py_lock_suite::redis_py_lock_tests_pass_against_the_package_on_resp3 valkey-8.1.8 as RESP2's line: RESP3 on the server whose packages run is the shortest
 packages oldest_redis_py redis-8.2.3 the oldest redis-py proves the package's calls into redis-py, not the server
 packages installs_beside_python_redis_lock valkey-8.1.8 an install beside python-redis-lock is a question of Python's import paths
 packages type_checks_strictly valkey-8.1.8 mypy reads the code; no server answers it

@@ -1,6 +1,6 @@
 //! redis-py's own lock tests (`tests/test_lock.py` and `tests/test_asyncio/test_lock.py`)
 //! against this project's Python package, on a real server with the module, with RESP2
-//! and with RESP3. The tests are taken at test time from the `redis` sdist on PyPI, of the
+//! and with RESP3 (a test each, so that `make test` can run them beside each other). The tests are taken at test time from the `redis` sdist on PyPI, of the
 //! redis-py version installed here (the one the package runs on), never copied into this
 //! repository; `clients/python/peer/adapt_redis_py.py` points them at
 //! `redis_lock_module.Lock` and changes only what reads the recipe's inner workings (each
@@ -46,8 +46,19 @@ fn redis_py_sdist(into: &Path) -> PathBuf {
 }
 
 #[test]
-fn redis_py_lock_tests_pass_against_the_package_on_resp2_and_resp3() {
-    let work = tempdir("redis-py-suite");
+fn redis_py_lock_tests_pass_against_the_package_on_resp2() {
+    redis_py_lock_tests_pass_on("2");
+}
+
+#[test]
+fn redis_py_lock_tests_pass_against_the_package_on_resp3() {
+    redis_py_lock_tests_pass_on("3");
+}
+
+/// redis-py's lock tests, adapted, pass against the package with RESP `protocol`, every
+/// one of them run.
+fn redis_py_lock_tests_pass_on(protocol: &str) {
+    let work = tempdir(&format!("redis-py-suite-resp{protocol}"));
     let sdist = redis_py_sdist(&work);
     run(
         Command::new(python())
@@ -59,43 +70,41 @@ fn redis_py_lock_tests_pass_against_the_package_on_resp2_and_resp3() {
     install_package(&installed);
 
     let server = TestServer::start();
-    for protocol in ["2", "3"] {
-        let output = Command::new(python())
-            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
-            .args(["tests/test_lock.py", "tests/test_asyncio/test_lock.py"])
-            .arg(format!("--redis-url=redis://127.0.0.1:{}/0", server.port))
-            .arg(format!("--protocol={protocol}"))
-            .current_dir(&sdist)
-            .env(
-                "PYTHONPATH",
-                format!("{}:{}", installed.display(), sdist.display()),
-            )
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .output()
-            .expect("run pytest (`make deps-test` installs it)");
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "redis-py's lock tests failed on RESP{protocol}:\n{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let passed: usize = stdout
-            .lines()
-            .rev()
-            .find_map(|line| {
-                let words: Vec<&str> = line.split_whitespace().collect();
-                let at = words
-                    .iter()
-                    .position(|w| w.trim_end_matches(',') == "passed")?;
-                words.get(at.checked_sub(1)?)?.parse().ok()
-            })
-            .unwrap_or(0);
-        println!("redis-py's lock tests on RESP{protocol}: {passed} passed");
-        assert!(
-            passed >= 80 && !stdout.contains("skipped") && !stdout.contains("deselected"),
-            "every one of redis-py's lock tests ran and passed on RESP{protocol}:\n{stdout}"
-        );
-    }
+    let output = Command::new(python())
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs"])
+        .args(["tests/test_lock.py", "tests/test_asyncio/test_lock.py"])
+        .arg(format!("--redis-url=redis://127.0.0.1:{}/0", server.port))
+        .arg(format!("--protocol={protocol}"))
+        .current_dir(&sdist)
+        .env(
+            "PYTHONPATH",
+            format!("{}:{}", installed.display(), sdist.display()),
+        )
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("run pytest (`make deps-test` installs it)");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "redis-py's lock tests failed on RESP{protocol}:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let passed: usize = stdout
+        .lines()
+        .rev()
+        .find_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let at = words
+                .iter()
+                .position(|w| w.trim_end_matches(',') == "passed")?;
+            words.get(at.checked_sub(1)?)?.parse().ok()
+        })
+        .unwrap_or(0);
+    println!("redis-py's lock tests on RESP{protocol}: {passed} passed");
+    assert!(
+        passed >= 80 && !stdout.contains("skipped") && !stdout.contains("deselected"),
+        "every one of redis-py's lock tests ran and passed on RESP{protocol}:\n{stdout}"
+    );
     drop(server);
     let _ = std::fs::remove_dir_all(&work);
 }
