@@ -10,7 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::Context;
 
@@ -89,20 +89,14 @@ impl Rule {
     };
 }
 
-/// Until when (ms, the server's clock) a grant whose command names no `REPLICAS` is
-/// answered at once with no further look: `i64::MAX` while the setting cannot wait (`0`,
-/// or a server that cannot), the end of `auto`'s last look while that look found a
-/// master without replicas that never had one, else 0 (look). What a grant on a master
-/// without replicas pays for the rule: one load and one read of the server's cached
-/// clock. A plain static: the server runs commands on its main thread only.
-static UNWAITED_UNTIL: AtomicI64 = AtomicI64::new(0);
-
-/// Whether a grant whose command names no `REPLICAS` is answered at once, as the last
-/// full look found.
-fn unwaited() -> bool {
-    let until = UNWAITED_UNTIL.load(Ordering::Relaxed);
-    until == i64::MAX || (until > 0 && now_ms() < until)
-}
+/// Whether a grant whose command names no `REPLICAS` is answered at once with no further
+/// look: while the setting cannot wait (`0`, or a server that cannot), and for the rest
+/// of the second after `auto` looked and found a master without replicas that never had
+/// one (a timer ends it). Every change of the rule ends it sooner. What a grant on a
+/// master without replicas pays for the rule: one load. (A timer of an earlier second
+/// that ends a later one early costs a look, nothing else.) A plain static: the server
+/// runs commands on its main thread only.
+static UNWAITED: AtomicBool = AtomicBool::new(false);
 
 /// The server's cached clock in ms (the time of the current command).
 fn now_ms() -> i64 {
@@ -116,7 +110,7 @@ fn update(f: impl FnOnce(&mut Rule)) {
         f(&mut rule);
         cell.set(rule);
     });
-    UNWAITED_UNTIL.store(0, Ordering::Relaxed);
+    UNWAITED.store(false, Ordering::Relaxed);
 }
 
 /// Records, at load, the server a replica wait needs if this one cannot do it.
@@ -216,9 +210,17 @@ fn auto_attached(ctx: &Context, mut rule: Rule) -> usize {
         (counted, rule.setting, rule.looked, rule.last_online)
     {
         // Until the look is a second old, the setting's grants need not look again.
-        UNWAITED_UNTIL.store(at.saturating_add(AUTO_RECHECK_MS), Ordering::Relaxed);
+        if !UNWAITED.swap(true, Ordering::Relaxed) {
+            let left = at.saturating_add(AUTO_RECHECK_MS).saturating_sub(now);
+            ffi::timers::start_timer_with(ctx, left, look_again, ());
+        }
     }
     counted
+}
+
+/// The second of `auto`'s last look is over: the next grant looks again.
+fn look_again(_ctx: &Context, (): ()) {
+    UNWAITED.store(false, Ordering::Relaxed);
 }
 
 /// A replica came online or went away: the next grant looks at the replicas again.
@@ -243,7 +245,7 @@ fn forget(rule: &mut Rule) {
 /// whether this server is a replica (which waits for nothing) only when it has replicas
 /// of its own to wait for. The caller checks that the reply can be held.
 pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
-    if asked.replicas.is_none() && unwaited() {
+    if asked.replicas.is_none() && UNWAITED.load(Ordering::Relaxed) {
         return None;
     }
     let rule = RULE.with(Cell::get);
@@ -251,7 +253,7 @@ pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
     if rule.needs.is_some() || !setting.waits() {
         if rule.needs.is_some() || !rule.setting.waits() {
             // The setting never waits here: neither do its grants, until it changes.
-            UNWAITED_UNTIL.store(i64::MAX, Ordering::Relaxed);
+            UNWAITED.store(true, Ordering::Relaxed);
         }
         return None;
     }
