@@ -152,6 +152,22 @@ def server_waits(info):
     return version >= (7, 2)
 
 
+def counted_by(driver, words):
+    """For a count of calls that came out wrong: the server's clients, each with its
+    last command, its age and idle time (`CLIENT LIST`), to tell which connection made
+    a call the scenario did not."""
+    if words[0] not in ("calls", "waits", "own-waits"):
+        return ""
+    try:
+        listing = driver.server(int(words[1]), ["CLIENT", "LIST"])
+    except Exception as error:  # the count's failure is the report; this only helps
+        return f" (CLIENT LIST failed: {error})"
+    text = listing.decode() if isinstance(listing, bytes) else str(listing)
+    keep = ("id=", "addr=", "age=", "idle=", "cmd=", "lib-name=")
+    rows = [" ".join(f for f in line.split() if f.startswith(keep)) for line in text.splitlines()]
+    return " | clients now: " + " ; ".join(rows)
+
+
 def attach_replica(driver, ports):
     """Server 3 a replica of master 0 again, in sync with master 0's flush (its raw
     connection's `WAIT 1` answers 1 once the replica has it)."""
@@ -190,7 +206,8 @@ def run(scenario, package, make_driver, ports=()):
                 got = f"{type(error).__name__}: {error}"
             state["took"] = (time.monotonic() - started) * 1000
             if expected is not None and not (got is not None and matches(got, expected)):
-                return f"FAIL {scenario['name']}: {text}: expected {expected}, got {got}"
+                return f"FAIL {scenario['name']}: {text}: expected {expected}, got {got}" \
+                    + counted_by(driver, words)
         return f"ok {scenario['name']}"
     finally:
         for index in state["frozen"]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import Future
 from typing import Awaitable, Callable, Optional
 
 from ._worker import Worker
@@ -62,6 +63,7 @@ class ThreadWatchdog:
         self._interval = interval
         self._extend = extend
         self._worker = Worker()
+        self._pending: Optional["Future[bool]"] = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"redis-lock watchdog {name}",
                                         daemon=True)
@@ -81,8 +83,21 @@ class ThreadWatchdog:
     def _extend_within(self, limit: float) -> bool:
         """The extend's answer, or TimeoutError when none came within `limit` seconds
         (the call stays on the watchdog's worker, left to finish when the server
-        answers; the next tick's extend queues behind it)."""
-        return bool(self._worker.submit(self._extend).result(timeout=limit))
+        answers). One extend at a time: while one the server has not answered is on the
+        worker (a stopped server, a lost network), the next tick waits for that one
+        instead of queueing another behind it, which would reach the server only after
+        the first, long after its tick, perhaps after the watchdog reported the lock
+        lost or was stopped."""
+        pending = self._pending
+        if pending is None or pending.done():
+            pending = self._pending = self._worker.submit(self._extend_unless_stopped)
+        return bool(pending.result(timeout=limit))
+
+    def _extend_unless_stopped(self) -> bool:
+        """The extend, on the worker; nothing once the watchdog was stopped."""
+        if self._stopped.is_set():
+            return False
+        return self._extend()
 
     def stop(self) -> None:
         self._stopped.set()
