@@ -163,6 +163,12 @@ class Connection {
     const settle = (results) => results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
     switch (this.kind) {
       case 'ioredis': {
+        if (strings.length === 1 && !this.client.isCluster) {
+          // One command needs no pipeline: ioredis's costs a grant more than the
+          // command's own round trip on loopback. Its error, reply or connection, is
+          // its reply, as a pipeline's result gives it.
+          return [await this.client.call(...strings[0]).catch((error) => error)];
+        }
         const pipeline = this.client.pipeline();
         // On a cluster, a command whose key ioredis knows routes the pipeline to the
         // key's node (it does not know the module's commands' keys).

@@ -280,11 +280,17 @@ final class Commands
             return $replies;
         }
         $connection->clearLastError();
-        $pipeline = $connection->multi(Redis::PIPELINE);
-        foreach ($commands as $command) {
-            $pipeline->rawCommand(...$command);
+        if (count($commands) === 1) {
+            // One command needs no pipeline: phpredis's costs a grant more than the
+            // command's own round trip on loopback.
+            $replies = [$connection->rawCommand(...$commands[0])];
+        } else {
+            $pipeline = $connection->multi(Redis::PIPELINE);
+            foreach ($commands as $command) {
+                $pipeline->rawCommand(...$command);
+            }
+            $replies = $pipeline->exec();
         }
-        $replies = $pipeline->exec();
         $error = $connection->getLastError();
         $connection->clearLastError();
         return array_map(function ($reply, array $command) use ($error) {
