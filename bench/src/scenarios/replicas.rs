@@ -2,23 +2,30 @@
 //! "Failover-safe by default"). A master with one replica, then with two (all with the
 //! module); one client of the Rust package (`redis-lock-client`'s blocking `Locker`)
 //! acquires free locks one at a time, each on a distinct key, with `replicas` `auto`
-//! (the default: a grant goes with `WAIT 1` in the same round trip) and with it off
-//! (`Exactly(0)`), and releases each (untimed). It talks to the master through a proxy
-//! of this process that counts round trips: each time the client sends after the server
-//! has answered. Reported per setting: acquire latency p50 and p99, and round trips per
-//! acquire (the `ROLE` that learns the replicas once per connection included). In the
-//! report's columns, "module" is `auto` and the other side is the same package with
-//! `replicas` off.
+//! (the default: `REPLICAS AUTO`, the server holds the reply until a replica has the
+//! grant; on Redis 7.0 the package's own `WAIT 1` in the same round trip) and with it off
+//! (`Exactly(0)`), and releases each (untimed). Timed straight to the master; the round
+//! trips per acquire are counted apart, through a proxy of this process (each time the
+//! client sends after the server has answered), on fewer acquires, untimed (the proxy's
+//! two more loopback hops would be in the latency). In the report's columns, "module"
+//! is `auto` and the other side is the same package with `replicas` off.
 //!
 //! Then, with one replica, the server's own wait against the client's: a raw client
 //! acquires free locks one at a time with `LOCK.ACQUIRE key ttl REPLICAS 1` (the server
 //! holds the reply until the replica acknowledged the grant) and, on the other side, with
 //! `LOCK.ACQUIRE key ttl` and `WAIT 1 1000` pipelined on the same connection (the
 //! recipe the packages use on Redis 7.0); both straight to the master, one round trip
-//! each. On a server that cannot wait (Redis 7.0) this part is skipped.
+//! each. And what the package adds to the server's wait: the package with its defaults
+//! against that raw `REPLICAS 1`, in the same rounds; and so each of the other packages
+//! (Python on redis-py, Node on ioredis, PHP on phpredis), by its driver in
+//! `bench/drivers/`, against a raw `REPLICAS 1` on the same client library (what `make
+//! deps-test` installs; a package whose driver cannot run is left out, with a line that
+//! says why). On a server that cannot wait (Redis 7.0) these parts are skipped.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -28,7 +35,7 @@ use redis_lock_client::{LockOptions, Locker, Replicas};
 
 use crate::config::Config;
 use crate::info;
-use crate::results::{Better, Metric};
+use crate::results::{Better, Metric, Target};
 use crate::server::{Launch, Server};
 use crate::sides::Side;
 use crate::stats::percentile;
@@ -129,33 +136,79 @@ fn start(cfg: &Config, replicas: usize) -> io::Result<(Server, Vec<Server>)> {
         }
         thread::sleep(Duration::from_millis(20));
     }
-    Ok((master, started))
+    // Online is not yet acknowledging: a replica just past its sync acknowledges nothing
+    // for a while (about a second on Valkey), and a grant then falls short. Timed
+    // acquires start once every replica acknowledged a write.
+    let count = replicas.to_string();
+    loop {
+        admin.call(&[b"SET", b"bench:replicas:sync", b"1"])?.ok()?;
+        let acked = admin.call(&[b"WAIT", count.as_bytes(), b"100"])?.int()?;
+        admin.call(&[b"DEL", b"bench:replicas:sync"])?.ok()?;
+        if acked >= replicas as i64 {
+            return Ok((master, started));
+        }
+        if Instant::now() > deadline {
+            return Err(io::Error::other("the replicas did not acknowledge a write"));
+        }
+    }
 }
 
-/// Latency p50 and p99 (µs) and round trips per acquire of `n` acquires with `replicas`.
-fn timed(proxy: &Proxy, replicas: Replicas, tag: &str, n: usize) -> io::Result<(f64, f64, f64)> {
-    let client = redis_lock_client_client(proxy.port)?;
-    let locker = Locker::new(client);
-    let options = LockOptions::new(Duration::from_secs(600)).replicas(replicas);
+/// The Rust package's options with `replicas`, a TTL no acquire outlives.
+fn options(replicas: Replicas) -> LockOptions {
+    LockOptions::new(Duration::from_secs(600)).replicas(replicas)
+}
+
+/// One acquire of free `key` by the package, released (untimed) once timed: its latency
+/// (ns).
+fn package_acquire(locker: &Locker, key: &str, options: &LockOptions) -> io::Result<u64> {
+    let start = Instant::now();
+    let lock = locker.acquire(key, options).map_err(io::Error::other)?;
+    let nanos = start.elapsed().as_nanos() as u64;
+    let lock = lock.ok_or_else(|| io::Error::other(format!("{key}: a free lock not granted")))?;
+    lock.release().map_err(io::Error::other)?;
+    Ok(nanos)
+}
+
+/// Latency p50 and p99 (µs) of `n` acquires by the package with `options`, straight to
+/// the server on `port`.
+fn timed(port: u16, options: &LockOptions, tag: &str, n: usize) -> io::Result<(f64, f64)> {
+    let locker = Locker::new(redis_lock_client_client(port)?);
     let mut nanos = Vec::with_capacity(n);
+    for i in 0..n {
+        nanos.push(package_acquire(
+            &locker,
+            &format!("replicas:{tag}:{i}"),
+            options,
+        )?);
+    }
+    Ok(p50_p99(nanos))
+}
+
+/// Round trips per acquire of `n` acquires by the package with `replicas`, through
+/// `proxy` (the first, which opens the connection, included).
+fn round_trips(proxy: &Proxy, replicas: Replicas, tag: &str, n: usize) -> io::Result<f64> {
+    let locker = Locker::new(redis_lock_client_client(proxy.port)?);
+    let options = options(replicas);
     let mut trips = 0;
     for i in 0..n {
-        let key = format!("replicas:{tag}:{i}");
         let before = proxy.round_trips();
-        let start = Instant::now();
-        let lock = locker.acquire(&key, &options).map_err(io::Error::other)?;
-        nanos.push(start.elapsed().as_nanos() as u64);
+        let lock = locker
+            .acquire(format!("trips:{tag}:{i}"), &options)
+            .map_err(io::Error::other)?
+            .ok_or_else(|| io::Error::other("a free lock not granted"))?;
         trips += proxy.round_trips() - before;
-        let lock =
-            lock.ok_or_else(|| io::Error::other(format!("{key}: a free lock not granted")))?;
         lock.release().map_err(io::Error::other)?;
     }
+    Ok(trips as f64 / n as f64)
+}
+
+/// p50 and p99 (µs) of latencies in ns.
+fn p50_p99(mut nanos: Vec<u64>) -> (f64, f64) {
     nanos.sort_unstable();
-    Ok((
+    (
         percentile(&nanos, 50.0) / 1e3,
         percentile(&nanos, 99.0) / 1e3,
-        trips as f64 / n as f64,
-    ))
+    )
 }
 
 /// Latency p50 and p99 (µs) of `n` raw acquires on `port`: with `REPLICAS 1`
@@ -194,11 +247,7 @@ fn raw_timed(port: u16, server_side: bool, tag: &str, n: usize) -> io::Result<(f
             .query(&mut con)
             .map_err(io::Error::other)?;
     }
-    nanos.sort_unstable();
-    Ok((
-        percentile(&nanos, 50.0) / 1e3,
-        percentile(&nanos, 99.0) / 1e3,
-    ))
+    Ok(p50_p99(nanos))
 }
 
 /// Whether the server takes `REPLICAS` (Redis 7.2+, Valkey).
@@ -219,25 +268,31 @@ fn redis_lock_client_client(port: u16) -> io::Result<redis::Client> {
     redis::Client::open(format!("redis://127.0.0.1:{port}/")).map_err(io::Error::other)
 }
 
+/// How many acquires the round trips are counted on.
+const COUNTED: usize = 200;
+
 /// Runs scenario 14: one replica, then two.
 pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
     let n = cfg.durability_acquires;
     let mut metrics = Vec::new();
     for replicas in [1, 2] {
         let (master, _replicas) = start(cfg, replicas)?;
-        let proxy = Proxy::start(master.port)?;
         let metric = |what: &str, unit: &str| {
             Metric::new(
                 "14. replicas (Rust package)",
-                &format!("{what}, {replicas} replica(s), {n} acquires, replicas auto"),
+                &format!("{what}, {replicas} replica(s), replicas auto"),
                 unit,
                 "replicas off",
                 Better::Lower,
             )
         };
-        let mut p50 = metric("acquire latency p50", "us");
-        let mut p99 = metric("acquire latency p99", "us");
-        let mut trips = metric("round trips per acquire", "round trips");
+        let mut p50 = metric(&format!("acquire latency p50, {n} acquires"), "us");
+        let mut p99 = metric(&format!("acquire latency p99, {n} acquires"), "us");
+        let mut trips = metric(
+            &format!("round trips per acquire, {} acquires", n.min(COUNTED)),
+            "round trips",
+        );
+        let proxy = Proxy::start(master.port)?;
         for round in 0..cfg.rounds {
             for side in Side::alternating(round) {
                 let setting = match side {
@@ -245,34 +300,210 @@ pub fn run(cfg: &Config) -> io::Result<Vec<Metric>> {
                     Side::Recipe => Replicas::Exactly(0),
                 };
                 let tag = format!("{replicas}:{}:{round}", side.tag());
-                let (lo, hi, rt) = timed(&proxy, setting, &tag, n)?;
+                let (lo, hi) = timed(master.port, &options(setting), &tag, n)?;
                 p50.push(side, lo, None);
                 p99.push(side, hi, None);
-                trips.push(side, rt, None);
+                trips.push(
+                    side,
+                    round_trips(&proxy, setting, &tag, n.min(COUNTED))?,
+                    None,
+                );
             }
         }
         metrics.extend([p50, p99, trips]);
         if replicas == 1 && server_waits(master.port)? {
-            let metric = |what: &str| {
-                Metric::new(
-                    "14. replicas (raw client)",
-                    &format!("{what}, 1 replica, {n} acquires, REPLICAS 1 (the server waits)"),
-                    "us",
-                    "pipelined WAIT 1",
-                    Better::Lower,
-                )
-            };
-            let (mut p50, mut p99) = (metric("acquire latency p50"), metric("acquire latency p99"));
-            for round in 0..cfg.rounds {
-                for side in Side::alternating(round) {
-                    let tag = format!("{}:{round}", side.tag());
-                    let (lo, hi) = raw_timed(master.port, side == Side::Module, &tag, n)?;
-                    p50.push(side, lo, None);
-                    p99.push(side, hi, None);
-                }
-            }
-            metrics.extend([p50, p99]);
+            metrics.extend(server_wait(cfg, master.port)?);
         }
     }
     Ok(metrics)
+}
+
+/// The three runs of a round with the server's wait.
+enum Run {
+    /// A raw client's `REPLICAS 1`.
+    Raw,
+    /// A raw client's acquire with `WAIT 1` pipelined.
+    Wait,
+    /// The package with its defaults.
+    Package,
+}
+
+/// With one replica on a server that waits: the raw `REPLICAS 1` against a pipelined
+/// `WAIT 1`, and the package with its defaults against the raw `REPLICAS 1`, in the same
+/// rounds.
+fn server_wait(cfg: &Config, port: u16) -> io::Result<Vec<Metric>> {
+    let n = cfg.durability_acquires;
+    let raw = |what: &str| {
+        Metric::new(
+            "14. replicas (raw client)",
+            &format!("{what}, 1 replica, {n} acquires, REPLICAS 1 (the server waits)"),
+            "us",
+            "pipelined WAIT 1",
+            Better::Lower,
+        )
+    };
+    let package = |what: &str, at_most: f64| {
+        Metric::new(
+            "14. replicas (Rust package, defaults)",
+            &format!("{what}, 1 replica, {n} acquires, the package's defaults"),
+            "us",
+            "raw REPLICAS 1",
+            Better::Lower,
+        )
+        .target(Target::RatioAtMost(at_most))
+    };
+    let (mut raw_p50, mut raw_p99) = (
+        raw("acquire latency p50").target(Target::RatioAtMost(1.10)),
+        raw("acquire latency p99").target(Target::RatioAtMost(1.05)),
+    );
+    let (mut pkg_p50, mut pkg_p99) = (
+        package("acquire latency p50", 1.05),
+        package("acquire latency p99", 1.05),
+    );
+    let defaults = LockOptions::new(Duration::from_secs(600));
+    for round in 0..cfg.rounds {
+        // Each round runs the three, in an order that turns from round to round.
+        let mut order = [Run::Raw, Run::Wait, Run::Package];
+        order.rotate_left(round % 3);
+        for run in order {
+            match run {
+                Run::Raw => {
+                    let (p50, p99) = raw_timed(port, true, &format!("server:{round}"), n)?;
+                    raw_p50.push(Side::Module, p50, None);
+                    raw_p99.push(Side::Module, p99, None);
+                    pkg_p50.push(Side::Recipe, p50, None);
+                    pkg_p99.push(Side::Recipe, p99, None);
+                }
+                Run::Wait => {
+                    let (p50, p99) = raw_timed(port, false, &format!("wait:{round}"), n)?;
+                    raw_p50.push(Side::Recipe, p50, None);
+                    raw_p99.push(Side::Recipe, p99, None);
+                }
+                Run::Package => {
+                    let (p50, p99) = timed(port, &defaults, &format!("package:{round}"), n)?;
+                    pkg_p50.push(Side::Module, p50, None);
+                    pkg_p99.push(Side::Module, p99, None);
+                }
+            }
+        }
+    }
+    let mut metrics = vec![raw_p50, raw_p99, pkg_p50, pkg_p99];
+    for driver in Driver::ALL {
+        match driver.run(port, n, cfg.rounds) {
+            Ok(mut runs) => metrics.append(&mut runs),
+            Err(err) => eprintln!(
+                "redis-lock-bench: scenario 14: the {} package left out: {err}",
+                driver.package
+            ),
+        }
+    }
+    Ok(metrics)
+}
+
+/// A package's driver in `bench/drivers/`: its acquires with the package's defaults
+/// against a raw `REPLICAS 1` on the same client library.
+struct Driver {
+    /// How the driver runs.
+    runs: Runs,
+    /// The package, as the report names it.
+    package: &'static str,
+    /// The client library both sides use.
+    library: &'static str,
+}
+
+impl Driver {
+    const ALL: [Driver; 3] = [
+        Driver {
+            runs: Runs::Python,
+            package: "Python",
+            library: "redis-py",
+        },
+        Driver {
+            runs: Runs::Node,
+            package: "Node",
+            library: "ioredis",
+        },
+        Driver {
+            runs: Runs::Php,
+            package: "PHP",
+            library: "phpredis",
+        },
+    ];
+
+    /// The command that runs the driver on `port`: `n` acquires a side, `rounds` rounds.
+    fn command(&self, port: u16, n: usize, rounds: usize) -> Command {
+        let root = workspace_root();
+        let drivers = root.join("bench/drivers");
+        let args = [port.to_string(), n.to_string(), rounds.to_string()];
+        match self.runs {
+            Runs::Python => {
+                let mut c = Command::new(redis_lock_testkit::python());
+                c.arg(drivers.join("replicas.py"))
+                    .args(args)
+                    .env("PYTHONPATH", root.join("clients/python/src"));
+                c
+            }
+            Runs::Node => {
+                let mut c = Command::new("node");
+                c.arg(drivers.join("replicas.cjs")).arg(&root).args(args);
+                c
+            }
+            Runs::Php => {
+                let mut c = Command::new("php");
+                c.arg(drivers.join("replicas.php")).arg(&root).args(args);
+                c
+            }
+        }
+    }
+
+    /// Runs the driver: its p50 and p99 metrics, the package against the raw command.
+    fn run(&self, port: u16, n: usize, rounds: usize) -> io::Result<Vec<Metric>> {
+        let out = self.command(port, n, rounds).output()?;
+        if !out.status.success() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            return Err(io::Error::other(format!("{}: {}", out.status, err.trim())));
+        }
+        let metric = |what: &str| {
+            Metric::new(
+                &format!("14. replicas ({} package, defaults)", self.package),
+                &format!("{what}, 1 replica, {n} acquires, the package's defaults"),
+                "us",
+                &format!("raw REPLICAS 1 ({})", self.library),
+                Better::Lower,
+            )
+            .target(Target::RatioAtMost(1.05))
+        };
+        let (mut p50, mut p99) = (metric("acquire latency p50"), metric("acquire latency p99"));
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            let mut words = line.split_whitespace();
+            let side = match words.next() {
+                Some("package") => Side::Module,
+                Some("raw") => Side::Recipe,
+                _ => return Err(io::Error::other(format!("a line not understood: {line}"))),
+            };
+            let nanos: Vec<u64> = words
+                .map(str::parse)
+                .collect::<Result<_, _>>()
+                .map_err(io::Error::other)?;
+            let (lo, hi) = p50_p99(nanos);
+            p50.push(side, lo, None);
+            p99.push(side, hi, None);
+        }
+        Ok(vec![p50, p99])
+    }
+}
+
+/// The interpreter a driver runs in.
+enum Runs {
+    /// The tests' virtualenv (redis-py), the package from its source.
+    Python,
+    /// node, ioredis from the Node package's `node_modules`.
+    Node,
+    /// php with phpredis.
+    Php,
+}
+
+/// The repository's root.
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
