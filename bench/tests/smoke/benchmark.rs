@@ -44,6 +44,16 @@ fn a_smoke_run_measures_every_scenario_on_both_sides_and_writes_the_results() {
         }
     }
 
+    // Where the server waits for its replicas (scenario 14's raw REPLICAS 1 ran), every
+    // package was measured against it: the drivers of bench/drivers/ ran.
+    let scenario = |name: &str| report.metrics.iter().any(|m| m.scenario == name);
+    if scenario("14. replicas (raw client)") {
+        for package in ["Rust", "Python", "Node", "PHP"] {
+            let name = format!("14. replicas ({package} package, defaults)");
+            assert!(scenario(&name), "{name} missing from the report");
+        }
+    }
+
     // The report names the server it measured (REDIS_SERVER, as for `make test`).
     let version = std::process::Command::new(redis_lock_bench::server::binary())
         .arg("--version")
