@@ -143,10 +143,18 @@ fn the_rule_follows_a_new_replica_and_a_setting_change_at_the_next_grant() {
 
     config_set(&mut m, "lock.replicas", "0");
     acquire(&mut m, "off", 10_000, &[]).expect("granted");
-    assert_eq!(lock_stat(&mut m, "lock_replica_waits"), 1, "0 waits for nothing");
+    assert_eq!(
+        lock_stat(&mut m, "lock_replica_waits"),
+        1,
+        "0 waits for nothing"
+    );
     config_set(&mut m, "lock.replicas", "auto");
     let (_, fence) = acquire(&mut m, "on", 10_000, &[]).expect("granted");
-    assert_eq!(info_field(&mut r, "on", "fence"), Some(fence), "waited again");
+    assert_eq!(
+        info_field(&mut r, "on", "fence"),
+        Some(fence),
+        "waited again"
+    );
     assert_eq!(lock_stat(&mut m, "lock_replica_waits"), 2);
 }
 
