@@ -54,6 +54,7 @@ use crate::keyspace::release::open_served;
 /// refused before anything was touched). Whether the caller can be blocked is read only
 /// when there is a wait to hold it for: a grant on a master without replicas reads no
 /// flags.
+#[inline(always)]
 fn replica_wait(
     ctx: &Context,
     asked: lock_core::replicas::Asked,

@@ -244,10 +244,19 @@ fn forget(rule: &mut Rule) {
 /// now: `None` to answer at once. Reads the replicas only under `auto`, and under `auto`
 /// whether this server is a replica (which waits for nothing) only when it has replicas
 /// of its own to wait for. The caller checks that the reply can be held.
+/// (Inlined into the commands: a grant answered at once pays for a load and a branch;
+/// the rest is `looked_up`.)
+#[inline(always)]
 pub fn wait_for(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
     if asked.replicas.is_none() && UNWAITED.load(Ordering::Relaxed) {
         return None;
     }
+    looked_up(ctx, asked, ttl_ms)
+}
+
+/// `wait_for` where the flag does not answer: the rule looked at in full.
+#[inline(never)]
+fn looked_up(ctx: &Context, asked: Asked, ttl_ms: i64) -> Option<Wait> {
     let rule = RULE.with(Cell::get);
     let setting = asked.rule(rule.setting);
     if rule.needs.is_some() || !setting.waits() {
