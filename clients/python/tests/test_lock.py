@@ -15,7 +15,7 @@ from redis.exceptions import LockError as RedisPyLockError
 from redis.exceptions import LockNotOwnedError as RedisPyLockNotOwnedError
 
 from redis_lock_module import Lock, LockError, LockLostError, LockNotOwnedError
-from helpers import lock_info, wait_until
+from helpers import frozen, lock_info, wait_until
 
 
 def make(r, key, **kwargs):
@@ -518,6 +518,30 @@ def test_watchdog_stops_on_release(r, other, key):
     successor = make(other, key, timeout=1)
     assert successor.acquire(blocking=False)
     wait_until(lambda: not r.exists(key), "the successor's lock to expire unextended", 10)
+
+
+def test_a_watchdog_extend_cut_off_by_closing_the_client_is_not_sent_again(port, key):
+    # An extend a stopped server never answered is cut off when the program closes its
+    # client. The client's retry policy must not send it again: it came back seconds
+    # later from a new connection, after the watchdog had reported the loss.
+    admin = redis.Redis(port=port)
+    client = redis.Redis(port=port)
+    lost = threading.Event()
+    lock = make(client, key, timeout=2, watchdog=True, on_lost=lambda _lock: lost.set())
+    assert lock.acquire(blocking=False)
+    admin.config_resetstat()
+    with frozen(port):
+        assert lost.wait(6), "the watchdog did not report the lock lost"
+        client.close()  # the unanswered extend's connection closes under it
+    extends = lambda: admin.info("commandstats").get("cmdstat_lock.extend", {}).get("calls", 0)
+    # The extend sent before the close reaches the server once thawed (its bytes were
+    # there); another would come within the retry policy's backoff (up to 2 s, then 4).
+    wait_until(lambda: extends() >= 1, "the extend sent before the close", 5)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        assert extends() == 1, "the cut-off extend was sent again"
+        time.sleep(0.05)
+    admin.delete(key)
 
 
 @pytest.mark.parametrize("kwargs, message", [

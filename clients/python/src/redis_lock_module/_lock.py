@@ -245,14 +245,14 @@ class Lock(LockState):
                 return False
             raise
 
-    def _extend_to(self, token: Any, ttl_ms: int) -> bool:
+    def _extend_to(self, token: Any, ttl_ms: int, retry: bool = True) -> bool:
         """`LOCK.EXTEND` with the `WAIT` its replicas need; LockNotReplicatedError when
         extended but too few replicas acknowledged it (the lock stays held: the watchdog
-        tries again)."""
+        tries again). `retry=False`: once only, for the watchdog (`on_master`)."""
         args = ["LOCK.EXTEND", self.name, token, ttl_ms]
         try:
             outcome = _replicas.on_master(self.redis, self.name, lambda connection: _replicas.replicated(
-                connection, args, self._replicas, self.name))
+                connection, args, self._replicas, self.name), retry)
             extended = bool(outcome.reply == 1)
         except ResponseError as error:
             if self._wrong_type(error):

@@ -326,10 +326,13 @@ def pool_of(client: Any, key: Any) -> Any:
     return client.get_redis_connection(node).connection_pool
 
 
-def on_master(client: Any, key: Any, work: Callable[[Any], Any]) -> Any:
+def on_master(client: Any, key: Any, work: Callable[[Any], Any], retry: bool = True) -> Any:
     """`work(connection)` on a connection to `key`'s master from the client's pool,
     tried again on a connection error as the client's retry policy says (the write is
-    idempotent: the same token re-acquires)."""
+    idempotent: the same token re-acquires). With `retry=False` once only: a watchdog's
+    extend, which its next tick tries again, and which the policy's backoff would
+    otherwise send seconds later, after the watchdog ended (a connection closed under
+    it by the program's shutdown)."""
     pool = pool_of(client, key)
     try:
         connection = pool.get_connection()
@@ -341,10 +344,10 @@ def on_master(client: Any, key: Any, work: Callable[[Any], Any]) -> Any:
         connection.disconnect()
 
     try:
-        retry = getattr(connection, "retry", None)
-        if retry is None:
+        policy = getattr(connection, "retry", None) if retry else None
+        if policy is None:
             return work(connection)
-        return retry.call_with_retry(lambda: work(connection), broken)
+        return policy.call_with_retry(lambda: work(connection), broken)
     except LockError:
         raise
     except BaseException:
@@ -354,7 +357,8 @@ def on_master(client: Any, key: Any, work: Callable[[Any], Any]) -> Any:
         pool.release(connection)
 
 
-async def async_on_master(client: Any, key: Any, work: Callable[[Any], Awaitable[Any]]) -> Any:
+async def async_on_master(client: Any, key: Any, work: Callable[[Any], Awaitable[Any]],
+                          retry: bool = True) -> Any:
     """`on_master` for `redis.asyncio` clients."""
     pool = pool_of(client, key)
     if hasattr(pool, "acquire_connection"):  # an asyncio cluster's node
@@ -370,10 +374,10 @@ async def async_on_master(client: Any, key: Any, work: Callable[[Any], Awaitable
         await connection.disconnect()
 
     try:
-        retry = getattr(connection, "retry", None)
-        if retry is None:
+        policy = getattr(connection, "retry", None) if retry else None
+        if policy is None:
             return await work(connection)
-        return await retry.call_with_retry(lambda: work(connection), broken)
+        return await policy.call_with_retry(lambda: work(connection), broken)
     except LockError:
         raise
     except BaseException:

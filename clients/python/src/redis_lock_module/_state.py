@@ -242,11 +242,15 @@ class LockState:
         """Starts `kind` (a thread or task watchdog) extending `holding` to the TTL
         every third of it, when the lock was made with `watchdog=True`."""
         if self.watchdog:
-            holding.watchdog = kind(self.name, self._ttl_ms / 1000, self._ttl_ms / 3000,
-                                    lambda: self._extend_to(holding.token, self._ttl_ms),
-                                    holding.lose)
+            # Each extend once: a failed one is tried again at the next tick, and one the
+            # client's retry policy sent again would come seconds later, perhaps after
+            # the watchdog ended.
+            holding.watchdog = kind(
+                self.name, self._ttl_ms / 1000, self._ttl_ms / 3000,
+                lambda: self._extend_to(holding.token, self._ttl_ms, retry=False),
+                holding.lose)
 
-    def _extend_to(self, token: Any, ttl_ms: int) -> Any:
+    def _extend_to(self, token: Any, ttl_ms: int, retry: bool = True) -> Any:
         raise NotImplementedError  # each API's own: a call or a coroutine
 
     def _acquire_args(self, token: bytes, wait_ms: Optional[int] = None) -> List[Any]:

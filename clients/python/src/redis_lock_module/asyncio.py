@@ -211,13 +211,13 @@ class Lock(LockState):
                 return False
             raise
 
-    async def _extend_to(self, token: Any, ttl_ms: int) -> bool:
+    async def _extend_to(self, token: Any, ttl_ms: int, retry: bool = True) -> bool:
         """See `redis_lock_module.Lock._extend_to`."""
         args = ["LOCK.EXTEND", self.name, token, ttl_ms]
         try:
             outcome = await _replicas.async_on_master(
                 self.redis, self.name, lambda connection: _replicas.async_replicated(
-                connection, args, self._replicas, self.name))
+                connection, args, self._replicas, self.name), retry)
             extended = bool(outcome.reply == 1)
         except ResponseError as error:
             if self._wrong_type(error):
