@@ -327,6 +327,24 @@ pub fn wait_for_aof_rewrite(con: &mut redis::Connection) {
     });
 }
 
+/// The text of `server`'s AOF files of `kind` (as `aof_files` reads them) once
+/// `written` holds of it, read again until then (10 s): a server writes its AOF buffer
+/// before it sleeps, or up to 2 s later while a slow disk is still busy with the last
+/// fsync, so a test reads until what it waits for is there.
+pub fn aof_once(
+    server: &TestServer,
+    kind: &str,
+    what: &str,
+    written: impl Fn(&str) -> bool,
+) -> String {
+    let mut text = String::new();
+    poll_until(Duration::from_secs(10), what, || {
+        text = String::from_utf8_lossy(&aof_files(server, kind)).into_owned();
+        written(&text)
+    });
+    text
+}
+
 /// The concatenated contents of the AOF files of one type (`type b` for the base,
 /// `type i` for the incremental files) named in `server`'s manifest; fails if there is
 /// none. The manifest is read by field name: Redis 7.4+ adds fields after `type`

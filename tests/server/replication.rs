@@ -231,12 +231,11 @@ fn a_replica_with_aof_restarted_standalone_keeps_the_locks() {
     let (streamed_token, _) = acquire(&mut m, "streamed", 600_000, &[]).expect("free");
     sync_replicas(&mut m, 1);
     drop(r);
-    // The replica writes its AOF buffer before it sleeps, or up to 2 s later while a slow
-    // disk is still busy with the last fsync: read until the grant is there.
-    poll_until(
-        Duration::from_secs(10),
+    aof_once(
+        &replica,
+        "type i",
         "the replicated LOCK._SET in the replica's incremental AOF",
-        || contains(&aof_files(&replica, "type i"), b"LOCK._SET"),
+        |aof| aof.contains("LOCK._SET"),
     );
 
     replica.restart_with(&["--appendonly", "yes"]);

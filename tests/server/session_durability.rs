@@ -103,18 +103,13 @@ fn the_release_at_the_end_of_a_grace_reaches_replicas_and_the_aof() {
     wait_gone(&mut con, "k", "the master to release the lock");
     wait_gone(&mut on_replica, "k", "the replica to follow");
     wait_for_aof_rewrite(&mut con);
-    // The server writes its AOF buffer before it sleeps, or up to 2 s later while a
-    // slow disk is still busy with the last fsync: read until the release is there.
-    let mut aof = String::new();
-    poll_until(
-        Duration::from_secs(10),
+    let aof = aof_once(
+        &master,
+        "i",
         "the release in the AOF as DEL, after the grant",
-        || {
-            aof = String::from_utf8_lossy(&aof_files(&master, "i")).into_owned();
-            match (aof.find("LOCK._SET"), aof.rfind("DEL")) {
-                (Some(set), Some(del)) => del > set,
-                _ => false,
-            }
+        |aof| match (aof.find("LOCK._SET"), aof.rfind("DEL")) {
+            (Some(set), Some(del)) => del > set,
+            _ => false,
         },
     );
     assert!(!aof.contains("SESSION"), "the effect, not the command");

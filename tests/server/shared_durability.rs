@@ -109,18 +109,13 @@ fn replicas_and_the_aof_follow_every_holder_and_its_expiry() {
         0,
         "the master's doing"
     );
-    // The master writes its AOF buffer before it sleeps, or up to 2 s later while a slow
-    // disk is still busy with the last fsync: read until the expiry is there.
-    let mut aof = String::new();
-    poll_until(
-        Duration::from_secs(10),
+    let aof = aof_once(
+        &master,
+        "i",
         "the grants, then the expiry, in the AOF",
-        || {
-            aof = String::from_utf8_lossy(&aof_files(&master, "i")).into_owned();
-            match (aof.find("LOCK._HOLD"), aof.find("LOCK._DROP")) {
-                (Some(hold), Some(dropped)) => dropped > hold,
-                _ => false,
-            }
+        |aof| match (aof.find("LOCK._HOLD"), aof.find("LOCK._DROP")) {
+            (Some(hold), Some(dropped)) => dropped > hold,
+            _ => false,
         },
     );
     assert!(!aof.contains("SHARED"), "the effect, not the command");
