@@ -8,11 +8,15 @@ use std::time::{Duration, Instant};
 
 use crate::common::*;
 
-/// Two readers on `rw`: `short` for `short_ms`, `long` for a minute; their fences.
-fn two_readers(con: &mut redis::Connection, short_ms: u64) -> (i64, i64) {
+/// Two readers on `rw`: `short` for `short_ms`, `long` for a minute; their fences, and
+/// when `short` was asked for (its TTL runs from its grant, which is no earlier: a
+/// moment taken after both grants would put a slow second grant, an fsync on a loaded
+/// machine, into the short reader's time).
+fn two_readers(con: &mut redis::Connection, short_ms: u64) -> ((i64, i64), Instant) {
+    let asked = Instant::now();
     let short = acquire(con, "rw", short_ms, &["SHARED", "TOKEN", "short"]).unwrap();
     let long = acquire(con, "rw", 60_000, &["SHARED", "TOKEN", "long"]).unwrap();
-    (short.1, long.1)
+    ((short.1, long.1), asked)
 }
 
 /// The short reader's TTL: long enough for a loaded machine to sync, restart or promote
@@ -125,8 +129,7 @@ fn replicas_and_the_aof_follow_every_holder_and_its_expiry() {
 fn debug_reload_keeps_every_holder_and_its_own_expiry() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let fences = two_readers(&mut con, SHORT_MS);
-    let since = Instant::now();
+    let (fences, since) = two_readers(&mut con, SHORT_MS);
     let _: () = redis::cmd("DEBUG").arg("RELOAD").query(&mut con).unwrap();
     holders_carried(&server, fences, since, SHORT_MS, "DEBUG RELOAD");
 }
@@ -135,8 +138,7 @@ fn debug_reload_keeps_every_holder_and_its_own_expiry() {
 fn a_restart_from_rdb_keeps_every_holder_and_its_own_expiry() {
     let mut server = TestServer::with_args(&["--save", "3600 1"]);
     let mut con = server.connection();
-    let fences = two_readers(&mut con, SHORT_MS);
-    let since = Instant::now();
+    let (fences, since) = two_readers(&mut con, SHORT_MS);
     let _: () = redis::cmd("SAVE").query(&mut con).unwrap();
     server.kill();
     server.restart();
@@ -147,16 +149,14 @@ fn a_restart_from_rdb_keeps_every_holder_and_its_own_expiry() {
 fn a_restart_from_the_aof_keeps_every_holder_before_and_after_a_rewrite() {
     let mut server = TestServer::with_args(&AOF_ALWAYS);
     let mut con = server.connection();
-    let fences = two_readers(&mut con, SHORT_MS);
-    let since = Instant::now();
+    let (fences, since) = two_readers(&mut con, SHORT_MS);
     server.kill();
     server.restart();
     holders_carried(&server, fences, since, SHORT_MS, "restart from the AOF");
 
     let mut con = server.connection();
     release(&mut con, "rw", b"long");
-    let fences = two_readers(&mut con, SHORT_MS);
-    let since = Instant::now();
+    let (fences, since) = two_readers(&mut con, SHORT_MS);
     let _: String = redis::cmd("BGREWRITEAOF").query(&mut con).unwrap();
     wait_for_aof_rewrite(&mut con);
     let base = String::from_utf8_lossy(&aof_files(&server, "b")).into_owned();
@@ -177,8 +177,7 @@ fn a_promoted_replica_expires_the_holders_it_kept() {
     let mut master = TestServer::start();
     let replica = start_replica(&master, &[]);
     let mut con = master.connection();
-    let fences = two_readers(&mut con, SHORT_MS);
-    let since = Instant::now();
+    let (fences, since) = two_readers(&mut con, SHORT_MS);
     sync_replicas(&mut con, 1);
     master.kill();
     let _: () = redis::cmd("REPLICAOF")
@@ -193,8 +192,7 @@ fn a_promoted_replica_expires_the_holders_it_kept() {
 fn dump_restore_and_migrate_carry_every_holder() {
     let server = TestServer::start();
     let mut con = server.connection();
-    let fences = two_readers(&mut con, SHORT_MS);
-    let since = Instant::now();
+    let (fences, since) = two_readers(&mut con, SHORT_MS);
     let payload = dump(&mut con, "rw").expect("DUMP");
     let _: () = redis::cmd("RESTORE")
         .arg("copy")
