@@ -265,7 +265,10 @@ def test_the_default_token_is_a_random_uuid4(r, key):
     for _ in range(3):
         lock = make(r, key)
         assert lock.acquire(blocking=False)
-        assert uuid.UUID(lock.token.decode()).version == 4
+        made = uuid.UUID(lock.token.decode())
+        # redis-py's form: uuid4().hex, the version and the RFC 4122 variant set
+        assert (made.version, made.variant) == (4, uuid.RFC_4122)
+        assert lock.token == made.hex.encode()
         tokens.add(lock.token)
         lock.release()
     assert len(tokens) == 3

@@ -112,6 +112,8 @@ class Lock(LockState):
 
     def _acquire_once(self, token: bytes,
                       wait_ms: Optional[int]) -> Optional[Tuple[bytes, int]]:
+        if wait_ms is None:  # no wait: through the client's own connections
+            return self._granted_on_master(self._acquire_args(token), token)
         waiting = _protocol.Waiting(wait_ms)
         while True:
             connection = self._waiting_connection(waiting.left_ms(), waiting.address)

@@ -7,8 +7,8 @@ the server's replies into Python values, so both APIs send exactly the same comm
 from __future__ import annotations
 
 import math
+import os
 import time
-import uuid
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 Number = Union[int, float]
@@ -50,8 +50,12 @@ def new_token() -> bytes:
     """A token made here, before the command is sent (so that a retry after a lost
     reply re-acquires instead of waiting for its own lock): a random version-4 UUID's 32
     hex digits, as redis-py makes its lock tokens. Nothing of the host or the time is in
-    it."""
-    return uuid.uuid4().hex.encode()
+    it. Made as `uuid.uuid4().hex` makes it (16 random bytes, the version and variant
+    bits set), without the `UUID` object: a fifth of the time."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return raw.hex().encode()
 
 
 MAX_LIMIT = 1_000_000

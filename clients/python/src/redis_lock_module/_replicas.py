@@ -66,6 +66,8 @@ class Replicas:
             raise ValueError(f"fsync must be True or False, not {fsync!r}")
         self.fsync = fsync
         self.timeout_ms = timeout_ms(replicas_timeout, ttl_ms, fsync)
+        # What `REPLICAS` says on the wire: the server's own rule, or the number.
+        self.rule: Union[str, int] = "AUTO" if self.setting == AUTO else self.setting
 
     @property
     def off(self) -> bool:
@@ -148,6 +150,15 @@ def exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
     return read_all(connection, len(commands))
 
 
+def exchange_one(connection: Any, command: Sequence[Any]) -> Any:
+    """`exchange` of a single command: its reply, an error reply as its ResponseError."""
+    connection.send_command(*command)
+    try:
+        return connection.read_response()
+    except ResponseError as error:
+        return error
+
+
 # Whether the server at an address holds a grant's reply for its replicas itself
 # (`REPLICAS n`): learned from its first answer to it.
 _SERVER_WAITS: Dict[Any, bool] = {}
@@ -157,8 +168,7 @@ def server_writes(commands: Sequence[Sequence[Any]], replicas: Replicas) -> List
     """`commands` asking the server to hold each reply for its replicas (`REPLICAS AUTO`,
     or the number given, 0 included, and `REPLTIMEOUT`); with fsync, a `WAITAOF 1 0`
     after them for the master's own fsync."""
-    rule = "AUTO" if replicas.setting == AUTO else replicas.setting
-    writes = [[*command, "REPLICAS", rule, "REPLTIMEOUT", replicas.timeout_ms]
+    writes = [[*command, "REPLICAS", replicas.rule, "REPLTIMEOUT", replicas.timeout_ms]
               for command in commands]
     if replicas.fsync:
         writes.append(["WAITAOF", 1, 0, replicas.timeout_ms])
@@ -217,9 +227,16 @@ def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
     reply until its replicas have it, in one round trip on `connection`; where the server
     cannot (Redis 7.0), with the `WAIT` the package works out itself (`_redis70`)."""
     if server_may_wait(connection):
-        replies = exchange(connection, server_writes([args], replicas))
-        if learned_server_waits(connection, replies[:1]):
-            return Outcome(replies, 0, replicas if replicas.fsync else None, name)
+        if replicas.fsync:
+            replies = exchange(connection, server_writes([args], replicas))
+            if learned_server_waits(connection, replies[:1]):
+                return Outcome(replies, 0, replicas, name)
+        else:
+            # The common grant: one command, sent and read as redis-py's own are.
+            reply = exchange_one(connection, (*args, "REPLICAS", replicas.rule,
+                                              "REPLTIMEOUT", replicas.timeout_ms))
+            if not isinstance(reply, ResponseError) or learned_server_waits(connection, (reply,)):
+                return Outcome([reply], 0, None, name)
     return _redis70.replicated(connection, args, replicas, name)
 
 
@@ -234,12 +251,26 @@ async def async_exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> 
     return replies
 
 
+async def async_exchange_one(connection: Any, command: Sequence[Any]) -> Any:
+    await connection.send_command(*command)
+    try:
+        return await connection.read_response()
+    except ResponseError as error:
+        return error
+
+
 async def async_replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                            name: Any) -> "Outcome":
     if server_may_wait(connection):
-        replies = await async_exchange(connection, server_writes([args], replicas))
-        if learned_server_waits(connection, replies[:1]):
-            return Outcome(replies, 0, replicas if replicas.fsync else None, name)
+        if replicas.fsync:
+            replies = await async_exchange(connection, server_writes([args], replicas))
+            if learned_server_waits(connection, replies[:1]):
+                return Outcome(replies, 0, replicas, name)
+        else:
+            reply = await async_exchange_one(connection, (*args, "REPLICAS", replicas.rule,
+                                                          "REPLTIMEOUT", replicas.timeout_ms))
+            if not isinstance(reply, ResponseError) or learned_server_waits(connection, (reply,)):
+                return Outcome([reply], 0, None, name)
     return await _redis70.async_replicated(connection, args, replicas, name)
 
 
@@ -286,9 +317,10 @@ def granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
     replicas acknowledged a grant, `releases` are sent at once (on the same connection)
     and LockNotReplicatedError is raised."""
     outcome = replicated(connection, args, replicas, name)
-    missing = outcome.missing(name) if _granted_reply(connection, outcome) is not None else None
+    reply = _granted_reply(connection, outcome)
+    missing = outcome.missing(name) if reply is not None else None
     if missing is None:
-        return outcome.reply
+        return reply
     _redis70.forget(connection)
     try:
         exchange(connection, releases)
@@ -300,9 +332,10 @@ def granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
 async def async_granted(connection: Any, args: Sequence[Any], replicas: Replicas, name: Any,
                         releases: Sequence[Sequence[Any]]) -> Any:
     outcome = await async_replicated(connection, args, replicas, name)
-    missing = outcome.missing(name) if _granted_reply(connection, outcome) is not None else None
+    reply = _granted_reply(connection, outcome)
+    missing = outcome.missing(name) if reply is not None else None
     if missing is None:
-        return outcome.reply
+        return reply
     _redis70.forget(connection)
     try:
         await async_exchange(connection, releases)
