@@ -157,11 +157,18 @@ fn value_of<'a>(options: &[&'a [u8]], i: usize) -> Result<&'a [u8], Error> {
 }
 
 /// Reads the replica options at `options[i]` (`REPLICAS n`, `REPLTIMEOUT ms`) into
-/// `asked`: whether it was one of them (its value is then `options[i + 1]`).
-fn replica_option(options: &[&[u8]], i: usize, asked: &mut Asked) -> Result<bool, Error> {
+/// `asked`, `word` being the name's `folded`: whether it was one of them (its value is
+/// then `options[i + 1]`).
+fn replica_option(
+    options: &[&[u8]],
+    i: usize,
+    word: Option<u64>,
+    asked: &mut Asked,
+) -> Result<bool, Error> {
     let name = options[i];
-    let timeout = name.eq_ignore_ascii_case(REPLTIMEOUT);
-    if !timeout && folded(name) != Some(REPLICAS) {
+    // `REPLTIMEOUT` is the one name too long to fold.
+    let timeout = word.is_none() && name.eq_ignore_ascii_case(REPLTIMEOUT);
+    if !timeout && word != Some(REPLICAS) {
         return Ok(false);
     }
     let given = if timeout {
@@ -186,7 +193,7 @@ pub fn extend(options: &[&[u8]]) -> Result<Asked, Error> {
     let mut asked = Asked::default();
     let mut i = 0;
     while i < options.len() {
-        if !replica_option(options, i, &mut asked)? {
+        if !replica_option(options, i, folded(options[i]), &mut asked)? {
             return Err(Error::UnknownExtendOption(options[i].to_vec()));
         }
         i += 2;
@@ -255,11 +262,16 @@ fn parse_acquire<'a>(
     let mut i = 0;
     while i < options.len() {
         let name = options[i];
-        if replica_option(options, i, &mut parsed.replicas)? {
+        let word = folded(name);
+        // The name is folded once; only a name too long to fold or `REPLICAS` can be a
+        // replica option.
+        if matches!(word, None | Some(REPLICAS))
+            && replica_option(options, i, word, &mut parsed.replicas)?
+        {
             i += 2;
             continue;
         }
-        let option = folded(name).ok_or_else(|| Error::UnknownOption(name.to_vec()))?;
+        let option = word.ok_or_else(|| Error::UnknownOption(name.to_vec()))?;
         if option == SHARED {
             if shared {
                 return Err(Error::RepeatedOption(name.to_vec()));
