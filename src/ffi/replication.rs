@@ -53,6 +53,47 @@ pub fn replication(ctx: &Context) -> Replication {
     }
 }
 
+/// How many replicas are attached now, online or in their first sync: the server's
+/// clients of type `replica` (`CLIENT LIST TYPE replica`, a line each), the same
+/// clients `INFO replication` lists. `auto` reads this at most once a second while
+/// grants come; on a master without replicas the server walks its clients and answers
+/// an empty string, about a tenth of what building `INFO replication` costs. Read from
+/// `INFO replication` when the server answers no string.
+pub fn attached(ctx: &Context) -> usize {
+    // SAFETY: ctx is a live module context; the format names three C strings that
+    // follow, NUL-terminated and static. The reply's string is read (within its length)
+    // before the reply is freed, here exactly once.
+    let lines = unsafe {
+        let reply = raw::RedisModule_Call.expect("RedisModule_Call")(
+            ctx.get_raw(),
+            c"CLIENT".as_ptr(),
+            c"ccc".as_ptr(),
+            c"LIST".as_ptr(),
+            c"TYPE".as_ptr(),
+            c"replica".as_ptr(),
+        );
+        if reply.is_null() {
+            None
+        } else {
+            let kind = raw::RedisModule_CallReplyType.expect("RedisModule_CallReplyType")(reply);
+            let mut len = 0;
+            let text = raw::RedisModule_CallReplyStringPtr.expect("RedisModule_CallReplyStringPtr")(
+                reply, &mut len,
+            );
+            let lines =
+                (kind == raw::REDISMODULE_REPLY_STRING as c_int && !text.is_null()).then(|| {
+                    std::slice::from_raw_parts(text.cast::<u8>(), len)
+                        .iter()
+                        .filter(|b| **b == b'\n')
+                        .count()
+                });
+            raw::RedisModule_FreeCallReply.expect("RedisModule_FreeCallReply")(reply);
+            lines
+        }
+    };
+    lines.unwrap_or_else(|| replication(ctx).attached)
+}
+
 /// Asks every replica to acknowledge its offset now (the server's `REPLCONF GETACK`,
 /// sent before it sleeps, and held back while writes are paused): a `WAITAOF 0` for more
 /// replicas than can exist (no local fsync asked, so it runs without `appendonly`),

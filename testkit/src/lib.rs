@@ -185,6 +185,12 @@ impl ServerKind {
         self.valkey || self.version >= (7, 2, 0)
     }
 
+    /// Whether the server can sync a replica over two connections, the snapshot apart
+    /// from the stream (`dual-channel-replication-enabled`: Valkey 8+).
+    pub fn has_dual_channel_replication(&self) -> bool {
+        self.valkey && self.version >= (8, 0, 0)
+    }
+
     /// Whether the server runs post-notification jobs (Redis 7.2+, every Valkey), so
     /// that a lock removed by `DEL` or expiry is handed over inside that same event.
     pub fn has_post_jobs(&self) -> bool {

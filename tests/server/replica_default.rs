@@ -160,17 +160,41 @@ fn the_rule_follows_a_new_replica_and_a_setting_change_at_the_next_grant() {
 
 #[test]
 fn a_grant_waits_for_a_replica_still_in_its_first_sync() {
+    grant_waits_for_a_replica_in_its_first_sync(&[]);
+}
+
+#[test]
+fn a_grant_waits_for_a_replica_still_in_its_first_sync_over_two_channels() {
+    // Valkey 8+ can send the snapshot over a connection of its own: the replica is then
+    // attached by that one first.
+    if !server_kind().has_dual_channel_replication() {
+        eprintln!(
+            "{}: no dual-channel replication; the one-channel test covers it",
+            server_kind()
+        );
+        return;
+    }
+    grant_waits_for_a_replica_in_its_first_sync(&["--dual-channel-replication-enabled", "yes"]);
+}
+
+/// A grant under `auto` on a master whose only replica is attached and still in its
+/// first sync (`both`: settings of master and replica).
+fn grant_waits_for_a_replica_in_its_first_sync(both: &[&str]) {
     // The master starts a diskless full sync 10 s after a replica asks: the replica is
     // attached, not online, for that long.
-    let master = TestServer::with_args(&[
+    let mut master_args = vec![
         "--repl-diskless-sync",
         "yes",
         "--repl-diskless-sync-delay",
         "10",
-    ]);
+    ];
+    master_args.extend_from_slice(both);
+    let master = TestServer::with_args(&master_args);
     let mut m = master.connection();
     let port = master.port.to_string();
-    let replica = TestServer::with_args(&["--replicaof", "127.0.0.1", &port]);
+    let mut replica_args = vec!["--replicaof", "127.0.0.1", &port];
+    replica_args.extend_from_slice(both);
+    let replica = TestServer::with_args(&replica_args);
     poll_until(
         Duration::from_secs(10),
         "the replica attached, in its sync",

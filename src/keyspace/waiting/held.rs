@@ -164,16 +164,16 @@ pub fn check(asked: Asked, can_hold: bool) -> Result<(), Error> {
 /// the demotion after the heal.
 const AUTO_HOLD_MS: i64 = 15_000;
 
-/// How long what `auto` found is taken as still so without looking again: `INFO
-/// replication` is built at most once a second for grants, whether it found replicas or
-/// none (a grant on a master without replicas then costs what it cost before `auto`
+/// How long what `auto` found is taken as still so without looking again: the replicas
+/// (`ffi::replication::attached`) are read at most once a second for grants, whether it
+/// found replicas or none (a grant on a master without replicas then costs what it cost before `auto`
 /// existed). A replica that comes online or goes away (the server's replica-change
 /// event) is looked at by the next grant; one that attached and is still in its first
 /// sync, at the latest a second later.
 const AUTO_RECHECK_MS: i64 = 1_000;
 
-/// The replicas `auto` counts now, `rule` being what it knew: those `INFO replication`
-/// lists, online or still in their first sync (a replica Sentinel may promote before its
+/// The replicas `auto` counts now, `rule` being what it knew: those attached, online or
+/// still in their first sync (a replica Sentinel may promote before its
 /// sync ends must not miss a grant: the grant waits for the sync, or falls short), or 1
 /// for `AUTO_HOLD_MS` after the first grant that found none where one was found before
 /// (a promotion starts afresh).
@@ -184,7 +184,7 @@ fn auto_attached(ctx: &Context, mut rule: Rule) -> usize {
         .filter(|(at, _)| now.saturating_sub(*at) < AUTO_RECHECK_MS);
     let attached = fresh.map_or_else(
         || {
-            let attached = ffi::replication(ctx).attached;
+            let attached = ffi::replication::attached(ctx);
             rule.looked = Some((now, attached));
             attached
         },
