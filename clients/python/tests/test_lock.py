@@ -274,6 +274,38 @@ def test_the_default_token_is_a_random_uuid4(r, key):
     assert len(tokens) == 3
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_never_makes_the_tokens_its_parent_makes(r, key, port):
+    first = make(r, key + ":parent-1")
+    assert first.acquire(blocking=False)  # the parent has drawn tokens ahead
+    reading, writing = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: a client of its own, one lock, its token to the pipe
+        try:
+            lock = make(redis.Redis(port=port), key + ":child")
+            os.write(writing, lock.token if lock.acquire(blocking=False) else b"-")
+        finally:
+            os._exit(0)
+    os.close(writing)
+    deadline = time.monotonic() + 30
+    ended, status = os.waitpid(child, os.WNOHANG)
+    while ended == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        ended, status = os.waitpid(child, os.WNOHANG)
+    if ended == 0:
+        os.kill(child, 9)
+        os.waitpid(child, 0)
+        pytest.fail("the forked child did not end within 30 s")
+    child_token = os.read(reading, 64)
+    os.close(reading)
+    assert os.WIFEXITED(status) and len(child_token) == 32, child_token
+    parent = make(r, key + ":parent-2")
+    assert parent.acquire(blocking=False)
+    assert parent.token != child_token
+    for lock in (first, parent):
+        lock.release()
+
+
 def test_a_zero_timeout_lives_until_released(r, key):
     lock = make(r, key, timeout=0)
     assert lock.acquire(blocking=False)

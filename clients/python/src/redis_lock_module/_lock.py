@@ -11,6 +11,7 @@ lock goes with the connection), `watchdog=True` (renewal while held, `on_lost`),
 
 from __future__ import annotations
 
+from functools import partial
 from types import TracebackType
 from typing import Any, List, Literal, Optional, Tuple, Type
 
@@ -151,11 +152,11 @@ class Lock(LockState):
         the key's master, following a cluster's `MOVED` a few times; the last `MOVED`
         (or `ASK`) is raised when the slot keeps moving, never an acquire without its
         `WAIT`."""
+        work = partial(_replicas.granted, args=args, replicas=self._replicas, name=self.name,
+                       releases=self._releases(token))
         for attempt in range(_protocol.Waiting.REDIRECTIONS + 1):
             try:
-                return _protocol.grant(_replicas.on_master(
-                    self.redis, self.name, lambda connection: _replicas.granted(
-                        connection, args, self._replicas, self.name, self._releases(token))))
+                return _protocol.grant(_replicas.on_master(self.redis, self.name, work))
             except ResponseError as error:
                 if not _protocol.redirection(error) or attempt == _protocol.Waiting.REDIRECTIONS:
                     raise

@@ -16,6 +16,7 @@ as not replicated, never as granted.
 from __future__ import annotations
 
 import inspect
+from functools import partial
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
 
 from redis.exceptions import ResponseError
@@ -177,7 +178,7 @@ def server_writes(commands: Sequence[Sequence[Any]], replicas: Replicas) -> List
 
 def server_may_wait(connection: Any) -> bool:
     """Whether the server has not refused `REPLICAS` (it is tried until it does)."""
-    return _SERVER_WAITS.get(_address(connection), True)
+    return not _SERVER_WAITS or _SERVER_WAITS.get(_address(connection), True)
 
 
 def _address(connection: Any) -> Any:
@@ -371,23 +372,25 @@ def on_master(client: Any, key: Any, work: Callable[[Any], Any], retry: bool = T
         connection = pool.get_connection()
     except TypeError:  # redis-py before 5 names the command
         connection = pool.get_connection("LOCK.ACQUIRE")
-
-    def broken(error: Optional[BaseException] = None) -> None:
-        _redis70.forget(connection)
-        connection.disconnect()
-
     try:
         policy = getattr(connection, "retry", None) if retry else None
         if policy is None:
             return work(connection)
-        return policy.call_with_retry(lambda: work(connection), broken)
+        return policy.call_with_retry(partial(work, connection), partial(_broken, connection))
     except LockError:
         raise
     except BaseException:
-        broken()  # a reply may be left unread
+        _broken(connection)  # a reply may be left unread
         raise
     finally:
         pool.release(connection)
+
+
+def _broken(connection: Any, error: Optional[BaseException] = None) -> None:
+    """A connection whose state is unknown (an error cut an exchange): closed, and what
+    was learned of its master forgotten."""
+    _redis70.forget(connection)
+    connection.disconnect()
 
 
 async def async_on_master(client: Any, key: Any, work: Callable[[Any], Awaitable[Any]],
