@@ -122,7 +122,15 @@ class Connection {
    * after ASKING. `commands` may be a function (async) that makes them for each try, for
    * commands that depend on the node (the WAIT a grant needs there).
    */
-  async exchange(key, commands) {
+  exchange(key, commands) {
+    if (typeof commands !== 'function' && !this.isCluster) {
+      return this.exchangeOnce(key, commands);
+    }
+    return this.exchangeAcross(key, commands);
+  }
+
+  /** `exchange` of commands made for each try, or on a cluster. */
+  async exchangeAcross(key, commands) {
     const make = typeof commands === 'function' ? commands : () => commands;
     if (!this.isCluster) {
       return this.exchangeOnce(key, await make());
@@ -159,16 +167,16 @@ class Connection {
 
   /** `exchange` on this connection alone: no redirection followed. */
   async exchangeOnce(key, commands) {
+    if (commands.length === 1 && this.kind === 'ioredis' && !this.client.isCluster) {
+      // One command needs no pipeline: ioredis's costs a grant more than the command's
+      // own round trip on loopback. Its error, reply or connection, is its reply, as a
+      // pipeline's result gives it.
+      return [await this.client.call(...commands[0].map(String)).catch(errorAsReply)];
+    }
     const strings = commands.map((command) => command.map(String));
     const settle = (results) => results.map((r) => (r.status === 'fulfilled' ? r.value : r.reason));
     switch (this.kind) {
       case 'ioredis': {
-        if (strings.length === 1 && !this.client.isCluster) {
-          // One command needs no pipeline: ioredis's costs a grant more than the
-          // command's own round trip on loopback. Its error, reply or connection, is
-          // its reply, as a pipeline's result gives it.
-          return [await this.client.call(...strings[0]).catch((error) => error)];
-        }
         const pipeline = this.client.pipeline();
         // On a cluster, a command whose key ioredis knows routes the pipeline to the
         // key's node (it does not know the module's commands' keys).
@@ -274,6 +282,10 @@ class Connection {
       c.close();
     }
   }
+}
+
+function errorAsReply(error) {
+  return error;
 }
 
 /** The `error` listener of a connection the package opened for itself (see `duplicate`). */

@@ -30,6 +30,8 @@ class Replicas {
       throw new TypeError(`fsync must be true or false, not ${fsync}`);
     }
     this.setting = setting;
+    /** What `REPLICAS` says on the wire: the server's own rule, or the number. */
+    this.rule = setting === AUTO ? 'AUTO' : setting;
     this.fsync = fsync;
     // With fsync, a third of the TTL, at most 2 s: a replica reports its fsync once a second.
     this.timeoutMs = timeoutMs ?? (fsync
@@ -71,6 +73,10 @@ class Replicas {
 // Servers (by address) that refused `REPLICAS`: their writes go with WAIT.
 const noServerWait = new Set();
 
+function isError(reply) {
+  return reply instanceof Error;
+}
+
 /** Whether a server's reply refused `REPLICAS` (it cannot wait, or does not know it). */
 function refusesReplicas(reply) {
   return reply instanceof Error
@@ -103,18 +109,17 @@ async function replicated(connection, key, commands, replicas) {
   if (noServerWait.has(connection.addressOf())) {
     return redis70.replicated(connection, key, commands, replicas);
   }
-  const rule = replicas.setting === AUTO ? 'AUTO' : replicas.setting;
-  const writes = commands.map((command) => [...command, 'REPLICAS', rule, 'REPLTIMEOUT', replicas.timeoutMs]);
+  const writes = commands.map((command) => [...command, 'REPLICAS', replicas.rule, 'REPLTIMEOUT', replicas.timeoutMs]);
   if (replicas.fsync) {
     writes.push(['WAITAOF', 1, 0, replicas.timeoutMs]);
   }
   const replies = await connection.exchange(key, writes);
-  const own = replies.slice(0, commands.length);
+  const own = replicas.fsync ? replies.slice(0, commands.length) : replies;
   if (own.some(refusesReplicas)) {
     noServerWait.add(connection.addressOf());
     return redis70.replicated(connection, key, commands, replicas);
   }
-  const told = own.map((reply) => fromServer(key, reply));
+  const told = own.some(isError) ? own.map((reply) => fromServer(key, reply)) : own;
   const outcome = { replies: told, required: 0, answer: undefined, waited: false, fsync: false, acked: 0 };
   if (replicas.fsync) {
     const answer = replies[commands.length];

@@ -5,6 +5,7 @@
 // election.cjs build on them; they build on connection.cjs, replicas.cjs and errors.cjs
 // only, so data flows one way.
 
+const { randomBytes } = require('node:crypto');
 const { NotReplicatedError, serverError } = require('./errors.cjs');
 const { replicated, shortfall, short } = require('./replicas.cjs');
 
@@ -26,8 +27,20 @@ function resourceOf(resource) {
   return key[0];
 }
 
+// Tokens are 16 random bytes in hex. The bytes are drawn 256 tokens at a time: one call
+// into the system's generator costs as much as a lock's whole acquire in the package
+// (node's own crypto.randomUUID keeps such a cache too). Each byte is used once.
+const TOKEN_BYTES = 16;
+let entropy = Buffer.alloc(0);
+let drawn = 0;
+
 function randomToken() {
-  return require('node:crypto').randomBytes(16).toString('hex');
+  if (drawn === entropy.length) {
+    entropy = randomBytes(TOKEN_BYTES * 256);
+    drawn = 0;
+  }
+  drawn += TOKEN_BYTES;
+  return entropy.toString('hex', drawn - TOKEN_BYTES, drawn);
 }
 
 /** `SHARED`, `LIMIT n` or nothing, from the `shared` and `limit` settings. */
@@ -107,16 +120,21 @@ async function grantOn(connection, key, args, replicas, releases, label) {
 
 /**
  * Takes a grant with `grant(waitLeft)`, again after a grant too few replicas acknowledged
- * while the wait (`wait` ms, 0 without end, undefined: none) lasts.
+ * while the wait (`wait` ms, 0 without end, undefined: none) lasts. Without a wait there
+ * is nothing to try again: `grant`'s own promise.
  */
-async function whileWaiting(wait, grant) {
+function whileWaiting(wait, grant) {
+  return wait === undefined ? grant(undefined) : retryWhileWaiting(wait, grant);
+}
+
+async function retryWhileWaiting(wait, grant) {
   const started = Date.now();
   for (;;) {
-    const left = wait === undefined || wait === 0 ? wait : Math.max(1, wait - (Date.now() - started));
+    const left = wait === 0 ? 0 : Math.max(1, wait - (Date.now() - started));
     try {
       return await grant(left);
     } catch (error) {
-      const over = wait === undefined || (wait > 0 && Date.now() - started >= wait);
+      const over = wait > 0 && Date.now() - started >= wait;
       if (!(error instanceof NotReplicatedError) || error.refused || over) {
         throw error;
       }

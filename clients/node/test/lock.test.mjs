@@ -38,6 +38,21 @@ for (const [library, connect] of Object.entries(libraries)) {
       await close(client);
     });
 
+    test('the tokens it makes are 128 random bits in hex, never the same twice', async () => {
+      const client = await connect();
+      const locker = new Locker(client);
+      // more than one draw of the generator (256 tokens each)
+      const tokens = new Set();
+      for (let i = 0; i < 300; i++) {
+        const lock = await locker.acquire(key(), 10_000, { replicas: 0 });
+        assert.match(lock.value, /^[0-9a-f]{32}$/);
+        tokens.add(lock.value);
+        await lock.release();
+      }
+      assert.equal(tokens.size, 300);
+      await close(client);
+    });
+
     test('a retried acquire with its token keeps the fence', async () => {
       const client = await connect();
       const locker = new Locker(client);
