@@ -51,7 +51,7 @@ final class Commands
      */
     public function acquire(string $key, int $ttlMs, ?string $token, ?int $waitMs = null, ?int $sessionMs = null, array $mode = [], ?string $value = null, ?Replicas $replicas = null): ?array
     {
-        $args = array_merge(['LOCK.ACQUIRE', $key, (string) $ttlMs], $mode);
+        $args = $mode === [] ? ['LOCK.ACQUIRE', $key, (string) $ttlMs] : array_merge(['LOCK.ACQUIRE', $key, (string) $ttlMs], $mode);
         if ($value !== null) {
             array_push($args, 'VALUE', $value);
         }
@@ -152,29 +152,42 @@ final class Commands
      */
     private function grant(array $args, string $key, int $ttlMs, ?int $waitMs, ?Replicas $replicas, array $releases)
     {
-        $send = function ($connection, array $args) use ($key, $ttlMs, $replicas, $releases) {
-            if ($replicas === null) {
-                $reply = $this->exchange($connection, $key, [$args])[0];
-                if ($reply instanceof LockException) {
-                    throw $reply;
-                }
-                return $reply;
-            }
-            [$replies, $required, $short] = $this->replicated($connection, $key, [$args], $replicas, $ttlMs);
-            if ($replies[0] instanceof LockException) {
-                throw $replies[0];
-            }
-            if (!is_array($replies[0]) || $short === null) {
-                return $replies[0];
-            }
-            $this->exchange($connection, $key, $releases);
-            throw new NotReplicatedException("$key: the lock was granted, but " . $short[2], $short[0], $required, $short[1]);
-        };
         if ($waitMs === null) {
-            return $send($this->redis, $args);
+            return $this->grantOn($this->redis, $args, $key, $ttlMs, $replicas, $releases);
         }
         array_push($args, 'WAIT', (string) $waitMs);
-        return $this->waiting($args, $waitMs, $send);
+        return $this->waiting($args, $waitMs, function ($connection, array $args) use ($key, $ttlMs, $replicas, $releases) {
+            return $this->grantOn($connection, $args, $key, $ttlMs, $replicas, $releases);
+        });
+    }
+
+    /**
+     * `grant` on `$connection`: the reply, or NotReplicatedException after `$releases`
+     * gave back a grant too few replicas acknowledged.
+     *
+     * @param Redis|RedisCluster $connection
+     * @param list<string> $args
+     * @param list<list<string>> $releases
+     * @return mixed
+     */
+    private function grantOn($connection, array $args, string $key, int $ttlMs, ?Replicas $replicas, array $releases)
+    {
+        if ($replicas === null) {
+            $reply = $this->exchange($connection, $key, [$args])[0];
+            if ($reply instanceof LockException) {
+                throw $reply;
+            }
+            return $reply;
+        }
+        [$replies, $required, $short] = $this->replicated($connection, $key, [$args], $replicas, $ttlMs);
+        if ($replies[0] instanceof LockException) {
+            throw $replies[0];
+        }
+        if (!is_array($replies[0]) || $short === null) {
+            return $replies[0];
+        }
+        $this->exchange($connection, $key, $releases);
+        throw new NotReplicatedException("$key: the lock was granted, but " . $short[2], $short[0], $required, $short[1]);
     }
 
     /**
@@ -188,8 +201,8 @@ final class Commands
      */
     private function replicated($connection, string $key, array $commands, Replicas $replicas, int $ttlMs): array
     {
-        $server = $this->redis instanceof RedisCluster ? 'cluster' : $this->redis->getHost() . ':' . $this->redis->getPort();
-        if (!isset(self::$noServerWait[$server])) {
+        $server = self::$noServerWait === [] ? null : $this->server();
+        if ($server === null || !isset(self::$noServerWait[$server])) {
             $writes = $replicas->serverWrites($commands, $ttlMs);
             try {
                 $replies = $this->exchange($connection, $key, $writes);
@@ -201,14 +214,19 @@ final class Commands
                 }
                 $replies = [new LockException($commands[0][0] . ': ' . $e->getMessage())];
             }
-            $own = array_slice($replies, 0, count($commands));
-            if (!self::refusesReplicas($own)) {
-                $told = array_map(function ($reply) use ($key) {
-                    return self::fromServer($key, $reply);
-                }, $own);
-                $short = $replicas->fsync() ? $replicas->shortfall(0, $replies[count($commands)] ?? null) : null;
-                return [$told, 0, $short];
+            $fsync = $replicas->fsync();
+            $own = $fsync ? array_slice($replies, 0, count($commands)) : $replies;
+            $refused = false;
+            foreach ($own as $i => $reply) {
+                if ($reply instanceof LockException) {
+                    $refused = $refused || self::refusesReplicas($reply);
+                    $own[$i] = self::fromServer($key, $reply);
+                }
             }
+            if (!$refused) {
+                return [$own, 0, $fsync ? $replicas->shortfall(0, $replies[count($commands)] ?? null) : null];
+            }
+            $server = $this->server();
             self::$noServerWait[$server] = true;
         }
         // The server cannot wait for its replicas (Redis 7.0): the package waits itself.
@@ -219,20 +237,20 @@ final class Commands
         }, $place, $address, $key, $commands, $replicas, $ttlMs);
     }
 
-    /**
-     * Whether a server refused `REPLICAS` (it cannot wait: Redis 7.0; or an older module
-     * does not know it), which changed nothing: the writes go again with WAIT.
-     *
-     * @param list<mixed> $replies
-     */
-    private static function refusesReplicas(array $replies): bool
+    /** The server the writes go to, as far as what is learned of it goes: its address. */
+    private function server(): string
     {
-        foreach ($replies as $reply) {
-            if ($reply instanceof LockException && preg_match("/REPLICAS needs|unknown option 'REPLICAS'/", $reply->getMessage())) {
-                return true;
-            }
-        }
-        return false;
+        return $this->redis instanceof RedisCluster ? 'cluster' : $this->redis->getHost() . ':' . $this->redis->getPort();
+    }
+
+    /**
+     * Whether a server's error reply refused `REPLICAS` (it cannot wait: Redis 7.0; or an
+     * older module does not know it), which changed nothing: the writes go again with
+     * WAIT.
+     */
+    private static function refusesReplicas(LockException $reply): bool
+    {
+        return preg_match("/REPLICAS needs|unknown option 'REPLICAS'/", $reply->getMessage()) === 1;
     }
 
     /**
@@ -283,7 +301,12 @@ final class Commands
         if (count($commands) === 1) {
             // One command needs no pipeline: phpredis's costs a grant more than the
             // command's own round trip on loopback.
-            $replies = [$connection->rawCommand(...$commands[0])];
+            $reply = $connection->rawCommand(...$commands[0]);
+            if ($reply !== false || ($error = $connection->getLastError()) === null) {
+                return [$reply];
+            }
+            $connection->clearLastError();
+            return [new LockException($commands[0][0] . ': ' . $error)];
         } else {
             $pipeline = $connection->multi(Redis::PIPELINE);
             foreach ($commands as $command) {

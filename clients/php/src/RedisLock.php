@@ -169,10 +169,13 @@ class RedisLock
         $waitMs = $timeout > 0 ? self::ms($timeout, 'timeout', 1) : null;
         $token = isset($this->lockedNames[$name]) ? $this->lockedNames[$name][0] : bin2hex(random_bytes(16));
         $askedAt = hrtime(true);
+        $key = $this->key($name);
         try {
-            $granted = Replicas::retrying($waitMs, function (?int $left) use ($name, $ttlMs, $token, $mode) {
-                return $this->commands->acquire($this->key($name), $ttlMs, $token, $left, $this->sessionMs, $mode, null, $this->replicas);
-            });
+            $granted = $waitMs === null  // no wait: one try
+                ? $this->commands->acquire($key, $ttlMs, $token, null, $this->sessionMs, $mode, null, $this->replicas)
+                : Replicas::retrying($waitMs, function (?int $left) use ($key, $ttlMs, $token, $mode) {
+                    return $this->commands->acquire($key, $ttlMs, $token, $left, $this->sessionMs, $mode, null, $this->replicas);
+                });
         } catch (NotReplicatedException $e) {
             $this->forget($name);
             throw $e;

@@ -22,6 +22,8 @@ final class Replicas
 
     /** @var string|int */
     private $setting;
+    /** @var string what `REPLICAS` says on the wire: the server's own rule, or the number */
+    private $rule;
     /** @var int|null */
     private $timeoutMs;
     /** @var int the longest the default timeout may be (Redlock: half a master's timeout) */
@@ -47,6 +49,7 @@ final class Replicas
             throw new LockException("replicasTimeout must be above 0 and at most 3600 seconds, not $timeoutSeconds");
         }
         $this->setting = $setting;
+        $this->rule = $setting === self::AUTO ? 'AUTO' : (string) $setting;
         $this->timeoutMs = $timeoutSeconds === null ? null : max(1, (int) round($timeoutSeconds * 1000));
     }
 
@@ -146,13 +149,15 @@ final class Replicas
      */
     public function serverWrites(array $commands, int $ttlMs): array
     {
-        $rule = $this->setting === self::AUTO ? 'AUTO' : (string) $this->setting;
+        $rule = $this->rule;
         $timeout = $this->fsync
             ? ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 3), 2 * $this->capMs)))
             : ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 10), $this->capMs)));
-        $writes = array_map(function (array $command) use ($rule, $timeout) {
-            return array_merge($command, ['REPLICAS', $rule, 'REPLTIMEOUT', (string) $timeout]);
-        }, $commands);
+        $writes = [];
+        foreach ($commands as $command) {
+            array_push($command, 'REPLICAS', $rule, 'REPLTIMEOUT', (string) $timeout);
+            $writes[] = $command;
+        }
         if ($this->fsync) {
             $writes[] = ['WAITAOF', '1', '0', (string) $timeout];
         }
@@ -167,14 +172,17 @@ final class Replicas
      */
     public static function retrying(?int $waitMs, callable $grant)
     {
+        if ($waitMs === null) {  // no wait: one try, its refusal the caller's
+            return $grant(null);
+        }
         $started = hrtime(true);
         while (true) {
             $spent = intdiv(hrtime(true) - $started, 1000000);
-            $left = $waitMs === null || $waitMs === 0 ? $waitMs : max(1, $waitMs - $spent);
+            $left = $waitMs === 0 ? 0 : max(1, $waitMs - $spent);
             try {
                 return $grant($left);
             } catch (NotReplicatedException $e) {
-                if ($e->refused || $waitMs === null || ($waitMs > 0 && intdiv(hrtime(true) - $started, 1000000) >= $waitMs)) {
+                if ($e->refused || ($waitMs > 0 && intdiv(hrtime(true) - $started, 1000000) >= $waitMs)) {
                     throw $e;
                 }
             }
