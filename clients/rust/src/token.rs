@@ -1,14 +1,24 @@
 //! Lock tokens made on the client.
 
+use rand::TryRng;
+use rand::rngs::SysRng;
+
 /// A new random token: 128 bits from the operating system's secure generator, as 32
 /// lowercase hexadecimal characters (the same form the server uses for its own).
 ///
 /// The guards always send a token of their own (this one unless you gave one): if the
 /// reply to an acquire is lost, the client still knows the token and can release the
 /// lock, or retry the acquire, which the module treats as idempotent.
+///
+/// Straight from the system (`getrandom`), not from a generator seeded once in this
+/// process: a child forked after a lock was taken would otherwise make the same tokens
+/// as its parent, and two processes would each hold the other's lock. Only when the
+/// system refuses does it fall back to the thread's generator.
 pub fn new_token() -> Vec<u8> {
     let mut bytes = [0u8; 16];
-    rand::fill(&mut bytes);
+    if SysRng.try_fill_bytes(&mut bytes).is_err() {
+        rand::fill(&mut bytes);
+    }
     bytes
         .iter()
         .flat_map(|b| {
