@@ -69,6 +69,53 @@ final class Commands
     }
 
     /**
+     * `acquire` of the common lock in the fewest steps (what the package adds to the
+     * server's wait is the client's time before and after it, and on a loaded or virtual
+     * machine every microsecond before the command goes out can cost more): no wait, no
+     * session, mode or value, a write the server holds for its replicas without fsync, on
+     * a plain connection; `plain($replicas)` says whether it applies. [token, fence], or
+     * null when busy; an error reply means what it means to `acquire`.
+     *
+     * @return array{0: string, 1: int}|null
+     */
+    public function acquirePlain(string $key, int $ttlMs, string $token, Replicas $replicas): ?array
+    {
+        $redis = $this->redis;
+        $redis->clearLastError();
+        try {
+            $reply = $redis->rawCommand(...$replicas->serverWrite(['LOCK.ACQUIRE', $key, (string) $ttlMs, 'TOKEN', $token], $ttlMs));
+        } catch (RedisException $e) {
+            // phpredis throws an error reply of a code it does not know (NOTREPLICATED).
+            if (strpos($e->getMessage(), 'NOTREPLICATED') === false) {
+                throw $e;
+            }
+            throw self::fromServer($key, new LockException('LOCK.ACQUIRE: ' . $e->getMessage()));
+        }
+        if (is_array($reply)) {
+            return [(string) $reply[0], (int) $reply[1]];
+        }
+        $error = $redis->getLastError();
+        if ($error === null) {
+            return null;
+        }
+        $redis->clearLastError();
+        $refused = new LockException('LOCK.ACQUIRE: ' . $error);
+        if (!self::refusesReplicas($refused)) {
+            throw self::fromServer($key, $refused);
+        }
+        // The server cannot wait (Redis 7.0) and changed nothing: from now on the
+        // package waits itself.
+        self::$noServerWait[$this->server()] = true;
+        return $this->acquire($key, $ttlMs, $token, null, null, [], null, $replicas);
+    }
+
+    /** Whether `acquirePlain` applies to a lock with `$replicas`. */
+    public function plain(Replicas $replicas): bool
+    {
+        return self::$noServerWait === [] && !$replicas->fsync() && $this->redis instanceof Redis;
+    }
+
+    /**
      * `LOCK.ACQUIREALL numkeys key [key ...] ttl-ms [TOKEN token] [WAIT ms] [SESSION ms]
      * [SHARED]`: [token, [fence, ...]] when every key is granted at once, null when one
      * is busy (after `$waitMs`, if given; 0 waits without limit).

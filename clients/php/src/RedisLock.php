@@ -171,11 +171,15 @@ class RedisLock
         $askedAt = hrtime(true);
         $key = $this->key($name);
         try {
-            $granted = $waitMs === null  // no wait: one try
-                ? $this->commands->acquire($key, $ttlMs, $token, null, $this->sessionMs, $mode, null, $this->replicas)
-                : Replicas::retrying($waitMs, function (?int $left) use ($key, $ttlMs, $token, $mode) {
+            if ($waitMs !== null) {
+                $granted = Replicas::retrying($waitMs, function (?int $left) use ($key, $ttlMs, $token, $mode) {
                     return $this->commands->acquire($key, $ttlMs, $token, $left, $this->sessionMs, $mode, null, $this->replicas);
                 });
+            } elseif ($mode === [] && $this->sessionMs === null && $this->commands->plain($this->replicas)) {
+                $granted = $this->commands->acquirePlain($key, $ttlMs, $token, $this->replicas);
+            } else {  // no wait: one try
+                $granted = $this->commands->acquire($key, $ttlMs, $token, null, $this->sessionMs, $mode, null, $this->replicas);
+            }
         } catch (NotReplicatedException $e) {
             $this->forget($name);
             throw $e;

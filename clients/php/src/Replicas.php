@@ -149,19 +149,35 @@ final class Replicas
      */
     public function serverWrites(array $commands, int $ttlMs): array
     {
-        $rule = $this->rule;
-        $timeout = $this->fsync
-            ? ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 3), 2 * $this->capMs)))
-            : ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 10), $this->capMs)));
         $writes = [];
         foreach ($commands as $command) {
-            array_push($command, 'REPLICAS', $rule, 'REPLTIMEOUT', (string) $timeout);
-            $writes[] = $command;
+            $writes[] = $this->serverWrite($command, $ttlMs);
         }
         if ($this->fsync) {
-            $writes[] = ['WAITAOF', '1', '0', (string) $timeout];
+            $writes[] = ['WAITAOF', '1', '0', (string) $this->timeoutFor($ttlMs)];
         }
         return $writes;
+    }
+
+    /**
+     * One write asking the server to hold its reply until its replicas have it: `$command`
+     * with `REPLICAS` and `REPLTIMEOUT`, for a `$ttlMs` lock.
+     *
+     * @param list<string> $command
+     * @return list<string>
+     */
+    public function serverWrite(array $command, int $ttlMs): array
+    {
+        array_push($command, 'REPLICAS', $this->rule, 'REPLTIMEOUT', (string) $this->timeoutFor($ttlMs));
+        return $command;
+    }
+
+    /** How long the server may hold a `$ttlMs` lock's reply for its replicas (ms). */
+    private function timeoutFor(int $ttlMs): int
+    {
+        return $this->fsync
+            ? ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 3), 2 * $this->capMs)))
+            : ($this->timeoutMs ?? max(1, min(intdiv($ttlMs, 10), $this->capMs)));
     }
 
     /**
