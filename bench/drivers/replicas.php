@@ -3,8 +3,9 @@
 // phpredis: on a master with one replica, free locks acquired one at a time by the
 // package with its defaults (replicas 'auto': the server holds the reply until the
 // replica has the grant) against a raw LOCK.ACQUIRE ... REPLICAS 1 on the same phpredis
-// connection, each released untimed. Sides alternate which goes first from round to
-// round.
+// connection, each released untimed. The two sides take turns in stretches of 100
+// acquires, so that both meet the same state of the machine; which goes first turns from
+// round to round.
 //
 // usage: php replicas.php ROOT PORT N ROUNDS  (ROOT: the repository)
 // prints, per round and side, one line: "package" or "raw", then each acquire's latency
@@ -16,49 +17,50 @@ declare(strict_types=1);
 require $root . '/clients/php/autoload.php';
 
 const TTL_S = 600;
+const STRETCH = 100;
 
-function packageSide(RedisLock\RedisLock $locks, string $tag, int $n): array
+function packageOnce(RedisLock\RedisLock $locks, string $name): int
 {
-    $latencies = [];
-    for ($i = 0; $i < $n; $i++) {
-        $name = "php:$tag:$i";
-        $start = hrtime(true);
-        $granted = $locks->lock($name, 0, TTL_S);
-        $latencies[] = hrtime(true) - $start;
-        if (!$granted) {
-            throw new RuntimeException("$name: a free lock not granted");
-        }
-        $locks->unlock($name);
+    $start = hrtime(true);
+    $granted = $locks->lock($name, 0, TTL_S);
+    $took = hrtime(true) - $start;
+    if (!$granted) {
+        throw new RuntimeException("$name: a free lock not granted");
     }
-    return $latencies;
+    $locks->unlock($name);
+    return $took;
 }
 
-function rawSide(Redis $redis, string $tag, int $n): array
+function rawOnce(Redis $redis, string $key): int
 {
-    $latencies = [];
-    for ($i = 0; $i < $n; $i++) {
-        $key = "php-raw:$tag:$i";
-        $start = hrtime(true);
-        $granted = $redis->rawCommand('LOCK.ACQUIRE', $key, TTL_S * 1000, 'REPLICAS', 1, 'REPLTIMEOUT', 1000);
-        $latencies[] = hrtime(true) - $start;
-        if (!is_array($granted)) {
-            throw new RuntimeException("$key: a free lock not granted");
-        }
-        $redis->rawCommand('LOCK.RELEASE', $key, $granted[0]);
+    $start = hrtime(true);
+    $granted = $redis->rawCommand('LOCK.ACQUIRE', $key, TTL_S * 1000, 'REPLICAS', 1, 'REPLTIMEOUT', 1000);
+    $took = hrtime(true) - $start;
+    if (!is_array($granted)) {
+        throw new RuntimeException("$key: a free lock not granted");
     }
-    return $latencies;
+    $redis->rawCommand('LOCK.RELEASE', $key, $granted[0]);
+    return $took;
 }
 
 $redis = new Redis();
 $redis->connect('127.0.0.1', (int) $port);
 $locks = new RedisLock\RedisLock($redis);
 $sides = [
-    'package' => fn (string $tag) => packageSide($locks, $tag, (int) $n),
-    'raw' => fn (string $tag) => rawSide($redis, $tag, (int) $n),
+    'package' => fn (string $key) => packageOnce($locks, $key),
+    'raw' => fn (string $key) => rawOnce($redis, $key),
 ];
 for ($round = 0; $round < (int) $rounds; $round++) {
     $order = $round % 2 === 0 ? $sides : array_reverse($sides, true);
-    foreach ($order as $name => $run) {
-        echo $name, ' ', implode(' ', $run("$name:$round")), "\n";
+    $latencies = ['package' => [], 'raw' => []];
+    for ($start = 0; $start < (int) $n; $start += STRETCH) {
+        foreach ($order as $name => $once) {
+            for ($i = $start; $i < min($start + STRETCH, (int) $n); $i++) {
+                $latencies[$name][] = $once("php:$name:$round:$i");
+            }
+        }
+    }
+    foreach (array_keys($sides) as $name) {
+        echo $name, ' ', implode(' ', $latencies[$name]), "\n";
     }
 }
