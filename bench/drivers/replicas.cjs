@@ -22,7 +22,7 @@ const STRETCH = 100;
 async function packageOnce(locker, key) {
   const start = process.hrtime.bigint();
   const lock = await locker.acquire(key, TTL_MS);
-  const took = process.hrtime.bigint() - start;
+  const took = Number(process.hrtime.bigint() - start);
   await lock.release();
   return took;
 }
@@ -30,7 +30,7 @@ async function packageOnce(locker, key) {
 async function rawOnce(redis, key) {
   const start = process.hrtime.bigint();
   const granted = await redis.call('LOCK.ACQUIRE', key, TTL_MS, 'REPLICAS', 1, 'REPLTIMEOUT', 1000);
-  const took = process.hrtime.bigint() - start;
+  const took = Number(process.hrtime.bigint() - start);
   if (granted === null) throw new Error(`${key}: a free lock not granted`);
   await redis.call('LOCK.RELEASE', key, granted[0]);
   return took;
