@@ -7,7 +7,9 @@
 
 const { randomBytes } = require('node:crypto');
 const { NotReplicatedError, serverError } = require('./errors.cjs');
-const { replicated, shortfall, short } = require('./replicas.cjs');
+const {
+  replicated, replicatedPlainly, plain, REFUSED, shortfall, short,
+} = require('./replicas.cjs');
 
 const MAX_MS = Number.MAX_SAFE_INTEGER;
 const MAX_LIMIT = 1_000_000;
@@ -109,6 +111,13 @@ function replyOf(key, reply, onWrongType) {
  * acknowledged.
  */
 async function grantOn(connection, key, args, replicas, releases, label) {
+  if (plain(connection, replicas)) {
+    // The server undoes a grant too few replicas acknowledged itself: nothing to release.
+    const reply = await replicatedPlainly(connection, key, args, replicas);
+    if (reply !== REFUSED) {
+      return replyOf(key, reply, null) ?? null;
+    }
+  }
   const outcome = await replicated(connection, key, [args], replicas);
   const reply = replyOf(key, outcome.replies[0], null);
   if (reply === null || reply === undefined || !short(outcome)) {
