@@ -149,6 +149,9 @@ async function holdWhile(lock, duration, every, routine, extend) {
   }
 }
 
+/** The settings of an acquire given none (one object, never changed). */
+const NO_SETTINGS = Object.freeze({});
+
 class Locker {
   /**
    * `client`: an ioredis `Redis` or `Cluster`, or a connected node-redis client, pool or
@@ -180,9 +183,9 @@ class Locker {
    * append-only file and the replicas' (Redis 7.2+, Valkey 8+, `appendonly yes`; else
    * every acquire is refused, the grant released).
    */
-  async acquire(resource, duration, settings = {}) {
+  async acquire(resource, duration, settings = NO_SETTINGS) {
     const name = resourceOf(resource);
-    const options = { ...this.settings, ...settings };
+    const options = settings === NO_SETTINGS ? this.settings : { ...this.settings, ...settings };
     checkMs(duration, 'duration', 1);
     const wait = options.wait === undefined ? undefined : checkMs(options.wait, 'wait', 0);
     const session = options.session === undefined ? undefined : checkMs(options.session, 'session', 0);
@@ -202,13 +205,32 @@ class Locker {
       }
       args.push('VALUE', value);
     }
-    const replicas = new Replicas(options.replicas, options.replicasTimeout, duration, options.fsync ?? false);
+    const replicas = this.replicasFor(options, duration);
     const releases = [['LOCK.RELEASE', key, token]];
-    const granted = grantOf(await whileWaiting(wait, (left) => grantWithReplicas(this, key, args, replicas, releases, name, session, left)));
+    const granted = grantOf(await (wait === undefined
+      ? grantWithReplicas(this, key, args, replicas, releases, name, session, undefined)
+      : whileWaiting(wait, (left) => grantWithReplicas(this, key, args, replicas, releases, name, session, left))));
     if (granted === null) {
       throw new ResourceLockedError(`${name} is locked by another holder`);
     }
     return new Lock(this, name, key, granted.token, granted.fence, duration, session, replicas);
+  }
+
+  /**
+   * The `Replicas` of an acquire with `options` for `duration` ms: the last one made
+   * again when both are the same (the defaults, most often), else a new one.
+   */
+  replicasFor(options, duration) {
+    const last = this.lastReplicas;
+    if (last !== undefined && last.duration === duration && last.replicas === options.replicas
+        && last.replicasTimeout === options.replicasTimeout && last.fsync === options.fsync) {
+      return last.made;
+    }
+    const made = new Replicas(options.replicas, options.replicasTimeout, duration, options.fsync ?? false);
+    this.lastReplicas = {
+      duration, replicas: options.replicas, replicasTimeout: options.replicasTimeout, fsync: options.fsync, made,
+    };
+    return made;
   }
 
   /**

@@ -22,6 +22,9 @@ function checkMs(value, what, minimum) {
 }
 
 function resourceOf(resource) {
+  if (typeof resource === 'string' && resource !== '') {
+    return resource;
+  }
   const key = Array.isArray(resource) ? resource : [resource];
   if (key.length !== 1 || typeof key[0] !== 'string' || key[0] === '') {
     throw new TypeError('one resource (a non-empty key name) per lock');
@@ -53,8 +56,11 @@ function modeArgs(options) {
     }
     return ['LIMIT', options.limit];
   }
-  return options.shared ? ['SHARED'] : [];
+  return options.shared ? SHARED : NO_MODE;
 }
+
+const SHARED = Object.freeze(['SHARED']);
+const NO_MODE = Object.freeze([]);
 
 function grantOf(reply) {
   if (reply === null || reply === undefined) {
