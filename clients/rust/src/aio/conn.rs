@@ -109,27 +109,81 @@ impl AsyncLink {
         key: &[u8],
         cmds: &[Cmd],
     ) -> RedisResult<Vec<RedisResult<Value>>> {
-        let mut pipe = redis::pipe();
-        pipe.ignore_errors();
-        for cmd in cmds {
-            pipe.add_command(cmd.clone());
-        }
-        let replies: Vec<Value> = match self {
+        match self {
             AsyncLink::Server(con) => {
                 let _ = key;
-                pipe.query_async(con).await?
+                let replies: Vec<Value> = pipeline(false, cmds).query_async(con).await?;
+                Ok(replies.into_iter().map(Value::extract_error).collect())
             }
             #[cfg(feature = "cluster-async")]
-            AsyncLink::Cluster(con) => {
-                use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
-                let route = SingleNodeRoutingInfo::SpecificNode(Route::new(
-                    crate::replicas::slot(key),
-                    SlotAddr::Master,
-                ));
-                con.route_pipeline(pipe, 0, cmds.len(), route).await?
+            AsyncLink::Cluster(con) => cluster_exchange(con, key, cmds).await,
+        }
+    }
+}
+
+/// `cmds` in one pipeline whose errors are replies, after `ASKING` when `asking`.
+fn pipeline(asking: bool, cmds: &[Cmd]) -> Pipeline {
+    let mut pipe = redis::pipe();
+    pipe.ignore_errors();
+    if asking {
+        pipe.cmd("ASKING");
+    }
+    for cmd in cmds {
+        pipe.add_command(cmd.clone());
+    }
+    pipe
+}
+
+/// How many `MOVED`/`ASK` answers a cluster exchange follows before it gives the last one
+/// back as its reply (as the blocking face and the other packages do).
+#[cfg(feature = "cluster-async")]
+const REDIRECTIONS: usize = 5;
+
+/// `AsyncLink::exchange` on a cluster: to the master of `key`'s slot, following a
+/// `MOVED` or `ASK` any reply carries to the node it names (the commands did not run
+/// where they were refused). The cluster connection does not follow a redirection inside
+/// a pipeline whose errors are replies; right after a slot moved, its map can still name
+/// the old node.
+#[cfg(feature = "cluster-async")]
+async fn cluster_exchange(
+    con: &mut redis::cluster_async::ClusterConnection,
+    key: &[u8],
+    cmds: &[Cmd],
+) -> RedisResult<Vec<RedisResult<Value>>> {
+    use redis::ErrorKind;
+    use redis::cluster_routing::{Route, SingleNodeRoutingInfo, SlotAddr};
+    let mut route = SingleNodeRoutingInfo::SpecificNode(Route::new(
+        crate::replicas::slot(key),
+        SlotAddr::Master,
+    ));
+    let mut asking = false;
+    let mut redirections = 0;
+    loop {
+        let replies: Vec<Value> = con
+            .route_pipeline(
+                pipeline(asking, cmds),
+                usize::from(asking),
+                cmds.len(),
+                route,
+            )
+            .await?;
+        let replies: Vec<RedisResult<Value>> =
+            replies.into_iter().map(Value::extract_error).collect();
+        let redirect = replies.iter().find_map(|reply| {
+            let err = reply.as_ref().err()?;
+            let (address, _) = err.redirect_node()?;
+            let (host, port) = address.rsplit_once(':')?;
+            let ask = matches!(err.kind(), ErrorKind::Server(redis::ServerErrorKind::Ask));
+            Some((host.to_string(), port.parse::<u16>().ok()?, ask))
+        });
+        match redirect {
+            Some((host, port, ask)) if redirections < REDIRECTIONS => {
+                redirections += 1;
+                asking = ask;
+                route = SingleNodeRoutingInfo::ByAddress { host, port };
             }
-        };
-        Ok(replies.into_iter().map(Value::extract_error).collect())
+            _ => return Ok(replies),
+        }
     }
 }
 
