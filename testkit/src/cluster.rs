@@ -112,9 +112,14 @@ impl MiniCluster {
         replica
     }
 
-    /// The port of the node that serves `key`'s slot now.
+    /// The port of the node that serves `key`'s slot now (as the first node sees it).
     pub fn port_of(&self, key: &str) -> u16 {
-        let mut con = self.nodes[0].connection();
+        self.port_seen_by(&self.nodes[0], key)
+    }
+
+    /// The port of the node that serves `key`'s slot, as `node` sees it.
+    fn port_seen_by(&self, node: &TestServer, key: &str) -> u16 {
+        let mut con = node.connection();
         let slot: u16 = redis::cmd("CLUSTER")
             .arg("KEYSLOT")
             .arg(key)
@@ -185,10 +190,13 @@ impl MiniCluster {
         for port in order {
             setslot(port, &["NODE", &to_id]);
         }
+        // Every node, not one: until they all agree, the old owner's gossip can still
+        // give the slot back to it on a node that had taken the move (each then answers
+        // MOVED to the other), which a loaded machine's run met twice.
         poll_until(
             Duration::from_secs(10),
-            "the cluster to name the new node",
-            || self.port_of(key) == to,
+            "every node to name the new node",
+            || self.nodes.iter().all(|node| self.port_seen_by(node, key) == to),
         );
     }
 
