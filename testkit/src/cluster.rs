@@ -196,7 +196,11 @@ impl MiniCluster {
         poll_until(
             Duration::from_secs(10),
             "every node to name the new node",
-            || self.nodes.iter().all(|node| self.port_seen_by(node, key) == to),
+            || {
+                self.nodes
+                    .iter()
+                    .all(|node| self.port_seen_by(node, key) == to)
+            },
         );
     }
 
