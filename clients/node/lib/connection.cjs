@@ -284,6 +284,7 @@ class Connection {
   }
 }
 
+/** A rejected command's error as its reply (as a pipeline's result gives it). */
 function errorAsReply(error) {
   return error;
 }
@@ -291,4 +292,4 @@ function errorAsReply(error) {
 /** The `error` listener of a connection the package opened for itself (see `duplicate`). */
 function quiet() {}
 
-module.exports = { Connection, slotOf };
+module.exports = { Connection, slotOf, errorAsReply };

@@ -13,6 +13,7 @@
 
 const { NotReplicatedError } = require('./errors.cjs');
 const redis70 = require('./redis70.cjs');
+const { errorAsReply } = require('./connection.cjs');
 
 const AUTO = 'auto';
 const MAX_DEFAULT_TIMEOUT_MS = 1000;
@@ -126,10 +127,6 @@ const REFUSED = Symbol('REPLICAS refused');
 function plain(connection, replicas) {
   return !replicas.fsync && connection.kind === 'ioredis' && !connection.client.isCluster
     && (noServerWait.size === 0 || !noServerWait.has(connection.addressOf()));
-}
-
-function errorAsReply(error) {
-  return error;
 }
 
 /**
