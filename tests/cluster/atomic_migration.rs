@@ -585,16 +585,12 @@ fn promoted_replica_of_the_target_has_the_locks(
     let mut dst = cluster.con(target.port);
     crate::common::sync_replicas(&mut dst, 1);
     let replica = cluster.replica_of(&target.id);
-    let mut rep = cluster.con(replica.port);
     let fences: Vec<Option<i64>> = locks
         .keys()
         .iter()
         .map(|key| info_field(&mut dst, key, "fence"))
         .collect();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut rep)
-        .expect("CLUSTER FAILOVER");
+    cluster.take_over(replica.port);
     poll_until(MIGRATION_TIMEOUT, "the replica to take over", || {
         cluster.owner_of(key_slot(locks.tag.as_bytes())).port == replica.port
     });

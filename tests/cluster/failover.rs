@@ -1,5 +1,5 @@
 //! Failover with locks held and clients waiting: on a real Redis Cluster (3 masters,
-//! 3 replicas, the module on every node) by `CLUSTER FAILOVER` and by `kill -9` of a
+//! 3 replicas, the module on every node) by `CLUSTER FAILOVER TAKEOVER` and by `kill -9` of a
 //! master, and on a standalone master and replica promoted by hand with
 //! `REPLICAOF NO ONE`, as Sentinel does.
 //!
@@ -258,15 +258,12 @@ fn acknowledged_locks_survive_failover_in_a_cluster() {
     let first = cluster.masters()[0].clone();
     let second = cluster.replica_of(&first.id);
 
-    // The replica takes over by CLUSTER FAILOVER; the old master becomes its replica.
-    let step = "CLUSTER FAILOVER";
+    // The replica takes over by CLUSTER FAILOVER TAKEOVER; the old master becomes its replica.
+    let step = "CLUSTER FAILOVER TAKEOVER";
     let held = held_with_waiters(&cluster, &first, "manual", step);
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut cluster.con(second.port))
-        .expect("CLUSTER FAILOVER");
-    // The waiters' answers are awaited once the takeover is seen: a loaded machine may
-    // take a while to complete a manual failover, and until then the master serves.
+    cluster.take_over(second.port);
+    // The waiters' answers are awaited once the takeover is seen: until the old master
+    // hears of it, it serves.
     wait_promoted(&cluster, second.port, &first.slots, step);
     let answers = all_answered(&held.1, step);
     for answer in &answers {

@@ -1,5 +1,5 @@
 //! Session-bound locks on a real Redis Cluster (3 masters, 3 replicas, the module on
-//! every node): after a slot moves to another master, and after `CLUSTER FAILOVER`, the
+//! every node): after a slot moves to another master, and after `CLUSTER FAILOVER TAKEOVER`, the
 //! bound connection is gone by definition; the grace starts on the node that now serves
 //! the key, and the owner reclaims its lock there with the same fence.
 
@@ -100,9 +100,9 @@ fn session_bound_locks_after_a_slot_move_and_a_failover() {
     }
     grace_runs_on(&cluster, target.port, (&names, fences), moved, step);
 
-    // The third master's replica takes over by CLUSTER FAILOVER, the holder still
+    // The third master's replica takes over by CLUSTER FAILOVER TAKEOVER, the holder still
     // connected to the old master.
-    let step = "CLUSTER FAILOVER";
+    let step = "CLUSTER FAILOVER TAKEOVER";
     let old = &masters[2];
     let (names, fences, mut holder) = hold_two(&cluster, old, "f");
     let _: () = redis::cmd("WAIT")
@@ -113,10 +113,7 @@ fn session_bound_locks_after_a_slot_move_and_a_failover() {
         .expect("WAIT");
     let new = cluster.replica_of(&old.id);
     let promoted = Instant::now();
-    let _: () = redis::cmd("CLUSTER")
-        .arg("FAILOVER")
-        .query(&mut cluster.con(new.port))
-        .expect("CLUSTER FAILOVER");
+    cluster.take_over(new.port);
     poll_until(
         crate::cluster_common::HEAL_TIMEOUT,
         &format!("{step}: the replica to be promoted"),

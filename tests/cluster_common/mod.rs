@@ -213,6 +213,21 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no live replica of {master_id}"))
     }
 
+    /// Makes the replica on `port` the master of its master's slots now: `CLUSTER
+    /// FAILOVER TAKEOVER`, no handshake with the master and no election. A plain `CLUSTER
+    /// FAILOVER` is abandoned by the server itself when not done in 5 s (a fixed limit in
+    /// Redis, and Valkey's default), which a loaded machine can miss, and then nothing
+    /// promotes the replica. The module's part is the same either way: the replica holds
+    /// what was acknowledged, and the old master, a replica once it hears of the new
+    /// configuration, ends its waiters. (Writes held back by a pause have their own tests.)
+    pub fn take_over(&self, port: u16) {
+        let _: () = redis::cmd("CLUSTER")
+            .arg("FAILOVER")
+            .arg("TAKEOVER")
+            .query(&mut self.con(port))
+            .expect("CLUSTER FAILOVER TAKEOVER");
+    }
+
     /// The hash slot of `key` as the server computes it (`CLUSTER KEYSLOT`).
     pub fn keyslot(&self, key: &str) -> u16 {
         let port = self.live_ports()[0];
