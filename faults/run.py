@@ -9,9 +9,10 @@ back what happened (`results.py`), counts it (`checker.py`) and writes the repor
                     [--seed N] [--fault-seconds S] [--out DIR] [--short]
 
 Exits 1 when the checker finds a violation of what the module promises (`late kept`,
-`store stale`), 2 when the run itself failed. Every process it started, every packet
-filter rule and every clock file is removed at the end, also on SIGTERM or Ctrl-C; a
-run killed with SIGKILL is cleaned up by the next one (or `--sweep`)."""
+`store stale`), 2 when the run itself failed; a run with a violation keeps its
+directory (its histories, logs and store) and names it last. Every process it started,
+every packet filter rule and every clock file is removed at the end, also on SIGTERM or
+Ctrl-C; a run killed with SIGKILL is cleaned up by the next one (or `--sweep`)."""
 
 import glob
 import json
@@ -27,6 +28,10 @@ from .report import markdown
 from .store import open_store
 from .topology import Topology
 from .workers import Workers
+
+# The line a run with a violation ends with, before the directory it keeps (its
+# histories, server logs and store): what was kept is for a look at the violation.
+KEPT = "the run's files, kept for a look at the violation:"
 
 
 class Run:
@@ -158,8 +163,8 @@ def main(argv=None):
     broken = checker.violations(rows, ["partition-master"] if o.short else None)
     for line in broken:
         print("VIOLATION:", line)
-    if broken and not o.short:
-        print(f"the run's files, for a look at the violation: {work}")
+    if broken:
+        print(f"{KEPT} {work}")
     elif not o.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 1 if broken else 0

@@ -34,6 +34,22 @@ fn short_run(tag: &str, extra: &[&str]) -> (Output, counts::Rows) {
     (output, rows)
 }
 
+/// Removes the directory a run with a violation keeps (named on its last line, after
+/// `faults/run.py`'s `KEPT`): the mutations' violations are expected, nothing to look at.
+fn discard_kept(output: &Output) {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let kept = stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("the run's files, kept for a look at the violation: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "a run with a violation names what it kept: {}",
+                shown(output)
+            )
+        });
+    std::fs::remove_dir_all(kept.trim()).expect("remove the mutation run's files");
+}
+
 fn shown(output: &Output) -> String {
     format!(
         "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
@@ -147,6 +163,7 @@ fn the_checker_fails_the_run_when_the_store_takes_a_late_write() {
         ],
     );
     assert_eq!(output.status.code(), Some(1), "{}", shown(&output));
+    discard_kept(&output);
     assert!(
         String::from_utf8_lossy(&output.stdout)
             .contains("VIOLATION: pause-client: module store stale"),
@@ -184,6 +201,7 @@ fn the_checker_fails_the_run_when_the_package_does_not_wait_for_a_replica() {
         ],
     );
     assert_eq!(output.status.code(), Some(1), "{}", shown(&output));
+    discard_kept(&output);
     assert!(
         String::from_utf8_lossy(&output.stdout)
             .contains("VIOLATION: partition-master: module overlapping"),
