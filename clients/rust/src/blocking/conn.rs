@@ -259,6 +259,11 @@ pub(crate) fn exchange(
     con: &mut dyn ConnectionLike,
     cmds: &[redis::Cmd],
 ) -> RedisResult<Vec<RedisResult<Value>>> {
+    if let [cmd] = cmds {
+        // One command goes out as it is: the same bytes and reply, without a pipeline
+        // and a copy of the command to build (an acquire's usual case).
+        return Ok(vec![con.req_command(cmd)?.extract_error()]);
+    }
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
     for cmd in cmds {
