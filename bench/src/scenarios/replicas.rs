@@ -223,9 +223,11 @@ fn p50_p99(mut nanos: Vec<u64>) -> (f64, f64) {
 /// One raw acquire of free `key` on `con`: with `REPLICAS 1` (`server_side`) or
 /// pipelined with `WAIT 1 1000`; released (untimed) once timed. Its latency (ns).
 fn raw_acquire(con: &mut redis::Connection, key: &str, server_side: bool) -> io::Result<u64> {
+    // Timed from before the command is built, as the drivers' raw sides and the package
+    // (which builds its own inside `acquire`) are.
+    let start = Instant::now();
     let mut acquire = redis::cmd("LOCK.ACQUIRE");
     acquire.arg(key).arg(600_000);
-    let start = Instant::now();
     let granted: Option<(Vec<u8>, i64)> = if server_side {
         acquire.arg("REPLICAS").arg(1).arg("REPLTIMEOUT").arg(1000);
         acquire.query(con).map_err(io::Error::other)?
