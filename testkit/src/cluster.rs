@@ -180,6 +180,22 @@ impl MiniCluster {
         };
         setslot(to, &["IMPORTING", &from_id]);
         setslot(from, &["MIGRATING", &to_id]);
+        // The new owner takes the slot with a config epoch of its own above every one it
+        // knows (it imports the slot); until it has heard of the latest one (the last
+        // move's, on the old owner), it may not bump, and the old owner's claim, still
+        // in flight, then wins on the nodes that hear it after the move, for good: each
+        // names the other (MOVED both ways), which a loaded machine met.
+        let highest = self
+            .nodes
+            .iter()
+            .map(|node| epoch(node, "cluster_my_epoch"))
+            .max()
+            .unwrap_or(0);
+        poll_until(
+            Duration::from_secs(10),
+            "the new node to know the highest config epoch",
+            || epoch(self.node(to), "cluster_current_epoch") >= highest,
+        );
         let mut order = vec![to, from];
         order.extend(
             self.nodes
@@ -211,4 +227,17 @@ impl MiniCluster {
             .find(|node| node.port == port)
             .expect("a node of the cluster")
     }
+}
+
+/// A `CLUSTER INFO` epoch of `node`: `cluster_my_epoch` (its config epoch) or
+/// `cluster_current_epoch` (the highest it has heard of).
+fn epoch(node: &TestServer, field: &str) -> u64 {
+    let info: String = redis::cmd("CLUSTER")
+        .arg("INFO")
+        .query(&mut node.connection())
+        .expect("CLUSTER INFO");
+    info.lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("CLUSTER INFO has no {field}: {info}"))
 }
