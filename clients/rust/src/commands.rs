@@ -56,11 +56,22 @@ pub fn acquire_session_cmd(
     wait: Option<Duration>,
     session: Option<Duration>,
 ) -> redis::Cmd {
-    let mut cmd = redis::cmd("LOCK.ACQUIRE");
-    cmd.arg(key.as_ref()).arg(millis(ttl));
+    let key = key.as_ref();
+    // Room for every argument an acquire can take, so that none moves the buffers.
+    let mut cmd = redis::Cmd::with_capacity(
+        ACQUIRE_ARGS,
+        ACQUIRE_BYTES + key.len() + token.map_or(0, <[u8]>::len),
+    );
+    cmd.arg("LOCK.ACQUIRE").arg(key).arg(millis(ttl));
     add_acquire_options(&mut cmd, token, wait, session);
     cmd
 }
+
+/// The most arguments a `LOCK.ACQUIRE` takes (name, key, TTL, and `TOKEN`, `WAIT`,
+/// `SESSION`, `LIMIT`, `VALUE` with theirs, `SHARED`), and the bytes of all but the key,
+/// the token and a value.
+const ACQUIRE_ARGS: usize = 14;
+const ACQUIRE_BYTES: usize = 128;
 
 /// Adds `[TOKEN token] [WAIT timeout-ms] [SESSION grace-ms]`, the options both acquires
 /// share.

@@ -19,6 +19,11 @@ use redis::{ErrorKind, FromRedisValue, RedisError, RedisResult, Value};
 
 /// The longest default wait for the replicas' acknowledgement.
 const MAX_DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What `REPLICAS <n|AUTO> REPLTIMEOUT <ms>` adds to a command: 4 arguments, and at most
+/// 12 + 20 + 11 + 20 bytes.
+const SERVER_WAIT_ARGS: usize = 4;
+const SERVER_WAIT_BYTES: usize = 64;
 /// What a not-replicated grant's error starts with.
 const NOT_REPLICATED: &str = "NOTREPLICATED";
 
@@ -131,7 +136,7 @@ impl Policy {
         let mut writes: Vec<redis::Cmd> = cmds
             .iter()
             .map(|cmd| {
-                let mut cmd = cmd.clone();
+                let mut cmd = copy_with_room(cmd, SERVER_WAIT_ARGS, SERVER_WAIT_BYTES);
                 cmd.arg("REPLICAS");
                 match self.replicas {
                     Replicas::Auto => cmd.arg("AUTO"),
@@ -428,9 +433,46 @@ pub(crate) fn shortfall(
     })
 }
 
+/// A copy of `cmd` with room for `args` more arguments of `bytes` in all, so that adding
+/// them moves nothing: a clone has no room to spare, and an acquire's arguments grew its
+/// buffers twice more on their way out. A command with an argument of another kind (a
+/// cursor: none of the lock commands has one) is cloned.
+fn copy_with_room(cmd: &redis::Cmd, args: usize, bytes: usize) -> redis::Cmd {
+    let mut size = 0;
+    for arg in cmd.args_iter() {
+        match arg {
+            redis::Arg::Simple(arg) => size += arg.len(),
+            _ => return cmd.clone(),
+        }
+    }
+    let mut copy = redis::Cmd::with_capacity(cmd.args_iter().len() + args, size + bytes);
+    for arg in cmd.args_iter() {
+        if let redis::Arg::Simple(arg) = arg {
+            copy.arg(arg);
+        }
+    }
+    copy
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_copy_with_room_sends_the_bytes_of_the_command_and_what_follows() {
+        let mut cmd = redis::cmd("LOCK.ACQUIRE");
+        cmd.arg("orders:42")
+            .arg(30_000)
+            .arg("TOKEN")
+            .arg(&[0u8, 255, 7][..]);
+        let copy = copy_with_room(&cmd, SERVER_WAIT_ARGS, SERVER_WAIT_BYTES);
+        assert_eq!(copy.get_packed_command(), cmd.get_packed_command());
+        let mut longer = copy.clone();
+        longer.arg("REPLICAS").arg("AUTO");
+        let mut expected = cmd.clone();
+        expected.arg("REPLICAS").arg("AUTO");
+        assert_eq!(longer.get_packed_command(), expected.get_packed_command());
+    }
 
     #[test]
     fn auto_asks_for_one_replica_when_there_is_one() {
