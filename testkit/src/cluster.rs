@@ -58,14 +58,10 @@ impl MiniCluster {
                     .arg("INFO")
                     .query(&mut con)
                     .unwrap_or_default();
-                let field = |name: &str| {
-                    info.lines()
-                        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
-                        .map(|value| value.trim().to_string())
-                };
-                field("cluster_state").as_deref() == Some("ok")
-                    && field("cluster_slots_ok").as_deref() == Some("16384")
-                    && field("cluster_known_nodes") == Some(masters.to_string())
+                let field = |name: &str| info_field(&info, name);
+                field("cluster_state") == Some("ok")
+                    && field("cluster_slots_ok") == Some("16384")
+                    && field("cluster_known_nodes") == Some(masters.to_string().as_str())
             });
         }
         cluster
@@ -236,8 +232,14 @@ fn epoch(node: &TestServer, field: &str) -> u64 {
         .arg("INFO")
         .query(&mut node.connection())
         .expect("CLUSTER INFO");
-    info.lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|value| value.trim().parse().ok())
+    info_field(&info, field)
+        .and_then(|value| value.parse().ok())
         .unwrap_or_else(|| panic!("CLUSTER INFO has no {field}: {info}"))
+}
+
+/// The value of `name` in a `CLUSTER INFO` reply (`name:value` lines).
+fn info_field<'a>(info: &'a str, name: &str) -> Option<&'a str> {
+    info.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .map(str::trim)
 }
