@@ -80,28 +80,20 @@ final class Commands
      */
     public function acquirePlain(string $key, int $ttlMs, string $token, Replicas $replicas): ?array
     {
-        $redis = $this->redis;
-        $redis->clearLastError();
+        $write = $replicas->serverWrite(['LOCK.ACQUIRE', $key, (string) $ttlMs, 'TOKEN', $token], $ttlMs);
         try {
-            $reply = $redis->rawCommand(...$replicas->serverWrite(['LOCK.ACQUIRE', $key, (string) $ttlMs, 'TOKEN', $token], $ttlMs));
+            [$reply] = $this->exchange($this->redis, $key, [$write]);
         } catch (RedisException $e) {
-            // phpredis throws an error reply of a code it does not know (NOTREPLICATED).
-            if (strpos($e->getMessage(), 'NOTREPLICATED') === false) {
-                throw $e;
-            }
-            throw self::fromServer($key, new LockException('LOCK.ACQUIRE: ' . $e->getMessage()));
+            $reply = self::notReplicatedReply($e, 'LOCK.ACQUIRE');
         }
         if (is_array($reply)) {
             return [(string) $reply[0], (int) $reply[1]];
         }
-        $error = $redis->getLastError();
-        if ($error === null) {
+        if (!$reply instanceof LockException) {
             return null;
         }
-        $redis->clearLastError();
-        $refused = new LockException('LOCK.ACQUIRE: ' . $error);
-        if (!self::refusesReplicas($refused)) {
-            throw self::fromServer($key, $refused);
+        if (!self::refusesReplicas($reply)) {
+            throw self::fromServer($key, $reply);
         }
         // The server cannot wait (Redis 7.0) and changed nothing: from now on the
         // package waits itself.
@@ -254,12 +246,11 @@ final class Commands
             try {
                 $replies = $this->exchange($connection, $key, $writes);
             } catch (RedisException $e) {
-                // phpredis throws an error reply of a code it does not know (NOTREPLICATED)
-                // instead of handing it back: each command here is sent on its own.
-                if (count($commands) !== 1 || strpos($e->getMessage(), 'NOTREPLICATED') === false) {
+                // Each command here is sent on its own: only one can have thrown it.
+                if (count($commands) !== 1) {
                     throw $e;
                 }
-                $replies = [new LockException($commands[0][0] . ': ' . $e->getMessage())];
+                $replies = [self::notReplicatedReply($e, $commands[0][0])];
             }
             $fsync = $replicas->fsync();
             $own = $fsync ? array_slice($replies, 0, count($commands)) : $replies;
@@ -298,6 +289,19 @@ final class Commands
     private static function refusesReplicas(LockException $reply): bool
     {
         return preg_match("/REPLICAS needs|unknown option 'REPLICAS'/", $reply->getMessage()) === 1;
+    }
+
+    /**
+     * `$e`, thrown by phpredis for `$command`, as the error reply it was: phpredis throws
+     * an error reply of a code it does not know (NOTREPLICATED) instead of handing it
+     * back. Anything else is thrown again.
+     */
+    private static function notReplicatedReply(RedisException $e, string $command): LockException
+    {
+        if (strpos($e->getMessage(), 'NOTREPLICATED') === false) {
+            throw $e;
+        }
+        return new LockException($command . ': ' . $e->getMessage());
     }
 
     /**
