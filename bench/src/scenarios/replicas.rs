@@ -22,8 +22,8 @@
 //! deps-test` installs; a package whose driver cannot run is left out, with a line that
 //! says why). The sides take turns in stretches of 100 acquires, so that all meet the
 //! same state of the machine: on a 2-core virtual machine a round trip's latency shifts
-//! by 15 us from one second to the next (idle CPUs poll for a while before they halt,
-//! and the window adapts), and in blocks of 5,000 a side the same Python package
+//! by 15 us from one second to the next (its idle CPUs go through the guest's
+//! `haltpoll` driver), and in blocks of 5,000 a side the same Python package
 //! measured 1.02x to 1.07x from run to run. On a server that cannot wait (Redis 7.0)
 //! these parts are skipped.
 
