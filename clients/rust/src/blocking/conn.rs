@@ -6,6 +6,7 @@
 //! connections it keeps for the next lock, so that taking a lock does not open a new
 //! connection each time.
 
+use std::cell::Cell;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -49,7 +50,9 @@ impl Source {
     /// A new connection with connect, read and write timeouts.
     pub(crate) fn connect(&self, timeout: Duration) -> RedisResult<Link> {
         match self {
-            Source::Server(client) => Ok(Link::Server(connect(client, timeout)?)),
+            Source::Server(client) => {
+                Ok(Link::new(Conn::Server(connect(client, timeout)?), timeout))
+            }
             #[cfg(feature = "sentinel")]
             Source::Sentinel(client) => {
                 let con = client
@@ -58,14 +61,14 @@ impl Source {
                     .get_connection()?;
                 con.set_read_timeout(Some(timeout))?;
                 con.set_write_timeout(Some(timeout))?;
-                Ok(Link::Server(con))
+                Ok(Link::new(Conn::Server(con), timeout))
             }
             #[cfg(feature = "cluster")]
             Source::Cluster(client) => {
                 let con = client.get_connection()?;
                 con.set_read_timeout(Some(timeout))?;
                 con.set_write_timeout(Some(timeout))?;
-                Ok(Link::Cluster(Box::new(con)))
+                Ok(Link::new(Conn::Cluster(Box::new(con)), timeout))
             }
             #[cfg(feature = "r2d2")]
             Source::Pool(pool) => {
@@ -77,7 +80,7 @@ impl Source {
                 })?;
                 con.set_read_timeout(Some(timeout))?;
                 con.set_write_timeout(Some(timeout))?;
-                Ok(Link::Pooled(con))
+                Ok(Link::new(Conn::Pooled(con), timeout))
             }
         }
     }
@@ -85,7 +88,7 @@ impl Source {
 
 /// A connection to a server or to a cluster (boxed: a cluster connection is large, and a
 /// guard keeps its link in a mutex for its whole life).
-pub(crate) enum Link {
+enum Conn {
     Server(Connection),
     #[cfg(feature = "cluster")]
     Cluster(Box<redis::cluster::ClusterConnection>),
@@ -94,15 +97,48 @@ pub(crate) enum Link {
     Pooled(r2d2::PooledConnection<redis::Client>),
 }
 
+/// A connection, and the read timeout it has.
+pub(crate) struct Link {
+    conn: Conn,
+    /// The read timeout last set on the connection (every one is set through
+    /// `set_read_timeout`), `None` when unknown (a setting that failed): setting the same
+    /// one again, as each lock taken from the idle connections does, costs no system
+    /// call.
+    read_timeout: Cell<Option<Option<Duration>>>,
+}
+
 impl Link {
-    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> RedisResult<()> {
-        match self {
-            Link::Server(con) => con.set_read_timeout(timeout),
-            #[cfg(feature = "cluster")]
-            Link::Cluster(con) => con.set_read_timeout(timeout),
-            #[cfg(feature = "r2d2")]
-            Link::Pooled(con) => con.set_read_timeout(timeout),
+    /// `conn`, whose read timeout was just set to `timeout`.
+    fn new(conn: Conn, timeout: Duration) -> Self {
+        Link {
+            conn,
+            read_timeout: Cell::new(Some(Some(timeout))),
         }
+    }
+
+    /// Whether it is a cluster's: its exchanges may follow a `MOVED` to another node.
+    pub(crate) fn on_cluster(&self) -> bool {
+        #[cfg(feature = "cluster")]
+        if matches!(self.conn, Conn::Cluster(_)) {
+            return true;
+        }
+        false
+    }
+
+    pub(crate) fn set_read_timeout(&self, timeout: Option<Duration>) -> RedisResult<()> {
+        if self.read_timeout.get() == Some(timeout) {
+            return Ok(());
+        }
+        self.read_timeout.set(None);
+        match &self.conn {
+            Conn::Server(con) => con.set_read_timeout(timeout),
+            #[cfg(feature = "cluster")]
+            Conn::Cluster(con) => con.set_read_timeout(timeout),
+            #[cfg(feature = "r2d2")]
+            Conn::Pooled(con) => con.set_read_timeout(timeout),
+        }?;
+        self.read_timeout.set(Some(timeout));
+        Ok(())
     }
 
     /// Sends `cmds` in one round trip (a pipeline; on a cluster, each to the master of
@@ -114,7 +150,7 @@ impl Link {
         cmds: &[redis::Cmd],
     ) -> RedisResult<Vec<RedisResult<Value>>> {
         #[cfg(feature = "cluster")]
-        if let Link::Cluster(con) = self {
+        if let Conn::Cluster(con) = &mut self.conn {
             use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
             let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
                 crate::replicas::slot(key),
@@ -134,12 +170,12 @@ impl Link {
     }
 
     fn inner(&mut self) -> &mut dyn ConnectionLike {
-        match self {
-            Link::Server(con) => con,
+        match &mut self.conn {
+            Conn::Server(con) => con,
             #[cfg(feature = "cluster")]
-            Link::Cluster(con) => con.as_mut(),
+            Conn::Cluster(con) => con.as_mut(),
             #[cfg(feature = "r2d2")]
-            Link::Pooled(con) => &mut **con,
+            Conn::Pooled(con) => &mut **con,
         }
     }
 }
@@ -159,12 +195,12 @@ impl ConnectionLike for Link {
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            Link::Server(con) => con.get_db(),
+        match &self.conn {
+            Conn::Server(con) => con.get_db(),
             #[cfg(feature = "cluster")]
-            Link::Cluster(con) => con.get_db(),
+            Conn::Cluster(con) => con.get_db(),
             #[cfg(feature = "r2d2")]
-            Link::Pooled(con) => con.get_db(),
+            Conn::Pooled(con) => con.get_db(),
         }
     }
 
@@ -173,12 +209,12 @@ impl ConnectionLike for Link {
     }
 
     fn is_open(&self) -> bool {
-        match self {
-            Link::Server(con) => con.is_open(),
+        match &self.conn {
+            Conn::Server(con) => con.is_open(),
             #[cfg(feature = "cluster")]
-            Link::Cluster(con) => con.is_open(),
+            Conn::Cluster(con) => con.is_open(),
             #[cfg(feature = "r2d2")]
-            Link::Pooled(con) => con.is_open(),
+            Conn::Pooled(con) => con.is_open(),
         }
     }
 }
@@ -201,12 +237,12 @@ pub(crate) struct Links {
 
 impl std::fmt::Debug for Link {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Link::Server(_) => "Link::Server",
+        f.write_str(match self.conn {
+            Conn::Server(_) => "Link::Server",
             #[cfg(feature = "cluster")]
-            Link::Cluster(_) => "Link::Cluster",
+            Conn::Cluster(_) => "Link::Cluster",
             #[cfg(feature = "r2d2")]
-            Link::Pooled(_) => "Link::Pooled",
+            Conn::Pooled(_) => "Link::Pooled",
         })
     }
 }
@@ -243,7 +279,7 @@ impl Links {
     /// one goes back to its pool).
     pub(crate) fn give_back(&self, link: Link) {
         #[cfg(feature = "r2d2")]
-        if matches!(link, Link::Pooled(_)) {
+        if matches!(link.conn, Conn::Pooled(_)) {
             return;
         }
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());

@@ -30,23 +30,13 @@ pub(crate) fn online_with(
 
 /// Where what is learned of `key`'s master is kept: its slot on a cluster, else 0.
 fn place(con: &Link, key: &[u8]) -> u16 {
-    if on_cluster(con) { slot(key) } else { 0 }
+    if con.on_cluster() { slot(key) } else { 0 }
 }
 
 /// The replicas `key`'s master has online, learned on `con` now if not known.
 pub(crate) fn online(links: &Links, con: &mut Link, key: &[u8]) -> RedisResult<usize> {
     let place = place(con, key);
     online_with(&links.learned, place, |cmds| con.exchange(key, cmds))
-}
-
-/// Whether `con` is a cluster's: its exchanges may follow a `MOVED` to another node.
-fn on_cluster(con: &Link) -> bool {
-    #[cfg(feature = "cluster")]
-    if matches!(con, Link::Cluster(_)) {
-        return true;
-    }
-    let _ = con;
-    false
 }
 
 /// Sends `cmds` (writes that make or keep a grant on `key`) and the `WAIT` `policy` asks
@@ -70,7 +60,7 @@ pub(crate) fn replicated(
     };
     let count = cmds.len();
     let mut replies = Vec::new();
-    if on_cluster(con) && !policy.asks_no_replica() {
+    if con.on_cluster() && !policy.asks_no_replica() {
         cmds.push(node_cmd());
         replies = con.exchange(key, &cmds)?;
         let node = replies.pop().unwrap_or(Ok(Value::Nil));
