@@ -97,8 +97,9 @@ def acquire_args(name: Any, ttl_ms: int, token: Optional[Token] = None,
                  wait_ms: Optional[int] = None,
                  session_ms: Optional[int] = None,
                  mode: Sequence[Any] = ()) -> List[Any]:
-    """`LOCK.ACQUIRE key ttl-ms [TOKEN t] [WAIT ms] [SESSION ms] [SHARED | LIMIT n]`."""
-    return ["LOCK.ACQUIRE", name, ttl_ms, *mode, *_options(token, wait_ms, session_ms)]
+    """`LOCK.ACQUIRE key ttl-ms [TOKEN t] [WAIT ms] [SESSION ms] [SHARED | LIMIT n]`.
+    The words as bytes: redis-py sends bytes as they are and encodes a str each time."""
+    return [b"LOCK.ACQUIRE", name, ttl_ms, *mode, *_options(token, wait_ms, session_ms)]
 
 
 def _options(token: Optional[Token], wait_ms: Optional[int],
@@ -106,7 +107,7 @@ def _options(token: Optional[Token], wait_ms: Optional[int],
     """`[TOKEN t] [WAIT ms] [SESSION ms]`, each when given."""
     args: List[Any] = []
     if token is not None:
-        args += ["TOKEN", token]
+        args += [b"TOKEN", token]
     if wait_ms is not None:
         args += ["WAIT", wait_ms]
     if session_ms is not None:

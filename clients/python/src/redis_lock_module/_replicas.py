@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 from functools import partial
-from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from redis.exceptions import ResponseError
 
@@ -67,8 +67,12 @@ class Replicas:
             raise ValueError(f"fsync must be True or False, not {fsync!r}")
         self.fsync = fsync
         self.timeout_ms = timeout_ms(replicas_timeout, ttl_ms, fsync)
-        # What `REPLICAS` says on the wire: the server's own rule, or the number.
-        self.rule: Union[str, int] = "AUTO" if self.setting == AUTO else self.setting
+        # What the server is asked on the wire: `REPLICAS` with its own rule (`AUTO`) or
+        # the number, and `REPLTIMEOUT`; encoded once here, not at each write (redis-py
+        # encodes a str or an int on every command; bytes go out as they are).
+        rule = b"AUTO" if self.setting == AUTO else str(self.setting).encode()
+        self.server_args: Tuple[bytes, ...] = (
+            b"REPLICAS", rule, b"REPLTIMEOUT", str(self.timeout_ms).encode())
 
     @property
     def off(self) -> bool:
@@ -169,8 +173,7 @@ def server_writes(commands: Sequence[Sequence[Any]], replicas: Replicas) -> List
     """`commands` asking the server to hold each reply for its replicas (`REPLICAS AUTO`,
     or the number given, 0 included, and `REPLTIMEOUT`); with fsync, a `WAITAOF 1 0`
     after them for the master's own fsync."""
-    writes = [[*command, "REPLICAS", replicas.rule, "REPLTIMEOUT", replicas.timeout_ms]
-              for command in commands]
+    writes = [[*command, *replicas.server_args] for command in commands]
     if replicas.fsync:
         writes.append(["WAITAOF", 1, 0, replicas.timeout_ms])
     return writes
@@ -234,8 +237,7 @@ def replicated(connection: Any, args: Sequence[Any], replicas: Replicas,
                 return Outcome(replies, 0, replicas, name)
         else:
             # The common grant: one command, sent and read as redis-py's own are.
-            reply = exchange_one(connection, (*args, "REPLICAS", replicas.rule,
-                                              "REPLTIMEOUT", replicas.timeout_ms))
+            reply = exchange_one(connection, (*args, *replicas.server_args))
             if not isinstance(reply, ResponseError) or learned_server_waits(connection, (reply,)):
                 return Outcome([reply], 0, None, name)
     return _redis70.replicated(connection, args, replicas, name)
@@ -268,8 +270,7 @@ async def async_replicated(connection: Any, args: Sequence[Any], replicas: Repli
             if learned_server_waits(connection, replies[:1]):
                 return Outcome(replies, 0, replicas, name)
         else:
-            reply = await async_exchange_one(connection, (*args, "REPLICAS", replicas.rule,
-                                                          "REPLTIMEOUT", replicas.timeout_ms))
+            reply = await async_exchange_one(connection, (*args, *replicas.server_args))
             if not isinstance(reply, ResponseError) or learned_server_waits(connection, (reply,)):
                 return Outcome([reply], 0, None, name)
     return await _redis70.async_replicated(connection, args, replicas, name)
