@@ -53,11 +53,12 @@ class RedisLock
      * server frees its locks that many seconds later (0: at once), whatever their
      * expiry. Not with `pconnect`: a persistent connection outlives the request.
      * $replicas ('auto', the default): a grant counts once a replica of the master has it,
-     * so that a failover keeps it (see Replicas): `WAIT 1` goes with every grant and
-     * extend when the master has a replica online, nothing when it has none; a number asks
-     * for that many (a master with fewer online refuses: NotReplicatedException), 0 turns
-     * it off. $replicasTimeout (seconds) bounds the WAIT: by default a tenth of the expiry,
-     * at most 1 s. A grant too few replicas acknowledged is released at once and taken
+     * so that a failover keeps it (see Replicas): the server holds the reply of every grant
+     * and extend until a replica has it when the master has one, and answers at once when
+     * it has none (`REPLICAS AUTO`; on Redis 7.0, which cannot, the package sends `WAIT 1`
+     * itself); a number asks for that many (too few acknowledging in time:
+     * NotReplicatedException), 0 turns it off. $replicasTimeout (seconds) bounds the wait:
+     * by default a tenth of the expiry, at most 1 s. A grant too few replicas acknowledged is released at once and taken
      * again while the `$timeout` of `lock` lasts, then NotReplicatedException is thrown.
      * $fsync waits with `WAITAOF 1 n` instead: the master's own fsync to its append-only
      * file and the replicas' (Redis 7.2+, Valkey 8+, `appendonly yes`; else refused).

@@ -31,14 +31,14 @@ final class Replicas
     /** @var Redis70|null what the package learned itself, where the server cannot wait */
     private $redis70;
 
+    /** @var bool wait with WAITAOF: the master's own fsync and the replicas' */
+    private $fsync;
+
     /**
      * @param string|int $setting 'auto', or a number of replicas from 0 (off)
      * @param float|null $timeoutSeconds how long to wait for them; default a tenth of the
      *                                   lock's expiry, at most 1 s
      */
-    /** @var bool wait with WAITAOF: the master's own fsync and the replicas' */
-    private $fsync;
-
     public function __construct($setting = self::AUTO, ?float $timeoutSeconds = null, bool $fsync = false)
     {
         $this->fsync = $fsync;
