@@ -243,6 +243,66 @@ fn the_watchdog_reports_a_lost_lock_when_the_server_stays_unreachable_for_a_ttl(
 }
 
 #[test]
+fn a_wait_without_limit_outlasts_the_command_timeout_and_its_connection_gets_it_back() {
+    let mut server = TestServer::start();
+    let command_timeout = Duration::from_millis(300);
+    let locker = locker(&server).with_command_timeout(command_timeout);
+    let holder = locker
+        .acquire("orders:16", &ttl(30_000))
+        .unwrap()
+        .expect("granted");
+    // A wait without limit reads its reply with no read timeout: it outlasts the command
+    // timeout, and its connection then goes back to the locker's idle ones.
+    let waiter = {
+        let locker = locker.clone();
+        thread::spawn(move || {
+            let lock = locker
+                .acquire("orders:16", &ttl(30_000).wait(Duration::ZERO))
+                .unwrap()
+                .expect("granted after the holder's release");
+            assert!(lock.release().unwrap());
+        })
+    };
+    let mut con = server.connection();
+    poll_until(Duration::from_secs(10), "the waiter is queued", || {
+        redis_lock_client::commands::info_cmd("orders:16")
+            .query::<Option<redis_lock_client::LockInfo>>(&mut con)
+            .unwrap()
+            .is_some_and(|info| info.waiters == 1)
+    });
+    // Time itself is the event here: the waiter must still be waiting past its command
+    // timeout.
+    thread::sleep(command_timeout * 2);
+    assert!(holder.release().unwrap());
+    waiter
+        .join()
+        .expect("the waiter was granted, not timed out");
+    // Stopped, not killed: connections are accepted, nothing is answered.
+    let pid = server.pid().expect("running").to_string();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .expect("kill -STOP");
+    assert!(stopped.success());
+    let (done, answer) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let _ = done.send(
+            locker
+                .acquire("orders:17", &ttl(30_000))
+                .map(|lock| lock.is_some()),
+        );
+    });
+    // On the waiter's connection (the last one given back, the first taken), without
+    // its command timeout the acquire would wait for the stopped server forever.
+    let answered = answer.recv_timeout(Duration::from_secs(30));
+    server.kill();
+    let err = answered
+        .expect("the acquire gave up at its command timeout")
+        .expect_err("nobody answered");
+    assert!(err.is_timeout(), "{err}");
+}
+
+#[test]
 fn the_watchdog_stops_on_release_and_never_touches_the_next_holder() {
     let server = TestServer::start();
     let locker = locker(&server);
