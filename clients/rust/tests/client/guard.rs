@@ -138,13 +138,7 @@ fn a_waiting_acquire_gets_the_lock_when_the_holder_releases() {
             locker.acquire("orders:7", &options).unwrap()
         })
     };
-    let mut con = server.connection();
-    poll_until(Duration::from_secs(10), "the waiter is queued", || {
-        redis_lock_client::commands::info_cmd("orders:7")
-            .query::<Option<redis_lock_client::LockInfo>>(&mut con)
-            .unwrap()
-            .is_some_and(|info| info.waiters == 1)
-    });
+    wait_for_waiters(&mut server.connection(), 1);
     let holder_fence = holder.fence();
     assert!(holder.release().unwrap());
     let granted = waiter.join().unwrap().expect("the waiter got the lock");
@@ -228,12 +222,7 @@ fn the_watchdog_reports_a_lost_lock_when_the_server_stays_unreachable_for_a_ttl(
         .expect("granted");
     // Stopped, not killed: the port stays taken, so a reconnecting watchdog cannot reach
     // another test's server started on it (and be told the lock is not held there).
-    let pid = server.pid().expect("running").to_string();
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .expect("kill -STOP");
-    assert!(stopped.success());
+    let _frozen = freeze(&server);
     let lost = lock
         .wait_lost(Duration::from_secs(10))
         .expect("presumed lost after a TTL without an extend");
@@ -263,13 +252,7 @@ fn a_wait_without_limit_outlasts_the_command_timeout_and_its_connection_gets_it_
             assert!(lock.release().unwrap());
         })
     };
-    let mut con = server.connection();
-    poll_until(Duration::from_secs(10), "the waiter is queued", || {
-        redis_lock_client::commands::info_cmd("orders:16")
-            .query::<Option<redis_lock_client::LockInfo>>(&mut con)
-            .unwrap()
-            .is_some_and(|info| info.waiters == 1)
-    });
+    wait_for_waiters(&mut server.connection(), 1);
     // Time itself is the event here: the waiter must still be waiting past its command
     // timeout.
     thread::sleep(command_timeout * 2);
@@ -277,13 +260,7 @@ fn a_wait_without_limit_outlasts_the_command_timeout_and_its_connection_gets_it_
     waiter
         .join()
         .expect("the waiter was granted, not timed out");
-    // Stopped, not killed: connections are accepted, nothing is answered.
-    let pid = server.pid().expect("running").to_string();
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .expect("kill -STOP");
-    assert!(stopped.success());
+    let _frozen = freeze(&server);
     let (done, answer) = std::sync::mpsc::channel();
     thread::spawn(move || {
         let _ = done.send(

@@ -2,7 +2,6 @@
 //! replica of the master has it. A master with one real replica, frozen with `SIGSTOP`
 //! where a test needs it, and masters without one.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::common::*;
@@ -12,26 +11,6 @@ use redis_lock_client::{
 
 fn ttl(ms: u64) -> LockOptions {
     LockOptions::new(Duration::from_millis(ms))
-}
-
-/// `server` stopped (`SIGSTOP`) while the guard lives, continued when it drops.
-struct Frozen(u32);
-
-fn freeze(server: &TestServer) -> Frozen {
-    let pid = server.pid().expect("running");
-    let status = Command::new("kill")
-        .args(["-STOP", &pid.to_string()])
-        .status();
-    assert!(status.expect("kill").success());
-    Frozen(pid)
-}
-
-impl Drop for Frozen {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
-    }
 }
 
 /// A master with a replica in sync.

@@ -117,3 +117,24 @@ pub fn wait_for_waiters(con: &mut redis::Connection, n: u64) {
         || lock_stat(con, "lock_waiters") == n,
     );
 }
+
+/// `server` stopped (`SIGSTOP`) while the guard lives, continued when it drops: its
+/// port stays taken and connections are accepted, but nothing is answered.
+pub struct Frozen(u32);
+
+pub fn freeze(server: &TestServer) -> Frozen {
+    let pid = server.pid().expect("running");
+    let status = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status();
+    assert!(status.expect("kill").success());
+    Frozen(pid)
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
