@@ -178,11 +178,9 @@ impl Locker {
         options: &LockOptions,
     ) -> RedisResult<Option<(Link, Grant)>> {
         let mut con = self.links.take(self.command_timeout)?;
-        // Without `WAIT` the reply's limit is the command timeout `take` set: no second
-        // system call (nor a third in `hold`).
-        if let Some(limit) = self.reply_limit(options) {
-            con.set_read_timeout(limit)?;
-        }
+        // Without `WAIT` the reply's limit is the command timeout `take` set: the link
+        // knows it has it, and makes no system call (nor does `hold`).
+        con.set_read_timeout(options.reply_limit(self.command_timeout))?;
         let cmd = options.acquire_cmd(key, token);
         let outcome = replicated(
             &self.links,
@@ -221,13 +219,6 @@ impl Locker {
         }
     }
 
-    /// The read timeout an acquire with `options` needs for its reply, when it is not
-    /// the command timeout a connection has when taken.
-    fn reply_limit(&self, options: &LockOptions) -> Option<Option<Duration>> {
-        let limit = options.reply_limit(self.command_timeout);
-        (limit != Some(self.command_timeout)).then_some(limit)
-    }
-
     /// The guard of `grant`, held on `con`.
     fn hold(
         &self,
@@ -236,9 +227,7 @@ impl Locker {
         grant: Grant,
         options: &LockOptions,
     ) -> RedisResult<Option<Lock>> {
-        if self.reply_limit(options).is_some() {
-            con.set_read_timeout(Some(self.command_timeout))?;
-        }
+        con.set_read_timeout(Some(self.command_timeout))?;
         let shared = Arc::new(Shared {
             links: self.links.clone(),
             command_timeout: self.command_timeout,

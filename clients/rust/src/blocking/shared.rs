@@ -66,12 +66,11 @@ impl Shared {
                 slot.insert(con)
             }
         };
-        let limited = limit < self.command_timeout;
-        if limited {
-            con.set_read_timeout(Some(limit))?;
-        }
+        // The link sets a timeout it does not have only: the command timeout, most often,
+        // costs no system call.
+        con.set_read_timeout(Some(limit.min(self.command_timeout)))?;
         let result = work(con);
-        if limited && result.is_ok() {
+        if result.is_ok() {
             con.set_read_timeout(Some(self.command_timeout))?;
         }
         if result.is_err() {
