@@ -58,8 +58,9 @@ class RedisLock
      * it has none (`REPLICAS AUTO`; on Redis 7.0, which cannot, the package sends `WAIT 1`
      * itself); a number asks for that many (too few acknowledging in time:
      * NotReplicatedException), 0 turns it off. $replicasTimeout (seconds) bounds the wait:
-     * by default a tenth of the expiry, at most 1 s. A grant too few replicas acknowledged is released at once and taken
-     * again while the `$timeout` of `lock` lasts, then NotReplicatedException is thrown.
+     * by default a tenth of the expiry, at most 1 s. A grant too few replicas acknowledged
+     * is released at once and taken again while the `$timeout` of `lock` lasts, then
+     * NotReplicatedException is thrown.
      * $fsync waits with `WAITAOF 1 n` instead: the master's own fsync to its append-only
      * file and the replicas' (Redis 7.2+, Valkey 8+, `appendonly yes`; else refused).
      *
