@@ -629,3 +629,37 @@ def test_do_runs_a_command_only_while_the_lock_is_held(r, key):
         lock.do("DECR", data)
     assert lock.lost
     assert int(r.get(data)) == 0, "the late write did not run"
+
+
+# --- what the package puts on the wire -------------------------------------------------
+
+
+def test_a_command_packed_by_the_package_is_the_one_redis_py_packs(port):
+    # The package packs its single commands itself (`_protocol.packed`): byte for byte
+    # what the client's own packer makes of the same arguments, in the client's encoding.
+    from redis_lock_module._protocol import packed
+
+    connection = redis.Redis(port=port, encoding="latin-1").connection_pool.make_connection()
+    commands = [
+        (b"LOCK.ACQUIRE", "l\u00e9", 600000, b"TOKEN", b"a" * 32, b"REPLICAS", b"AUTO"),
+        ("LOCK.EXTEND", b"k", -5, 2.5, b""),  # a negative, a float, an empty argument
+        ("LOCK.ACQUIRE", "k", 1, "VALUE", b"v" * 10_000),  # past redis-py's copy cutoff
+        ("LOCK.INFO", memoryview(b"a key")),
+    ]
+    for command in commands:
+        expected = b"".join(bytes(part) for part in connection.pack_command(*command))
+        assert packed(command, connection.encoder.encode) == expected, command
+
+
+def test_a_client_encoding_names_the_same_key_for_the_package_and_the_client(port, key):
+    # A name that is not ASCII goes out in the client's encoding (latin-1: one byte for
+    # "é"), as the client's own commands send it; the lock is found by both.
+    r = redis.Redis(port=port, encoding="latin-1")
+    name = key + "\u00e9"
+    lock = make(r, name, timeout=30)
+    assert lock.acquire(blocking=False)
+    assert r.execute_command("LOCK.INFO", name) is not None
+    assert r.exists((key + "\u00e9").encode("latin-1")) == 1
+    assert not r.exists(name.encode("utf-8"))
+    lock.release()
+    assert not r.exists(name)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 Number = Union[int, float]
 Token = Union[bytes, str]
@@ -78,6 +78,20 @@ def _draw_tokens() -> List[bytes]:
     bits = int.from_bytes(os.urandom(16 * _BATCH), "big") & _CLEARED | _SET
     digits = bits.to_bytes(16 * _BATCH, "big").hex().encode()
     return [digits[at:at + 32] for at in range(0, len(digits), 32)]
+
+
+def packed(command: Sequence[Any], encode: Callable[[Any], bytes]) -> bytes:
+    """`command` as the server reads it (a RESP array of bulk strings), in one buffer:
+    bytes as they are, anything else through the client's `encode` (its encoding, as
+    redis-py's own packing does). What redis-py's packer does for any command, in half
+    its time for an acquire's nine arguments (it checks each argument's kind and size to
+    hand large values over without a copy, which a lock's arguments never need)."""
+    parts = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        if type(arg) is not bytes:
+            arg = encode(arg)
+        parts.append(b"$%d\r\n%b\r\n" % (len(arg), arg))
+    return b"".join(parts)
 
 
 MAX_LIMIT = 1_000_000

@@ -21,7 +21,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tup
 
 from redis.exceptions import ResponseError
 
-from ._protocol import Number
+from ._protocol import Number, packed
 from . import _redis70
 from .exceptions import LockError, LockNotReplicatedError, lock_error
 
@@ -134,7 +134,13 @@ class Replicas:
 # One round trip on one connection.
 
 def pack(connection: Any, commands: Sequence[Sequence[Any]]) -> Any:
-    return connection.pack_commands([tuple(command) for command in commands])
+    """`commands` packed for one write, in the connection's encoding: by
+    `_protocol.packed`, or by the connection itself where it has no encoder of its own
+    (a client-side cache's proxy)."""
+    encoder = getattr(connection, "encoder", None)
+    if encoder is None:
+        return connection.pack_commands([tuple(command) for command in commands])
+    return [b"".join([packed(command, encoder.encode) for command in commands])]
 
 
 def read_all(connection: Any, count: int) -> List[Any]:
@@ -157,7 +163,7 @@ def exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
 
 def exchange_one(connection: Any, command: Sequence[Any]) -> Any:
     """`exchange` of a single command: its reply, an error reply as its ResponseError."""
-    connection.send_command(*command)
+    connection.send_packed_command(pack(connection, (command,)))
     try:
         return connection.read_response()
     except ResponseError as error:
@@ -255,7 +261,7 @@ async def async_exchange(connection: Any, commands: Sequence[Sequence[Any]]) -> 
 
 
 async def async_exchange_one(connection: Any, command: Sequence[Any]) -> Any:
-    await connection.send_command(*command)
+    await connection.send_packed_command(pack(connection, (command,)))
     try:
         return await connection.read_response()
     except ResponseError as error:
