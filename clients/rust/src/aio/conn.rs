@@ -112,6 +112,12 @@ impl AsyncLink {
         match self {
             AsyncLink::Server(con) => {
                 let _ = key;
+                if let [cmd] = cmds {
+                    // One command goes out as it is: the same bytes and reply, without a
+                    // pipeline and a copy of the command to build (an acquire's usual
+                    // case), as on the blocking face.
+                    return Ok(vec![con.req_packed_command(cmd).await?.extract_error()]);
+                }
                 let replies: Vec<Value> = pipeline(false, cmds).query_async(con).await?;
                 Ok(replies.into_iter().map(Value::extract_error).collect())
             }
